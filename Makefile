@@ -1,0 +1,27 @@
+# Two commands on a fresh machine:  `make demo` (the main job on AntiBERTy), `make test`.
+# Each creates .venv if missing: torch's CPU wheel first (pinned), then the project.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo test bench venv
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[antibody,test]'
+	touch $@
+
+demo: venv
+	$(VENV)/bin/mlm-ppl germlines --model antiberty --n 12
+
+test: venv
+	$(PY) -m pytest -q
+
+bench: venv
+	$(PY) benchmarks/bench_score.py

@@ -1,0 +1,30 @@
+"""mlm-ppl: masked language models as probabilistic models in Pyro.
+
+Importing the package loads no model and changes no global state.
+"""
+
+from .models import (
+    ENERGIES,
+    VARIANTS,
+    Encoding,
+    EnergyTerms,
+    MaskedConditionals,
+    MaskedLM,
+    energy_terms,
+    load_mlm,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # loading and the model wrapper
+    "load_mlm",
+    "MaskedLM",
+    "Encoding",
+    "MaskedConditionals",
+    # energies
+    "EnergyTerms",
+    "energy_terms",
+    "ENERGIES",
+    "VARIANTS",
+]

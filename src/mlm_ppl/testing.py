@@ -1,0 +1,158 @@
+"""Tiny random masked LMs for tests, docs and quick experiments.
+
+Each builder makes a real Hugging Face model from a config (BERT, RoBERTa, ESM) and a
+real tokenizer over a small vocabulary (WordPiece, byte-level BPE, ESM residues), offline,
+in well under a second, with weights drawn from a seeded generator that leaves the global
+RNG untouched. The weights are initialised with a large spread so that the conditionals are
+far from uniform and energy differences are visible.
+
+>>> from mlm_ppl.testing import tiny_bert
+>>> mlm = tiny_bert()
+>>> mlm.score(["the cat sat on the mat"]).shape
+torch.Size([1])
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .models.masked_lm import MaskedLM
+
+__all__ = [
+    "TEXT_WORDS",
+    "AMINO_ACIDS",
+    "tiny_bert",
+    "tiny_roberta",
+    "tiny_esm",
+    "tiny_antibody_bert",
+    "tiny_residue_bert",
+    "save_tiny",
+]
+
+TEXT_WORDS = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat", "and", "big", "red", "runs", "jumped")
+"""Words every tiny text model can encode (some split into several subword tokens)."""
+
+AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+
+
+def _init(model, seed: int, std: float):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or "layer_norm" in name:
+                continue
+            p.copy_(torch.randn(p.shape, generator=gen) * std)
+    return model.eval()
+
+
+def _wordpiece_vocab() -> list[str]:
+    pieces = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat", "and", "big", "red", "run", "jump", "##s", "##ed"]
+    return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + pieces
+
+
+def tiny_bert(seed: int = 0, *, std: float = 0.5, max_length: int = 64) -> MaskedLM:
+    """A 2-layer BERT with a 20-entry WordPiece vocabulary (``TEXT_WORDS``)."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab_file = Path(tmp) / "vocab.txt"
+        vocab_file.write_text("\n".join(_wordpiece_vocab()) + "\n")
+        tok = BertTokenizerFast(str(vocab_file), do_lower_case=True, model_max_length=max_length)
+    cfg = BertConfig(vocab_size=len(tok), max_position_embeddings=max_length, pad_token_id=tok.pad_token_id, **_SIZES)
+    return MaskedLM(_init(BertForMaskedLM(cfg), seed, std), tok, name="tiny-bert")
+
+
+def tiny_roberta(seed: int = 0, *, std: float = 0.5, max_length: int = 64) -> MaskedLM:
+    """A 2-layer RoBERTa with a small byte-level BPE vocabulary (``TEXT_WORDS``)."""
+    from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizerFast
+
+    letters = sorted(set("".join(TEXT_WORDS)))
+    vocab: dict[str, int] = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "Ġ": 4}
+    for c in letters + ["Ġ" + c for c in letters]:
+        vocab[c] = len(vocab)
+    merges = []
+    for a, b in [("Ġ", "t"), ("Ġt", "h"), ("Ġth", "e"), ("t", "h"), ("th", "e"), ("Ġ", "c"), ("Ġc", "a"),
+                 ("Ġca", "t"), ("a", "t"), ("Ġ", "s"), ("Ġs", "at"), ("Ġ", "m"), ("Ġm", "at"), ("o", "n"),
+                 ("Ġ", "on"), ("Ġ", "d"), ("Ġd", "o"), ("Ġdo", "g")]:
+        merges.append(f"{a} {b}")
+        vocab.setdefault(a + b, len(vocab))
+    vocab["<mask>"] = len(vocab)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "vocab.json").write_text(json.dumps(vocab))
+        (Path(tmp) / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+        tok = RobertaTokenizerFast(
+            str(Path(tmp) / "vocab.json"), str(Path(tmp) / "merges.txt"), model_max_length=max_length
+        )
+    cfg = RobertaConfig(
+        vocab_size=len(vocab),
+        max_position_embeddings=max_length + 2,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        type_vocab_size=1,
+        **_SIZES,
+    )
+    return MaskedLM(_init(RobertaForMaskedLM(cfg), seed, std), tok, name="tiny-roberta")
+
+
+def tiny_esm(seed: int = 0, *, std: float = 0.5, alphabet: str = AMINO_ACIDS, max_length: int = 64) -> MaskedLM:
+    """A 2-layer ESM (rotary positions) over an amino-acid alphabet."""
+    from transformers import EsmConfig, EsmForMaskedLM, EsmTokenizer
+
+    tokens = ["<cls>", "<pad>", "<eos>", "<unk>"] + list(alphabet) + ["<mask>"]
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab_file = Path(tmp) / "vocab.txt"
+        vocab_file.write_text("\n".join(tokens) + "\n")
+        tok = EsmTokenizer(str(vocab_file), model_max_length=max_length)
+    cfg = EsmConfig(
+        vocab_size=len(tokens),
+        pad_token_id=tok.pad_token_id,
+        mask_token_id=tok.mask_token_id,
+        max_position_embeddings=max_length + 2,
+        position_embedding_type="rotary",
+        token_dropout=True,
+        emb_layer_norm_before=False,
+        **_SIZES,
+    )
+    return MaskedLM(_init(EsmForMaskedLM(cfg), seed, std), tok, name="tiny-esm")
+
+
+def tiny_residue_bert(
+    alphabet: Sequence[str], seed: int = 0, *, std: float = 0.5, max_length: int = 64, name: str = "tiny-residue-bert"
+) -> MaskedLM:
+    """A 2-layer BERT whose ordinary tokens are the given single characters (AntiBERTy's layout).
+
+    Tiny alphabets (3-6 letters) give state spaces small enough to enumerate exactly.
+    """
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
+
+    alphabet = list(alphabet)
+    if not alphabet or any(len(a) != 1 for a in alphabet) or len(set(alphabet)) != len(alphabet):
+        raise ValueError(f"alphabet must be distinct single characters, got {alphabet!r}")
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + alphabet
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab_file = Path(tmp) / "vocab.txt"
+        vocab_file.write_text("\n".join(tokens) + "\n")
+        tok = BertTokenizer(str(vocab_file), do_lower_case=False, model_max_length=max_length)
+    cfg = BertConfig(vocab_size=len(tokens), max_position_embeddings=max_length, pad_token_id=0, **_SIZES)
+    return MaskedLM(_init(BertForMaskedLM(cfg), seed, std), tok, name=name, residue_level=True)
+
+
+def tiny_antibody_bert(seed: int = 0, *, std: float = 0.5, max_length: int = 160) -> MaskedLM:
+    """A tiny random BERT with AntiBERTy's exact vocabulary and token layout (25 tokens)."""
+    return tiny_residue_bert(AMINO_ACIDS, seed, std=std, max_length=max_length, name="tiny-antibody-bert")
+
+
+def save_tiny(mlm: MaskedLM, directory: str | Path) -> Path:
+    """Save a tiny model and its tokenizer so that :func:`mlm_ppl.load_mlm` can load the directory."""
+    directory = Path(directory)
+    mlm.model.save_pretrained(directory)
+    mlm.tokenizer.save_pretrained(directory)
+    return directory
