@@ -14,6 +14,7 @@ torch.Size([1])
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from pathlib import Path
@@ -42,6 +43,17 @@ AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 
 
+def _keeps_global_rng(builder):
+    """Model constructors draw from torch's global RNG; restore it so builders have no side effects."""
+
+    @functools.wraps(builder)
+    def wrapper(*args, **kwargs):
+        with torch.random.fork_rng(devices=[]):
+            return builder(*args, **kwargs)
+
+    return wrapper
+
+
 def _init(model, seed: int, std: float):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -57,6 +69,7 @@ def _wordpiece_vocab() -> list[str]:
     return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + pieces
 
 
+@_keeps_global_rng
 def tiny_bert(seed: int = 0, *, std: float = 0.5, max_length: int = 64) -> MaskedLM:
     """A 2-layer BERT with a 20-entry WordPiece vocabulary (``TEXT_WORDS``)."""
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
@@ -69,6 +82,7 @@ def tiny_bert(seed: int = 0, *, std: float = 0.5, max_length: int = 64) -> Maske
     return MaskedLM(_init(BertForMaskedLM(cfg), seed, std), tok, name="tiny-bert")
 
 
+@_keeps_global_rng
 def tiny_roberta(seed: int = 0, *, std: float = 0.5, max_length: int = 64) -> MaskedLM:
     """A 2-layer RoBERTa with a small byte-level BPE vocabulary (``TEXT_WORDS``)."""
     from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizerFast
@@ -102,6 +116,7 @@ def tiny_roberta(seed: int = 0, *, std: float = 0.5, max_length: int = 64) -> Ma
     return MaskedLM(_init(RobertaForMaskedLM(cfg), seed, std), tok, name="tiny-roberta")
 
 
+@_keeps_global_rng
 def tiny_esm(seed: int = 0, *, std: float = 0.5, alphabet: str = AMINO_ACIDS, max_length: int = 64) -> MaskedLM:
     """A 2-layer ESM (rotary positions) over an amino-acid alphabet."""
     from transformers import EsmConfig, EsmForMaskedLM, EsmTokenizer
@@ -124,6 +139,7 @@ def tiny_esm(seed: int = 0, *, std: float = 0.5, alphabet: str = AMINO_ACIDS, ma
     return MaskedLM(_init(EsmForMaskedLM(cfg), seed, std), tok, name="tiny-esm")
 
 
+@_keeps_global_rng
 def tiny_residue_bert(
     alphabet: Sequence[str], seed: int = 0, *, std: float = 0.5, max_length: int = 64, name: str = "tiny-residue-bert"
 ) -> MaskedLM:

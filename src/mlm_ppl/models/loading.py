@@ -142,7 +142,7 @@ def _resolve(name: str) -> str:
         try:
             from huggingface_hub import snapshot_download
 
-            return snapshot_download(name, local_files_only=True)
+            return snapshot_download(name, local_files_only=True, cache_dir=os.environ.get("HF_HUB_CACHE"))
         except Exception:  # noqa: BLE001 - any failure means "not in the cache"
             pass
     if looks_like_path:

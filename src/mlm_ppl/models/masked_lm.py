@@ -151,6 +151,7 @@ class MaskedLM:
         first_ordinary = tokens[int(ordinary.nonzero()[0])]
         self._prefix_ids, self._suffix_ids = _special_frame(tokenizer, first_ordinary)
         self._residue_re = re.compile("|".join([re.escape(s) for s in self._special_strings] + [r"\S"]))
+        self._char_cache: dict[str, bool] = {}
         self._base, self._head = _split_head(model)
         cfg = model.config
         self._hidden = int(getattr(cfg, "hidden_size", 768))
@@ -267,18 +268,28 @@ class MaskedLM:
             return ids, word_ids
         enc = tok(text, add_special_tokens=True, return_offsets_mapping=True)
         ids = list(enc["input_ids"])
-        covered = [False] * len(text)
-        for start, end in enc["offset_mapping"]:
-            for k in range(start, end):
-                covered[k] = True
-        for k, ch in enumerate(text):
-            if not covered[k] and not ch.isspace():
-                raise ValueError(
-                    f"{where} has character {ch!r} at offset {k} that model {self.name!r}'s tokenizer drops "
-                    f"(not in its vocabulary); remove or replace it"
-                )
+        # Byte-level BPE without a byte fallback silently drops characters it cannot encode:
+        # the content tokens then cover fewer characters than the text has.
+        covered = sum(max(0, end - start) for (start, end), w in zip(enc["offset_mapping"], enc.word_ids()) if w is not None)
+        if covered < sum(not ch.isspace() for ch in text):
+            where_ch = next(
+                ((k, ch) for k, ch in enumerate(text) if not ch.isspace() and not self._char_representable(ch)), None
+            )
+            what = f"character {where_ch[1]!r} at offset {where_ch[0]}" if where_ch else "characters"
+            raise ValueError(
+                f"{where} has {what} that model {self.name!r}'s tokenizer drops (not in its vocabulary); "
+                "remove or replace it"
+            )
         word_ids = [-1 if w is None else int(w) for w in enc.word_ids()]
         return ids, word_ids
+
+    def _char_representable(self, ch: str) -> bool:
+        """Whether the tokenizer keeps ``ch`` on its own (byte-level BPE drops unknown bytes)."""
+        ok = self._char_cache.get(ch)
+        if ok is None:
+            ids = self.tokenizer(ch, add_special_tokens=False)["input_ids"]
+            ok = self._char_cache[ch] = bool(ids)
+        return ok
 
     def _alphabet_hint(self) -> str:
         if self.residue_level:

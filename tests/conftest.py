@@ -1,0 +1,44 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest
+import torch
+
+from mlm_ppl import testing
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+TEXT = ["the cat sat on the mat", "a big red dog runs", "the dog jumped and ran"]
+RESIDUES = ["ACDEFGHIK", "MNPQRSTVWYAC", "KLLV"]
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    """The three tiny architectures with inputs each can encode."""
+    return {
+        "bert": (testing.tiny_bert(), TEXT),
+        "roberta": (testing.tiny_roberta(), TEXT),
+        "esm": (testing.tiny_esm(), RESIDUES),
+        "antibody-bert": (testing.tiny_antibody_bert(), RESIDUES),
+    }
+
+
+@pytest.fixture(params=["bert", "roberta", "esm", "antibody-bert"])
+def tiny(request, tiny_models):
+    return tiny_models[request.param]
+
+
+@pytest.fixture(scope="session")
+def antiberty():
+    from mlm_ppl import load_mlm
+
+    return load_mlm("antiberty")
+
+
+@pytest.fixture(scope="session")
+def human_heavy_v():
+    from mlm_ppl.data import germline_sequences
+
+    return germline_sequences("human", "H", "V")

@@ -1,0 +1,28 @@
+"""Naive references written independently of the library: one full forward per masked copy."""
+
+import torch
+
+
+def naive_terms(mlm, input_ids, word_ids=None):
+    """Per-position (raw, norm) energy terms of one encoded sequence, one forward per position.
+
+    With ``word_ids`` (a list, None for special tokens), also mask the later tokens of the same
+    word (within_word_l2r).
+    """
+    ids = torch.as_tensor(input_ids)
+    special = set(mlm.tokenizer.all_special_ids)
+    raw, norm = {}, {}
+    for t, tok in enumerate(ids.tolist()):
+        if tok in special:
+            continue
+        x = ids.clone()
+        x[t] = mlm.tokenizer.mask_token_id
+        if word_ids is not None:
+            for u in range(t + 1, len(ids)):
+                if word_ids[u] is not None and word_ids[u] == word_ids[t]:
+                    x[u] = mlm.tokenizer.mask_token_id
+        with torch.no_grad():
+            logits = mlm.model(input_ids=x[None]).logits[0, t].double()
+        raw[t] = -float(logits[tok])
+        norm[t] = -float(torch.log_softmax(logits, -1)[tok])
+    return raw, norm
