@@ -7,7 +7,8 @@ Scores human heavy-chain germline V genes (from anarci) with:
   pure-forward   the full HF forward over the same masked copies in the same chunks, no scoring
                  (what the machine can do; the library's overhead is measured against it)
   pure-encoder   the encoder alone over the same chunks (the library skips the head elsewhere)
-  minicons       minicons.scorer.MaskedLMScorer, when installed (values compared to 1e-4)
+  minicons       minicons.scorer.MaskedLMScorer, when installed (values compared to 1e-4); it runs
+                 in its own interpreter (--minicons-python) and only its scoring call is timed
   bf16           the library with dtype=torch.bfloat16 (approximate; max error reported)
   compile        the library with torch.compile (after a warm-up call; error reported)
 
@@ -21,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -71,6 +74,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=32, help="number of germline genes (default 32)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds the genes are split into (default 4)")
     ap.add_argument("--skip", default="", help="comma-separated methods to skip")
+    ap.add_argument("--minicons-python", default=sys.executable,
+                    help="python of an environment with minicons (0.3.x needs transformers<5)")
     ap.add_argument("--json", default=None, help="also write the raw figures to this file")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -90,15 +95,26 @@ def main() -> None:
         "pure-forward": lambda s: _pure(mlm, s, encoder_only=False),
         "pure-encoder": lambda s: _pure(mlm, s, encoder_only=True),
     }
-    try:
-        from minicons import scorer as mc_scorer
+    minicons_time: list[float] = []
+    if "minicons" not in skip:
 
-        mc = mc_scorer.MaskedLMScorer(mlm.model, "cpu", tokenizer=mlm.tokenizer)
-        methods["minicons"] = lambda s: -torch.tensor(
-            mc.sequence_score([" ".join(x) for x in s], reduction=lambda x: x.sum(0).item())
-        )
-    except ImportError:
-        print("# minicons not installed (pip install minicons): skipped", flush=True)
+        def run_minicons(batch):
+            worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_minicons_worker.py")
+            env = dict(os.environ, BENCH_THREADS=str(torch.get_num_threads()))
+            done = subprocess.run([args.minicons_python, worker], input=json.dumps(batch), env=env,
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            minicons_time.append(result["seconds"])  # scoring only: not the worker's start and load
+            return torch.tensor(result["energies"])
+
+        try:
+            run_minicons(seqs[:1])
+            minicons_time.clear()
+            methods["minicons"] = run_minicons
+        except (RuntimeError, OSError) as err:
+            print(f"# minicons unavailable with {args.minicons_python}: {err}", flush=True)
     bf16 = load_mlm("antiberty", dtype=torch.bfloat16)
     methods["bf16"] = lambda s: bf16.score(s)
     if "compile" not in skip:
@@ -116,7 +132,7 @@ def main() -> None:
         for name, fn in methods.items():
             t0 = time.perf_counter()
             out = fn(batch)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(minicons_time[-1] if name == "minicons" else time.perf_counter() - t0)
             values[name].append(out if isinstance(out, torch.Tensor) else torch.tensor([]))
         print(f"# round {r + 1}/{len(rounds)}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in times.items()), flush=True)
 

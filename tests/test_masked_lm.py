@@ -89,3 +89,12 @@ def test_vocabulary_and_special_ids(tiny_models):
     assert mlm.ordinary_mask.sum() == 20 and not mlm.ordinary_mask[:5].any()
     assert mlm.mask_id == 4 and mlm.pad_id == 0
     assert "residue-level" in repr(mlm)
+
+
+def test_text_mask_tokens_need_allow_mask(tiny_models):
+    mlm, _ = tiny_models["bert"]
+    with pytest.raises(ValueError, match=r"special token '\[MASK\]'"):
+        mlm.encode("the [MASK] sat")
+    enc = mlm.encode("the [MASK] sat", allow_mask=True)
+    assert enc.input_ids[0, 2] == mlm.mask_id and not enc.scorable[0, 2]
+    assert enc.scorable[0].tolist() == [False, True, False, True, False]

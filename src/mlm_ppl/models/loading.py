@@ -124,10 +124,9 @@ def load_mlm(
     _check_head(name, info)
     model = model.to(torch_device).eval()
     budget = memory_budget_mb if memory_budget_mb is not None else (64.0 if torch_device.type == "cpu" else 2048.0)
-    mlm = MaskedLM(model, tokenizer, name=name, residue_level=residue_level, memory_budget_mb=budget)
-    if compile:
-        mlm._base = torch.compile(mlm._base, dynamic=True)
-    return mlm
+    return MaskedLM(
+        model, tokenizer, name=name, residue_level=residue_level, memory_budget_mb=budget, compile=compile
+    )
 
 
 def _resolve(name: str) -> str:

@@ -104,6 +104,9 @@ class MaskedLM:
         Approximate activation memory for one chunk of masked copies; sets how many
         copies go through the encoder together. The default suits CPUs (about 28 copies of
         a 100-residue sequence on AntiBERTy); raise it on a GPU.
+    compile : bool
+        Wrap the encoder in ``torch.compile`` (dynamic shapes). Approximate to float
+        rounding; the first calls are slow while it compiles.
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class MaskedLM:
         name: str = "<model>",
         residue_level: bool | None = None,
         memory_budget_mb: float = 64.0,
+        compile: bool = False,
     ) -> None:
         if tokenizer.mask_token_id is None:
             raise ValueError(f"model {name!r}: its tokenizer has no mask token, so it is not a masked LM")
@@ -141,6 +145,7 @@ class MaskedLM:
             if tok == "":  # ids the tokenizer never produces (padded embedding rows)
                 ordinary[idx] = False
         self.ordinary_mask: Tensor = ordinary  # (V,) bool: tokens that may be scored/sampled
+        self._prefix_ids, self._suffix_ids = _special_frame(tokenizer, int(ordinary.nonzero()[0]), tokens)
         if residue_level is None:
             residue_level = all(len(tokens[i]) == 1 for i in ordinary.nonzero().flatten().tolist())
         self.residue_level = bool(residue_level)
@@ -148,11 +153,11 @@ class MaskedLM:
         self._special_strings = sorted(
             (tokens[i] for i in self.special_ids if i < self.vocab_size and tokens[i]), key=len, reverse=True
         )
-        first_ordinary = tokens[int(ordinary.nonzero()[0])]
-        self._prefix_ids, self._suffix_ids = _special_frame(tokenizer, first_ordinary)
         self._residue_re = re.compile("|".join([re.escape(s) for s in self._special_strings] + [r"\S"]))
         self._char_cache: dict[str, bool] = {}
         self._base, self._head = _split_head(model)
+        if compile:
+            self._base = torch.compile(self._base, dynamic=True)
         cfg = model.config
         self._hidden = int(getattr(cfg, "hidden_size", 768))
         self._intermediate = int(getattr(cfg, "intermediate_size", 4 * self._hidden))
@@ -491,14 +496,16 @@ def _check_positions(positions: Sequence[int], enc: Encoding) -> list[int]:
     return sorted(set(pos))
 
 
-def _special_frame(tokenizer, probe: str) -> tuple[list[int], list[int]]:
+def _special_frame(tokenizer, probe_id: int, tokens: list[str]) -> tuple[list[int], list[int]]:
     """The special ids the tokenizer puts before and after a sequence (``[CLS]`` ... ``[SEP]``)."""
+    probe = tokens[probe_id]
     bare = list(tokenizer(probe, add_special_tokens=False)["input_ids"])
     full = list(tokenizer(probe, add_special_tokens=True)["input_ids"])
-    for start in range(len(full) - len(bare) + 1):
-        if full[start : start + len(bare)] == bare:
-            return full[:start], full[start + len(bare) :]
-    raise ValueError("could not work out where the tokenizer puts its special tokens")
+    if bare:
+        for start in range(len(full) - len(bare) + 1):
+            if full[start : start + len(bare)] == bare:
+                return full[:start], full[start + len(bare) :]
+    return [], []  # the tokenizer adds nothing around a sequence
 
 
 def _max_length(model, tokenizer) -> int:
