@@ -3,6 +3,7 @@
 Importing the package loads no model and changes no global state.
 """
 
+from .inference import MetropolisHastings, MLMKernel, MaskPredict, PseudoGibbs, Run, run_chains, sample
 from .models import (
     ENERGIES,
     VARIANTS,
@@ -10,6 +11,7 @@ from .models import (
     EnergyTerms,
     MaskedConditionals,
     MaskedLM,
+    MaskedLMDistribution,
     energy_terms,
     load_mlm,
 )
@@ -22,6 +24,15 @@ __all__ = [
     "MaskedLM",
     "Encoding",
     "MaskedConditionals",
+    # the distribution and sampling
+    "MaskedLMDistribution",
+    "sample",
+    "run_chains",
+    "Run",
+    "MetropolisHastings",
+    "PseudoGibbs",
+    "MaskPredict",
+    "MLMKernel",
     # energies
     "EnergyTerms",
     "energy_terms",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from torch import Tensor
 
 from .models.masked_lm import MaskedLM
 
@@ -33,6 +34,8 @@ __all__ = [
     "tiny_antibody_bert",
     "tiny_residue_bert",
     "save_tiny",
+    "TableTarget",
+    "goyal_counterexample",
 ]
 
 TEXT_WORDS = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat", "and", "big", "red", "runs", "jumped")
@@ -172,3 +175,60 @@ def save_tiny(mlm: MaskedLM, directory: str | Path) -> Path:
     mlm.model.save_pretrained(directory)
     mlm.tokenizer.save_pretrained(directory)
     return directory
+
+
+class TableTarget:
+    """A target whose MLM conditionals come from a function, for exactly solvable examples.
+
+    ``conditional(tokens, position)`` returns ``(N, K)`` probabilities of the ``K`` ordinary
+    tokens at ``position`` (0 .. L-1) given the other tokens of ``tokens`` ``(N, L)``. Token ids
+    ``0 .. K-1`` are ordinary, ``K`` is the mask; every position is free. The energy is
+    ``E_norm(x) = -sum_t log p(x_t | x_\\t)``, so the kernels run on it unchanged.
+
+    :func:`goyal_counterexample` builds Goyal et al.'s two-token example.
+    """
+
+    def __init__(self, conditional, length: int, num_tokens: int, temperature: float = 1.0) -> None:
+        self.conditional = conditional
+        self.vocab_size = num_tokens + 1
+        self.mask_id = num_tokens
+        self.template = torch.full((length,), num_tokens, dtype=torch.long)
+        self.free_positions = torch.arange(length)
+        self.num_free = length
+        self.temperature = float(temperature)
+        self.energy = "norm"
+        ordinary = torch.ones(self.vocab_size, dtype=torch.bool)
+        ordinary[num_tokens] = False
+        self.ordinary_mask = ordinary
+
+    def _logits(self, tokens: Tensor, position: int) -> Tensor:
+        probs = torch.as_tensor(self.conditional(tokens, position), dtype=torch.float64)
+        logits = torch.full((tokens.shape[0], self.vocab_size), float("-inf"), dtype=torch.float64)
+        logits[:, : self.mask_id] = probs.log()
+        return logits.float()
+
+    def site_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        if positions.shape[1] != 1:
+            raise ValueError("a TableTarget defines single-site conditionals only (block_size=1)")
+        rows = [self._logits(tokens[i : i + 1], int(positions[i, 0])) for i in range(tokens.shape[0])]
+        return torch.cat(rows)[:, None]
+
+    def evaluate(self, tokens: Tensor):
+        from .models.distribution import Evaluation
+
+        cond = torch.stack([self._logits(tokens, p) for p in range(self.num_free)], dim=1)  # (N, F, V)
+        logp = torch.log_softmax(cond, -1).gather(-1, tokens[:, :, None])[..., 0]
+        return Evaluation(-logp.sum(-1), torch.zeros(tokens.shape[0]), cond)
+
+
+def goyal_counterexample() -> TableTarget:
+    """Goyal et al. (2021)'s two binary tokens with incompatible conditionals:
+    ``p(X1 | X2) = [[.99, .01], [.01, .99]]`` (row: value of X2) and ``p(X2 | X1)`` uniform."""
+    table = torch.tensor([[0.99, 0.01], [0.01, 0.99]])
+
+    def conditional(tokens, position):
+        if position == 0:
+            return table[tokens[:, 1]]
+        return torch.full((tokens.shape[0], 2), 0.5)
+
+    return TableTarget(conditional, length=2, num_tokens=2)

@@ -1,7 +1,46 @@
-"""How states move: MCMC kernels over token sequences.
+"""How states move: MCMC kernels over token sequences, batched chains, the Pyro adapter, and
+exact enumeration of tiny state spaces."""
 
-The kernels (Metropolis-Hastings with MLM proposals, pseudo-Gibbs, mask-predict) and their
-Pyro adapter are built on :meth:`mlm_ppl.MaskedLM.masked_log_probs`; see the samplers issue.
-"""
+from . import exact
+from .pyro_kernel import MLMKernel
+from .runner import KERNELS, Run, run_chains, sample
+from .kernels import (
+    SCANS,
+    ConstrainedTarget,
+    MaskPredict,
+    MaskPredictState,
+    MetropolisHastings,
+    MHInfo,
+    MHState,
+    PseudoGibbs,
+    PseudoGibbsState,
+    accept,
+    fill_template,
+    geometric_annealing,
+    proposal_log_probs,
+)
 
-__all__: list[str] = []
+__all__ = [
+    # running chains
+    "sample",
+    "run_chains",
+    "Run",
+    "MLMKernel",
+    "KERNELS",
+    # kernels
+    "MetropolisHastings",
+    "PseudoGibbs",
+    "MaskPredict",
+    "MHState",
+    "MHInfo",
+    "PseudoGibbsState",
+    "MaskPredictState",
+    # pieces
+    "accept",
+    "proposal_log_probs",
+    "fill_template",
+    "geometric_annealing",
+    "ConstrainedTarget",
+    "SCANS",
+    "exact",
+]

@@ -319,6 +319,48 @@ class MaskedLM:
                 out.append(self.tokenizer.decode(keep, skip_special_tokens=True))
         return out
 
+    def encoding_from_ids(self, input_ids: Tensor) -> Encoding:
+        """An :class:`Encoding` of complete, unpadded token-id sequences ``(N, L)``.
+
+        Every position is attended; ordinary tokens are scorable; each token is its own word.
+        """
+        ids = torch.as_tensor(input_ids)
+        if ids.dtype != torch.long:
+            raise TypeError(f"token ids must be torch.long, got {ids.dtype}")
+        if ids.dim() != 2:
+            raise ValueError(f"token ids must have shape (N, L), got {tuple(ids.shape)}")
+        if ((ids < 0) | (ids >= self.vocab_size)).any():
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got min {ids.min()}, max {ids.max()}")
+        ids = ids.cpu()
+        scorable = self.ordinary_mask[ids]
+        words = torch.where(scorable, scorable.long().cumsum(-1) - 1, torch.full_like(ids, -1))
+        return Encoding(ids, torch.ones_like(ids), scorable, words)
+
+    def block_logits(self, input_ids: Tensor, positions: Tensor, *, progress: bool = False) -> Tensor:
+        """Logits at several positions read from one copy with all of them masked.
+
+        Parameters
+        ----------
+        input_ids : Tensor
+            ``(N, L)`` complete token ids.
+        positions : Tensor
+            ``(N, k)`` long, distinct positions per row to mask together and read.
+
+        Returns
+        -------
+        Tensor
+            ``(N, k, V)`` float32: row ``n``, slot ``j`` is the MLM's prediction at
+            ``positions[n, j]`` given ``input_ids[n]`` with all of ``positions[n]`` masked.
+        """
+        enc = self.encoding_from_ids(input_ids)
+        pos = torch.as_tensor(positions, dtype=torch.long).cpu()
+        N = len(enc)
+        masks = torch.zeros(enc.input_ids.shape, dtype=torch.bool)
+        masks.scatter_(1, pos, True)
+        rows = torch.arange(N)
+        out = self._masked_reduce(enc, rows, masks, pos, lambda lg, tgt: lg, progress=progress)
+        return out.reshape(N, pos.shape[1], self.vocab_size)
+
     # ------------------------------------------------------------------ conditionals
     def masked_log_probs(
         self,
@@ -375,9 +417,11 @@ class MaskedLM:
         """Run masked copies through the model in chunks and reduce each chunk's logits.
 
         Copy ``n`` is sequence ``rows[n]`` with the positions in ``masks[n]`` replaced by
-        the mask token; its float32 logits at position ``query[n]`` (shape ``(n, V)``) go
-        to ``reduce(logits, target_ids)``, whose outputs are concatenated in the original
-        copy order. Copies are sorted by length and trimmed to the longest in their chunk.
+        the mask token; its float32 logits at position ``query[n]`` go with the original
+        tokens there to ``reduce(logits, target_ids)``, whose outputs are concatenated in the
+        original copy order. ``query`` is ``(N,)`` (logits ``(n, V)``) or ``(N, k)`` for
+        several positions read from one copy (logits ``(n, k, V)``). Copies are sorted by
+        length and trimmed to the longest in their chunk.
         """
         N = int(rows.numel())
         if N == 0:
@@ -392,10 +436,13 @@ class MaskedLM:
                 idx = order[chunk]
                 T = int(lengths[idx].max())
                 ids = enc.input_ids[rows[idx], :T]  # (n, T)
-                targets = ids[torch.arange(len(idx)), query[idx]]  # (n,)
+                q = query[idx] if query.dim() == 2 else query[idx, None]  # (n, k)
+                targets = ids.gather(1, q)  # (n, k)
                 ids = ids.masked_fill(masks[idx, :T], self.mask_id).to(device)
                 attn = enc.attention_mask[rows[idx], :T].to(device)
-                logits = self._logits_at(ids, attn, query[idx].to(device))  # (n, V) float32
+                logits = self._logits_at(ids, attn, q.to(device))  # (n, k, V) float32
+                if query.dim() == 1:
+                    logits, targets = logits[:, 0], targets[:, 0]
                 outputs.append(reduce(logits, targets.to(device)).cpu())
                 if bar is not None:
                     bar.update(len(idx))
@@ -426,13 +473,13 @@ class MaskedLM:
 
     @torch.inference_mode()
     def _logits_at(self, input_ids: Tensor, attention_mask: Tensor, query: Tensor) -> Tensor:
-        """``(n, V)`` float32 logits at ``query[i]`` of row ``i`` of ``input_ids`` (n, T)."""
-        rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+        """``(n, k, V)`` float32 logits at positions ``query[i]`` (n, k) of row ``i`` of ``input_ids`` (n, T)."""
+        rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]  # (n, 1)
         if self._head is None:
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (n, T, V)
             return logits[rows, query].float()
         hidden = self._base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (n, T, H)
-        return self._head(hidden[rows, query]).float()[:, : self.vocab_size]  # (n, V)
+        return self._head(hidden[rows, query]).float()[..., : self.vocab_size]  # (n, k, V)
 
     # ------------------------------------------------------------------ energies
     def energy_terms(

@@ -1,0 +1,226 @@
+"""The kernels inside ``pyro.infer.MCMC``: :class:`MLMKernel`, a real ``MCMCKernel``.
+
+The model has one latent token site whose distribution is a
+:class:`~mlm_ppl.MaskedLMDistribution`; everything else that depends on the tokens
+(``pyro.factor`` constraints, observed likelihood terms) enters the acceptance ratio:
+Metropolis-within-Gibbs on the full log joint, with observed sites fixed.
+
+Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
+
+* ``sample(params)`` is the only abstract method; ``initial_params`` has a getter and setter.
+* ``end_warmup()`` is never called by MCMC: the kernel counts warm-up steps itself.
+* ``transforms = {}`` is set up front, or MCMC re-runs ``setup`` after sampling.
+* ``logging()`` output goes through ``json.dumps`` every step: plain floats only.
+* Sequential chains reuse one kernel object: ``setup`` resets all chain state and moves the
+  seed on (``seed + chain index``), so runs with the same seed give the same chains.
+* ``MCMC.summary()``, ``MCMC.diagnostics()`` and ``az.from_pyro`` fail on integer draws: per-draw
+  statistics are kept on the kernel (:attr:`MLMKernel.draw_stats`).
+* With ``num_chains > 1`` MCMC uses worker processes only when ``num_chains <= cpu_count - 1``;
+  forking after a forward pass can deadlock and threads oversubscribe. Prefer
+  ``MLMKernel(model, num_chains=C)`` with ``MCMC(num_chains=1)``: C chains in one batched
+  forward pass, draws of shape ``(1, D, C, L)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pyro.poutine as poutine
+import torch
+from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
+from pyro.poutine.messenger import Messenger
+from torch import Tensor
+
+from ..models.distribution import MaskedLMDistribution
+from .kernels import ConstrainedTarget, MaskPredict, fill_template
+from .runner import STAT_NAMES, check_seed, make_kernel
+
+__all__ = ["MLMKernel"]
+
+
+class _HoldTokenSites(Messenger):
+    """Give latent MaskedLMDistribution sites a cheap placeholder value instead of sampling them."""
+
+    def _pyro_sample(self, msg):
+        fn = msg["fn"]
+        if isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
+            msg["value"] = fn.template.clone()
+
+
+class MLMKernel(MCMCKernel):
+    """Run an mlm-ppl kernel (MH, pseudo-Gibbs) as a ``pyro.infer.mcmc.MCMCKernel``.
+
+    Parameters
+    ----------
+    model : callable
+        A Pyro model with exactly one latent site distributed as a
+        :class:`~mlm_ppl.MaskedLMDistribution` (no ``pyro.plate`` around it) and no other
+        latent sites; observed sites and ``pyro.factor`` terms may depend on the tokens.
+    kernel : {"mh", "pseudo-gibbs"}
+        Which kernel moves the tokens; ``**kernel_options`` go to it (``scan``,
+        ``block_size``, ``top_k`` ...).
+    num_chains : int
+        Chains advanced together in one batched forward pass inside this one Pyro chain.
+        With ``num_chains > 1`` the site's value has shape ``(C, L)``.
+    seed : int
+        Seed of the kernel's ``torch.Generator``; sequential Pyro chains use ``seed + i``.
+    init : {"sample", "greedy", "uniform"}
+        How the free positions are filled before warm-up (never counted as draws).
+
+    Attributes
+    ----------
+    draw_stats : list of dict
+        One dict per Pyro chain run so far: per-draw ``lp``, ``is_accepted``,
+        ``acceptance_rate``, ``n_changed`` tensors of shape ``(D, num_chains)`` (warm-up excluded).
+    """
+
+    def __init__(
+        self,
+        model: Callable,
+        *,
+        kernel: str = "mh",
+        num_chains: int = 1,
+        seed: int = 0,
+        init: str = "sample",
+        **kernel_options: Any,
+    ) -> None:
+        if not callable(model):
+            raise TypeError("model must be a callable Pyro model")
+        if kernel == "mask-predict":
+            raise ValueError("mask-predict is a decoder, not an MCMC kernel; use mlm_ppl.sample(kernel='mask-predict')")
+        self.model = model
+        self.kernel_name = kernel
+        self.kernel_options = kernel_options
+        if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
+            raise ValueError(f"num_chains must be an integer >= 1, got {num_chains!r}")
+        self.num_chains = num_chains
+        self.seed = check_seed(seed)
+        if init not in ("sample", "greedy", "uniform"):
+            raise ValueError(f"unknown init {init!r}; choose 'sample', 'greedy' or 'uniform'")
+        self.init = init
+        self.transforms: dict = {}  # or MCMC re-runs setup() after sampling to find transforms
+        self.draw_stats: list[dict[str, Tensor]] = []
+        self._chain_index = -1
+        self._initial_params: dict[str, Tensor] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.site: str | None = None
+        self.target = None
+        self.kernel = None
+        self._state = None
+        self._gen: torch.Generator | None = None
+        self._warmup_steps = 0
+        self._t = 0
+        self._accepted = 0.0
+        self._stats: dict[str, list[Tensor]] = {k: [] for k in STAT_NAMES}
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, warmup_steps: int, *args, **kwargs) -> None:
+        """Find the token site, build the target (MLM energy plus the model's other terms),
+        fill the template and evaluate the starting state. Resets all chain state."""
+        self._reset()
+        self._chain_index += 1
+        self._warmup_steps = int(warmup_steps)
+        self._args, self._kwargs = args, kwargs
+        with poutine.trace() as tracer, _HoldTokenSites():
+            self.model(*args, **kwargs)
+        trace = tracer.trace
+        sites = [
+            name
+            for name, s in trace.nodes.items()
+            if s["type"] == "sample" and isinstance(s["fn"], MaskedLMDistribution) and not s["is_observed"]
+        ]
+        if len(sites) != 1:
+            raise ValueError(
+                f"the model must have exactly one latent MaskedLMDistribution site, found {len(sites)}"
+                + (f": {sites}" if sites else "; wrap the MLM as pyro.sample(name, MaskedLMDistribution(...))")
+            )
+        self.site = sites[0]
+        other_latent = [
+            name
+            for name, s in trace.nodes.items()
+            if s["type"] == "sample" and not s["is_observed"] and name != self.site
+        ]
+        if other_latent:
+            raise ValueError(
+                f"MLMKernel samples only the token site {self.site!r}, but the model has other latent sites "
+                f"{other_latent}; observe them or integrate them out"
+            )
+        dist = trace.nodes[self.site]["fn"]
+        if dist.batch_shape != torch.Size():
+            raise ValueError(
+                f"site {self.site!r} has batch shape {tuple(dist.batch_shape)}; do not wrap it in pyro.plate. "
+                "For batched chains use MLMKernel(model, num_chains=C)"
+            )
+        has_other_terms = any(
+            s["type"] == "sample" and name != self.site for name, s in trace.nodes.items()
+        )
+        self.target = ConstrainedTarget(dist, self._log_factor) if has_other_terms else dist
+        self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
+        self._gen = torch.Generator().manual_seed(self.seed + self._chain_index)
+        if self._initial_params is not None:
+            tokens = self._initial_params[self.site].reshape(-1, dist.event_shape[0])
+            if tokens.shape[0] != self.num_chains:
+                raise ValueError(f"initial_params has {tokens.shape[0]} chains, the kernel runs {self.num_chains}")
+        else:
+            tokens = fill_template(self.target, self.num_chains, self._gen, self.init)
+        self._state = self.kernel.init(tokens)
+
+    def _log_factor(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` log density of every site but the token site, with the tokens substituted."""
+        out = torch.empty(tokens.shape[0])
+        for i, row in enumerate(tokens):
+            conditioned = poutine.condition(self.model, data={self.site: row})
+            trace = poutine.trace(conditioned).get_trace(*self._args, **self._kwargs)
+            trace.compute_log_prob(site_filter=lambda name, site: name != self.site)
+            out[i] = sum(
+                (s["log_prob_sum"] for name, s in trace.nodes.items()
+                 if s["type"] == "sample" and name != self.site),
+                torch.tensor(0.0),
+            )
+        return out
+
+    # ------------------------------------------------------------------ params
+    @property
+    def initial_params(self) -> dict[str, Tensor]:
+        if self._state is None:
+            if self._initial_params is not None:
+                return self._initial_params
+            raise RuntimeError("initial_params is known after setup(); run it through pyro.infer.MCMC")
+        return {self.site: self._value(self._state.tokens)}
+
+    @initial_params.setter
+    def initial_params(self, params: dict[str, Tensor]) -> None:
+        self._initial_params = params
+
+    def _value(self, tokens: Tensor) -> Tensor:
+        return tokens[0].clone() if self.num_chains == 1 else tokens.clone()
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
+        """One kernel step; a change of the token site's value from outside restarts from it."""
+        given = params[self.site].reshape(self.num_chains, -1)
+        if not torch.equal(given, self._state.tokens):
+            self._state = self.kernel.init(given)
+        self._state, info = self.kernel.step(self._state, self._gen)
+        self._t += 1
+        self._accepted += float(info.is_accepted.float().mean())
+        if self._t > self._warmup_steps:
+            for k in STAT_NAMES:
+                self._stats[k].append(getattr(info, k))
+            if self._t == self._warmup_steps + 1:
+                self.draw_stats.append({})
+            self.draw_stats[-1] = {k: torch.stack(v) for k, v in self._stats.items()}
+        return {self.site: self._value(self._state.tokens)}
+
+    def logging(self) -> dict[str, float]:
+        return {"acc. rate": round(self._accepted / max(self._t, 1), 3)}
+
+    def diagnostics(self) -> dict[str, float]:
+        stats = self.draw_stats[-1] if self.draw_stats and self._t > self._warmup_steps else None
+        rate = float(stats["is_accepted"].float().mean()) if stats else float("nan")
+        return {"acceptance rate": rate}
+
+    def __repr__(self) -> str:
+        return f"MLMKernel(kernel={self.kernel_name!r}, num_chains={self.num_chains}, seed={self.seed})"

@@ -1,0 +1,212 @@
+"""Batched chains: run any kernel for C chains at once and collect draws and per-draw stats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .kernels import MaskPredict, MetropolisHastings, PseudoGibbs, fill_template
+
+__all__ = ["Run", "run_chains", "sample", "make_kernel", "check_seed", "KERNELS", "draw_from_distribution"]
+
+KERNELS = ("mh", "pseudo-gibbs", "mask-predict")
+STAT_NAMES = ("lp", "is_accepted", "acceptance_rate", "n_changed")
+
+
+@dataclass
+class Run:
+    """Draws of C chains.
+
+    Attributes
+    ----------
+    tokens : Tensor
+        ``(C, D, L)`` long token ids of the draws (after warm-up and thinning).
+    stats : dict of Tensor
+        ``(C, D)`` per-draw statistics with ArviZ names: ``lp`` (log target density),
+        ``is_accepted``, ``acceptance_rate``, ``n_changed``.
+    attrs : dict
+        Kernel, energy, temperature, template, seed, warm-up ... for the record.
+    """
+
+    tokens: Tensor
+    stats: dict[str, Tensor]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_chains(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def num_draws(self) -> int:
+        return int(self.tokens.shape[1])
+
+
+def check_seed(seed) -> int:
+    """Seeds are plain ints (not bools, floats or None)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    return seed
+
+
+def _check_count(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def make_kernel(name: str, target, **options):
+    """Build a kernel by name: ``"mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``."""
+    classes = {"mh": MetropolisHastings, "pseudo-gibbs": PseudoGibbs, "mask-predict": MaskPredict}
+    if name not in classes:
+        raise ValueError(f"unknown kernel {name!r}; choose one of {', '.join(map(repr, KERNELS))}")
+    try:
+        return classes[name](target, **options)
+    except TypeError as err:
+        raise TypeError(f"kernel {name!r}: {err}") from None
+
+
+def run_chains(
+    kernel,
+    num_chains: int,
+    num_samples: int,
+    *,
+    warmup_steps: int = 0,
+    thin: int = 1,
+    seed: int = 0,
+    init: str | Tensor = "sample",
+    progress: bool = False,
+) -> Run:
+    """Advance ``num_chains`` chains of ``kernel`` together and keep every ``thin``-th step.
+
+    Parameters
+    ----------
+    kernel : MetropolisHastings, PseudoGibbs or MaskPredict
+    num_chains, num_samples : int
+        Chains and kept draws per chain.
+    warmup_steps : int
+        Steps discarded before the first draw. The template fill-in of ``init`` comes before
+        them and is never a draw.
+    thin : int
+    seed : int
+        Seeds one ``torch.Generator``: same seed, same device, same chains.
+    init : {"sample", "greedy", "uniform"} or Tensor
+        How the free positions are first filled (:func:`fill_template`), or starting tokens
+        ``(C, L)``. Ignored by mask-predict, which starts from the masked template.
+    progress : bool
+        Progress bar with acceptance so far.
+    """
+    C = _check_count(num_chains, "num_chains", 1)
+    D = _check_count(num_samples, "num_samples", 1)
+    W = _check_count(warmup_steps, "warmup_steps", 0)
+    thin = _check_count(thin, "thin", 1)
+    gen = torch.Generator().manual_seed(check_seed(seed))
+    target = kernel.target
+    if isinstance(kernel, MaskPredict):
+        state = kernel.init(C)
+    else:
+        if isinstance(init, Tensor):
+            tokens = init
+            if tokens.shape[0] != C:
+                raise ValueError(f"init has {tokens.shape[0]} chains but num_chains={C}")
+        else:
+            tokens = fill_template(target, C, gen, init)
+        state = kernel.init(tokens)
+    draws = torch.empty((C, D, target.template.numel()), dtype=torch.long)
+    stats = {k: [] for k in STAT_NAMES}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=W + D * thin, unit=" step", desc="sampling", dynamic_ncols=True)
+    accepted = 0.0
+    try:
+        for i in range(W + D * thin):
+            state, info = kernel.step(state, gen)
+            if i >= W and (i - W + 1) % thin == 0:
+                d = (i - W + 1) // thin - 1
+                draws[:, d] = state.tokens
+                for k in STAT_NAMES:
+                    stats[k].append(getattr(info, k))
+            if bar is not None:
+                accepted += float(info.is_accepted.float().mean())
+                bar.set_postfix(accept=f"{accepted / (i + 1):.2f}", refresh=False)
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    attrs = dict(
+        kernel=type(kernel).__name__,
+        num_chains=C,
+        num_samples=D,
+        warmup_steps=W,
+        thin=thin,
+        seed=seed,
+        energy=getattr(target, "energy", None),
+        temperature=getattr(target, "temperature", None),
+        template=target.template.tolist(),
+    )
+    return Run(draws, {k: torch.stack(v, dim=1) for k, v in stats.items()}, attrs)
+
+
+def draw_from_distribution(
+    dist,
+    n: int,
+    *,
+    num_steps: int | None = None,
+    seed: int | None = None,
+    init: str = "sample",
+    **mh_options,
+) -> Tensor:
+    """``(n, L)`` draws of ``dist``: the last states of ``n`` independent MH chains.
+
+    ``num_steps`` defaults to 20 sweeps (``20 * num_free`` single-site steps). Without a
+    ``seed`` one is drawn from torch's global RNG, so ``pyro.set_rng_seed`` makes it reproducible.
+    """
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, ()).item())
+    steps = 20 * dist.num_free if num_steps is None else _check_count(num_steps, "num_steps", 1)
+    kernel = MetropolisHastings(dist, **mh_options)
+    return run_chains(kernel, n, 1, warmup_steps=steps - 1, seed=seed, init=init).tokens[:, 0]
+
+
+def sample(
+    mlm,
+    template,
+    *,
+    kernel: str = "mh",
+    energy: str = "norm",
+    temperature: float = 1.0,
+    num_chains: int = 4,
+    num_samples: int = 100,
+    warmup_steps: int = 0,
+    thin: int = 1,
+    seed: int = 0,
+    init: str | Tensor = "sample",
+    log_factor=None,
+    progress: bool = False,
+    **kernel_options,
+) -> Run:
+    """Sample the masked positions of ``template`` with C batched chains in one call.
+
+    Builds ``MaskedLMDistribution(mlm, template, energy=..., temperature=...)`` (plus
+    ``log_factor``, a function ``tokens (N, L) -> (N,)`` of extra log-density terms, if given),
+    the kernel (``"mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``, with ``**kernel_options``),
+    and runs :func:`run_chains`. All arguments are checked before any forward pass.
+    """
+    from ..models.distribution import MaskedLMDistribution
+    from .kernels import ConstrainedTarget
+
+    check_seed(seed)
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(map(repr, KERNELS))}")
+    dist = MaskedLMDistribution(mlm, template, energy=energy, temperature=temperature)
+    target = dist if log_factor is None else ConstrainedTarget(dist, log_factor)
+    k = make_kernel(kernel, target, **kernel_options)
+    run = run_chains(
+        k, num_chains, num_samples, warmup_steps=warmup_steps, thin=thin, seed=seed, init=init, progress=progress
+    )
+    run.attrs.update(model=mlm.name, kernel=kernel, kernel_options=dict(kernel_options))
+    return run

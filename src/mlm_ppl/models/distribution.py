@@ -1,0 +1,249 @@
+"""The masked LM as a Pyro distribution over token sequences (an energy-based model).
+
+``MaskedLMDistribution(mlm, template)`` is the distribution of the ``[MASK]`` positions of
+``template`` given the rest:
+
+    p(x) ∝ exp(-E(x) / T),   x = template with its masked positions filled by ordinary tokens,
+
+with ``E`` the raw-logit or locally normalised energy of the *whole* sequence (Goyal et al.
+2021; :mod:`mlm_ppl.models.energy`). Its normaliser is intractable, so ``log_prob`` is
+unnormalised, as for Pyro's ``SpanningTree`` ("logits (aka negative energies)").
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from pyro.distributions import TorchDistribution, constraints
+from torch import Tensor
+
+from .energy import check_energy
+from .masked_lm import MaskedLM
+
+__all__ = ["Evaluation", "MaskedLMDistribution"]
+
+
+class Evaluation(NamedTuple):
+    """What one batched pass over masked copies of states gives.
+
+    Attributes
+    ----------
+    energy : Tensor
+        ``(N,)`` energy ``E(x)`` in nats.
+    log_factor : Tensor
+        ``(N,)`` extra log-density terms (constraints, likelihoods); zeros for a bare
+        distribution.
+    cond_logits : Tensor
+        ``(N, F, V)`` MLM logits at each free position with only that position masked:
+        the single-site proposal distributions of the next MH step.
+    """
+
+    energy: Tensor
+    log_factor: Tensor
+    cond_logits: Tensor
+
+
+class MaskedLMDistribution(TorchDistribution):
+    """Energy-based distribution over the masked positions of a template.
+
+    Parameters
+    ----------
+    mlm : MaskedLM
+    template : str or Tensor
+        A sequence whose mask tokens (``[MASK]`` for BERT/AntiBERTy, ``<mask>`` for
+        RoBERTa/ESM) are the free positions, e.g. ``"CAR[MASK][MASK][MASK]DYW"``; or the
+        encoded ids ``(L,)`` including special tokens. Other positions are fixed context.
+    energy : {"norm", "raw"}
+        ``E_norm`` (negative PLL) or ``E_raw`` (negative sum of masked logits).
+    temperature : float
+        ``T > 0``; ``log_prob(x) = -E(x) / T``.
+    sampler_options : dict, optional
+        Options of :meth:`sample`, which runs Metropolis-Hastings chains:
+        ``num_steps`` (default 20 sweeps over the free positions), ``seed`` (int),
+        ``init`` ("sample" or "greedy"), and any :class:`mlm_ppl.inference.MetropolisHastings`
+        option (``scan``, ``block_size``, ``top_k`` ...).
+    validate_args : bool, optional
+
+    Notes
+    -----
+    The event is the whole token-id sequence, ``event_shape == (L,)``, special tokens included,
+    so values can go straight to the model. ``log_prob`` is unnormalised and costs one forward
+    pass per scorable position of each sequence. ``has_enumerate_support`` is False: Pyro must
+    not try to sum it out.
+    """
+
+    arg_constraints: dict[str, Any] = {}
+    has_enumerate_support = False
+
+    def __init__(
+        self,
+        mlm: MaskedLM,
+        template: str | Tensor,
+        *,
+        energy: str = "norm",
+        temperature: float = 1.0,
+        sampler_options: dict | None = None,
+        batch_shape: torch.Size | tuple = torch.Size(),
+        validate_args: bool | None = None,
+    ) -> None:
+        if not isinstance(mlm, MaskedLM):
+            raise TypeError(f"mlm must be a MaskedLM (see mlm_ppl.load_mlm), got {type(mlm).__name__}")
+        self.mlm = mlm
+        self.energy = check_energy(energy)
+        self.temperature = _check_temperature(temperature, "temperature")
+        self.sampler_options = dict(sampler_options or {})
+        self.template = _template_ids(mlm, template)  # (L,)
+        self.free = self.template == mlm.mask_id  # (L,) bool
+        if not self.free.any():
+            raise ValueError(
+                f"template has no free position: put the mask token {mlm.vocab[mlm.mask_id]!r} where tokens "
+                "should be sampled"
+            )
+        self.free_positions = self.free.nonzero().flatten()  # (F,)
+        L = int(self.template.numel())
+        self._support = constraints.independent(constraints.integer_interval(0, mlm.vocab_size - 1), 1)
+        super().__init__(torch.Size(batch_shape), torch.Size([L]), validate_args=validate_args)
+
+    # ------------------------------------------------------------------ Pyro plumbing
+    @constraints.dependent_property(is_discrete=True, event_dim=1)
+    def support(self):
+        return self._support
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(MaskedLMDistribution, _instance)
+        new.mlm = self.mlm
+        new.energy = self.energy
+        new.temperature = self.temperature
+        new.sampler_options = dict(self.sampler_options)
+        new.template = self.template
+        new.free = self.free
+        new.free_positions = self.free_positions
+        new._support = self._support
+        super(MaskedLMDistribution, new).__init__(
+            torch.Size(batch_shape), self.event_shape, validate_args=self._validate_args
+        )
+        return new
+
+    @property
+    def num_free(self) -> int:
+        """Number of free (sampled) positions."""
+        return int(self.free_positions.numel())
+
+    # ------------------------------------------------------------------ densities
+    def validate_tokens(self, value: Tensor) -> None:
+        """Raise a ValueError/TypeError unless ``value`` (..., L) is in the support."""
+        if not isinstance(value, Tensor):
+            raise TypeError(f"tokens must be a torch.Tensor, got {type(value).__name__}")
+        if value.dtype != torch.long:
+            raise TypeError(f"tokens must be torch.long ids, got {value.dtype}")
+        if value.shape[-1:] != self.event_shape:
+            raise ValueError(f"tokens must end in the event shape {tuple(self.event_shape)}, got {tuple(value.shape)}")
+        v = value.cpu()
+        if ((v < 0) | (v >= self.mlm.vocab_size)).any():
+            raise ValueError(f"token ids must lie in [0, {self.mlm.vocab_size})")
+        fixed = ~self.free
+        if (v[..., fixed] != self.template[fixed]).any():
+            raise ValueError("tokens change a fixed position of the template; only its mask positions may vary")
+        if not self.mlm.ordinary_mask[v[..., self.free]].all():
+            raise ValueError("a free position holds a special token (e.g. [MASK], [PAD]); fill it with an ordinary token")
+
+    def evaluate(self, tokens: Tensor) -> Evaluation:
+        """Energies and free-position conditionals of complete states ``(N, L)``, one batched pass."""
+        N = tokens.shape[0]
+        F, V = self.num_free, self.mlm.vocab_size
+        enc = self.mlm.encoding_from_ids(tokens)
+        rows, query = enc.scorable.nonzero(as_tuple=True)  # (M,), (M,)
+        masks = torch.zeros((rows.numel(), enc.input_ids.shape[1]), dtype=torch.bool)  # (M, L)
+        masks[torch.arange(rows.numel()), query] = True
+        logits = self.mlm._masked_reduce(enc, rows, masks, query, lambda lg, tgt: lg)  # (M, V)
+        target = enc.input_ids[rows, query]  # (M,)
+        picked = logits.gather(-1, target[:, None])[:, 0]
+        if self.energy == "norm":
+            picked = picked - torch.logsumexp(logits, -1)
+        energy = torch.zeros(N).index_add_(0, rows, -picked)  # (N,)
+        is_free = self.free[query]  # (M,)
+        cond = logits[is_free].reshape(N, F, V)  # rows are ordered by (n, position)
+        return Evaluation(energy, torch.zeros(N), cond)
+
+    @property
+    def ordinary_mask(self) -> Tensor:
+        """``(V,)`` bool, the tokens that may fill a free position (never special tokens)."""
+        return self.mlm.ordinary_mask
+
+    @property
+    def vocab_size(self) -> int:
+        return self.mlm.vocab_size
+
+    def site_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """``(N, k, V)`` MLM logits at ``positions`` (N, k) of ``tokens`` (N, L), all k masked together."""
+        return self.mlm.block_logits(tokens, positions)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        """Unnormalised ``-E(value) / T``, shape ``value.shape[:-1]``."""
+        if self._validate_args:
+            self._validate_sample(value)
+            self.validate_tokens(value)
+        flat = value.reshape(-1, value.shape[-1])
+        energy = self.evaluate(flat).energy
+        return (-energy / self.temperature).reshape(value.shape[:-1]).to(value.device)
+
+    def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> Tensor:
+        """Draw by running independent Metropolis-Hastings chains (one per draw) on the energy.
+
+        Each draw is the last state of its own chain after ``sampler_options["num_steps"]``
+        steps (default: 20 sweeps, ``20 * num_free`` single-site steps) from an MLM fill-in of
+        the template. That is approximate for short chains, as for any MCMC-based sampler;
+        use :func:`mlm_ppl.sample` with diagnostics when it matters.
+        """
+        from ..inference.runner import draw_from_distribution
+
+        shape = torch.Size(sample_shape) + self.batch_shape
+        n = max(1, shape.numel())
+        tokens = draw_from_distribution(self, n, **self.sampler_options)  # (n, L)
+        return tokens.reshape(shape + self.event_shape)
+
+    def __reduce__(self):
+        return (
+            _rebuild,
+            (self.mlm, self.template, self.energy, self.temperature, self.sampler_options, tuple(self.batch_shape),
+             self._validate_args),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"MaskedLMDistribution({self.mlm.name!r}, L={self.event_shape[0]}, free={self.num_free}, "
+            f"energy={self.energy!r}, temperature={self.temperature}, batch_shape={tuple(self.batch_shape)})"
+        )
+
+
+def _rebuild(mlm, template, energy, temperature, sampler_options, batch_shape, validate_args):
+    return MaskedLMDistribution(
+        mlm, template, energy=energy, temperature=temperature, sampler_options=sampler_options,
+        batch_shape=batch_shape, validate_args=validate_args,
+    )
+
+
+def _check_temperature(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not (value > 0 and value < float("inf")):
+        raise ValueError(f"{name} must be > 0 and finite, got {value}")
+    return float(value)
+
+
+def _template_ids(mlm: MaskedLM, template: str | Tensor) -> Tensor:
+    if isinstance(template, str):
+        return mlm.encode([template], allow_mask=True).input_ids[0]
+    if isinstance(template, Tensor):
+        ids = template.detach().cpu()
+        if ids.dtype != torch.long or ids.dim() != 1:
+            raise TypeError(f"a template tensor must be 1-D torch.long ids, got {ids.dtype} of shape {tuple(ids.shape)}")
+        if ((ids < 0) | (ids >= mlm.vocab_size)).any():
+            raise ValueError(f"template ids must lie in [0, {mlm.vocab_size})")
+        if ids.numel() > mlm.max_length:
+            raise ValueError(f"template has {ids.numel()} tokens but model {mlm.name!r} accepts at most {mlm.max_length}")
+        if (ids == mlm.pad_id).any():
+            raise ValueError("template contains padding; give one unpadded sequence")
+        return ids.clone()
+    raise TypeError(f"template must be a string or a 1-D tensor of token ids, got {type(template).__name__}")
