@@ -29,6 +29,7 @@ import pyro.poutine as poutine
 import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from pyro.poutine.messenger import Messenger
+from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from ..models.distribution import MaskedLMDistribution
@@ -36,6 +37,11 @@ from .kernels import ConstrainedTarget, MaskPredict, fill_template
 from .runner import STAT_NAMES, check_seed, make_kernel
 
 __all__ = ["MLMKernel"]
+
+
+def _is_sample(site: dict) -> bool:
+    """A real sample site (not a plate's subsample site)."""
+    return site["type"] == "sample" and not site_is_subsample(site)
 
 
 class _HoldTokenSites(Messenger):
@@ -140,7 +146,7 @@ class MLMKernel(MCMCKernel):
         other_latent = [
             name
             for name, s in trace.nodes.items()
-            if s["type"] == "sample" and not s["is_observed"] and name != self.site
+            if _is_sample(s) and not s["is_observed"] and name != self.site
         ]
         if other_latent:
             raise ValueError(
@@ -153,9 +159,7 @@ class MLMKernel(MCMCKernel):
                 f"site {self.site!r} has batch shape {tuple(dist.batch_shape)}; do not wrap it in pyro.plate. "
                 "For batched chains use MLMKernel(model, num_chains=C)"
             )
-        has_other_terms = any(
-            s["type"] == "sample" and name != self.site for name, s in trace.nodes.items()
-        )
+        has_other_terms = any(_is_sample(s) and name != self.site for name, s in trace.nodes.items())
         self.target = ConstrainedTarget(dist, self._log_factor) if has_other_terms else dist
         self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
         self._gen = torch.Generator().manual_seed(self.seed + self._chain_index)
@@ -175,8 +179,7 @@ class MLMKernel(MCMCKernel):
             trace = poutine.trace(conditioned).get_trace(*self._args, **self._kwargs)
             trace.compute_log_prob(site_filter=lambda name, site: name != self.site)
             out[i] = sum(
-                (s["log_prob_sum"] for name, s in trace.nodes.items()
-                 if s["type"] == "sample" and name != self.site),
+                (s["log_prob_sum"] for name, s in trace.nodes.items() if _is_sample(s) and name != self.site),
                 torch.tensor(0.0),
             )
         return out

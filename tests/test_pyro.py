@@ -1,0 +1,114 @@
+"""The kernels inside pyro.infer.MCMC."""
+
+import warnings
+
+import pyro
+import pytest
+import torch
+from pyro.infer import MCMC
+
+from mlm_ppl import MaskedLMDistribution, MLMKernel
+from mlm_ppl.inference import exact
+from mlm_ppl.testing import tiny_residue_bert
+
+TEMPLATE = "A[MASK]C[MASK][MASK]"
+
+
+@pytest.fixture(scope="module")
+def tiny4():
+    return tiny_residue_bert("ACDE", seed=1)
+
+
+def _model(tiny4):
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+    a = tiny4.vocab.index("A")
+
+    def model():
+        x = pyro.sample("x", dist)
+        # a constraint: prefer A at position 4
+        pyro.factor("motif", torch.where(x[..., 4] == a, 0.0, -3.0))
+        return x
+
+    return model, dist, a
+
+
+def _mcmc(kernel, **kw):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "num_chains=2 is more than available_cpu")
+        mcmc = MCMC(kernel, disable_progbar=True, **kw)
+        mcmc.run()
+    return mcmc
+
+
+def test_mcmc_with_two_chains_and_a_constraint_is_seeded(tiny4):
+    model, dist, a = _model(tiny4)
+    runs = []
+    for seed in (5, 5, 6):
+        kernel = MLMKernel(model, seed=seed)
+        mcmc = _mcmc(kernel, num_samples=30, warmup_steps=5, num_chains=2)
+        runs.append((mcmc.get_samples(group_by_chain=True)["x"], kernel))
+    (x1, k1), (x2, _), (x3, _) = runs
+    assert x1.shape == (2, 30, 7)
+    assert torch.equal(x1, x2) and not torch.equal(x1, x3)
+    assert not torch.equal(x1[0], x1[1])  # sequential chains get different seeds
+    assert len(k1.draw_stats) == 2 and k1.draw_stats[0]["lp"].shape == (30, 1)
+    # the factor entered the target: lp of the draws is -E + factor
+    lp = k1.draw_stats[1]["lp"][:, 0]
+    factor = torch.where(x1[1, :, 4] == a, 0.0, -3.0)
+    assert torch.allclose(lp, dist.log_prob(x1[1]) + factor, atol=1e-4)
+
+
+def test_the_pyro_kernel_is_exact_for_the_constrained_model(tiny4):
+    model, dist, a = _model(tiny4)
+    kernel = MLMKernel(model, block_size=2, top_k=3)
+    kernel.setup(0)
+    pi = exact.exact_log_probs(kernel.target).exp()
+    plain = exact.exact_log_probs(dist).exp()
+    assert exact.total_variation(pi, plain) > 0.05
+    P = exact.transition_matrix(kernel.kernel)
+    assert float((pi @ P - pi).abs().max()) < 1e-6
+
+
+def test_batched_chains_inside_one_pyro_chain(tiny4):
+    model, _, _ = _model(tiny4)
+    kernel = MLMKernel(model, num_chains=4, seed=0)
+    mcmc = _mcmc(kernel, num_samples=6, warmup_steps=2, num_chains=1)
+    x = mcmc.get_samples(group_by_chain=True)["x"]
+    assert x.shape == (1, 6, 4, 7)
+    assert kernel.draw_stats[0]["is_accepted"].shape == (6, 4)
+    assert kernel.logging()["acc. rate"] >= 0
+
+
+def test_pseudo_gibbs_through_pyro(tiny4):
+    model, _, _ = _model(tiny4)
+    kernel = MLMKernel(model, kernel="pseudo-gibbs", scan="left_to_right")
+    x = _mcmc(kernel, num_samples=5, num_chains=1).get_samples()["x"]
+    assert x.shape == (5, 7)
+
+
+def test_models_the_kernel_cannot_run(tiny4):
+    def no_mlm():
+        pyro.sample("z", pyro.distributions.Normal(0.0, 1.0))
+
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+
+    def extra_latent():
+        pyro.sample("x", dist)
+        pyro.sample("z", pyro.distributions.Normal(0.0, 1.0))
+
+    def plated():
+        with pyro.plate("n", 2):
+            pyro.sample("x", dist)
+
+    with pytest.raises(ValueError, match="exactly one latent MaskedLMDistribution site, found 0"):
+        MLMKernel(no_mlm).setup(0)
+    with pytest.raises(ValueError, match=r"other latent sites \['z'\]"):
+        MLMKernel(extra_latent).setup(0)
+    with pytest.raises(ValueError, match="do not wrap it in pyro.plate"):
+        MLMKernel(plated).setup(0)
+    with pytest.raises(ValueError, match="mask-predict is a decoder"):
+        MLMKernel(plated, kernel="mask-predict")
+    with pytest.raises(TypeError, match="seed must be an int"):
+        MLMKernel(plated, seed="1")
+    with pytest.raises(ValueError, match="unknown scan"):
+        MLMKernel(lambda: pyro.sample("x", dist), scan="zigzag").setup(0)
