@@ -25,3 +25,11 @@ def test_shuffle_keeps_composition_and_is_seeded():
     s = "EVQLVESGGGLVQPGGSLRL"
     assert sorted(shuffled(s, 1)) == sorted(s)
     assert shuffled(s, 1) == shuffled(s, 1) != shuffled(s, 2)
+
+
+def test_example_heavy_chain():
+    from mlm_ppl.data import example_heavy_chain
+
+    seq, cdr3 = example_heavy_chain()
+    assert len(seq) == 120 and seq[cdr3] == "AKDRGYSSGWFDY"
+    assert seq[cdr3.start - 1] == "C" and seq[cdr3.stop] == "W"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-__all__ = ["germline_sequences", "shuffled"]
+__all__ = ["germline_sequences", "shuffled", "example_heavy_chain"]
 
 _SEGMENTS = ("V", "J")
 
@@ -59,3 +59,18 @@ def shuffled(sequence: str, seed: int) -> str:
     residues = list(sequence)
     random.Random(seed).shuffle(residues)
     return "".join(residues)
+
+
+def example_heavy_chain() -> tuple[str, slice]:
+    """A 120-residue human heavy-chain variable domain and the slice of its CDR-H3.
+
+    Built from real germline segments: IGHV3-23*01 (98 residues, ending ``...YYCAK``), a
+    CDR-H3 body ``DRGYSSGW``, and IGHJ4 as anarci's table has it (``FDYWGQGTLVTVSS``). The
+    CDR-H3 (IMGT 105-117, between Cys104 and Trp118) is ``AKDRGYSSGWFDY``: 13 residues.
+    """
+    v = germline_sequences("human", "H", "V")["IGHV3-23"]
+    j = germline_sequences("human", "H", "J")["IGHJ4"]
+    seq = v + "DRGYSSGW" + j
+    start = v.rindex("C") + 1  # after the conserved Cys104
+    end = seq.index("WGQG", start)  # before Trp118
+    return seq, slice(start, end)

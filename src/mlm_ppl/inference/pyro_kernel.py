@@ -73,11 +73,9 @@ class MLMKernel(MCMCKernel):
     init : {"sample", "greedy", "uniform"}
         How the free positions are filled before warm-up (never counted as draws).
 
-    Attributes
-    ----------
-    draw_stats : list of dict
-        One dict per Pyro chain run so far: per-draw ``lp``, ``is_accepted``,
-        ``acceptance_rate``, ``n_changed`` tensors of shape ``(D, num_chains)`` (warm-up excluded).
+    Notes
+    -----
+    :attr:`draw_stats` holds the per-draw statistics of every Pyro chain run so far.
     """
 
     def __init__(
@@ -105,7 +103,7 @@ class MLMKernel(MCMCKernel):
             raise ValueError(f"unknown init {init!r}; choose 'sample', 'greedy' or 'uniform'")
         self.init = init
         self.transforms: dict = {}  # or MCMC re-runs setup() after sampling to find transforms
-        self.draw_stats: list[dict[str, Tensor]] = []
+        self._chains: list[dict[str, list[Tensor]]] = []
         self._chain_index = -1
         self._initial_params: dict[str, Tensor] | None = None
         self._reset()
@@ -119,7 +117,6 @@ class MLMKernel(MCMCKernel):
         self._warmup_steps = 0
         self._t = 0
         self._accepted = 0.0
-        self._stats: dict[str, list[Tensor]] = {k: [] for k in STAT_NAMES}
 
     # ------------------------------------------------------------------ setup
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
@@ -210,20 +207,26 @@ class MLMKernel(MCMCKernel):
         self._t += 1
         self._accepted += float(info.is_accepted.float().mean())
         if self._t > self._warmup_steps:
-            for k in STAT_NAMES:
-                self._stats[k].append(getattr(info, k))
             if self._t == self._warmup_steps + 1:
-                self.draw_stats.append({})
-            self.draw_stats[-1] = {k: torch.stack(v) for k, v in self._stats.items()}
+                self._chains.append({k: [] for k in STAT_NAMES})
+            for k in STAT_NAMES:
+                self._chains[-1][k].append(getattr(info, k))
         return {self.site: self._value(self._state.tokens)}
+
+    @property
+    def draw_stats(self) -> list[dict[str, Tensor]]:
+        """Per Pyro chain run so far: ``lp``, ``is_accepted``, ``acceptance_rate``,
+        ``n_changed`` of each draw, tensors of shape ``(D, num_chains)`` (warm-up excluded)."""
+        return [{k: torch.stack(v) for k, v in chain.items()} for chain in self._chains]
 
     def logging(self) -> dict[str, float]:
         return {"acc. rate": round(self._accepted / max(self._t, 1), 3)}
 
     def diagnostics(self) -> dict[str, float]:
-        stats = self.draw_stats[-1] if self.draw_stats and self._t > self._warmup_steps else None
-        rate = float(stats["is_accepted"].float().mean()) if stats else float("nan")
-        return {"acceptance rate": rate}
+        if not self._chains or self._t <= self._warmup_steps:
+            return {"acceptance rate": float("nan")}
+        accepted = torch.stack(self._chains[-1]["is_accepted"]).float()
+        return {"acceptance rate": float(accepted.mean())}
 
     def __repr__(self) -> str:
         return f"MLMKernel(kernel={self.kernel_name!r}, num_chains={self.num_chains}, seed={self.seed})"
