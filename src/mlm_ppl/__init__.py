@@ -3,6 +3,7 @@
 Importing the package loads no model and changes no global state.
 """
 
+from .diagnostics import plot_diagnostics, summary, to_inference_data
 from .inference import MetropolisHastings, MLMKernel, MaskPredict, PseudoGibbs, Run, run_chains, sample
 from .models import (
     ENERGIES,
@@ -33,6 +34,10 @@ __all__ = [
     "PseudoGibbs",
     "MaskPredict",
     "MLMKernel",
+    # diagnostics
+    "to_inference_data",
+    "summary",
+    "plot_diagnostics",
     # energies
     "EnergyTerms",
     "energy_terms",

@@ -2,7 +2,7 @@
 exact enumeration of tiny state spaces."""
 
 from . import exact
-from .pyro_kernel import MLMKernel
+from .pyro_kernel import MLMKernel, run_from_mcmc
 from .runner import KERNELS, Run, run_chains, sample
 from .kernels import (
     SCANS,
@@ -26,6 +26,7 @@ __all__ = [
     "run_chains",
     "Run",
     "MLMKernel",
+    "run_from_mcmc",
     "KERNELS",
     # kernels
     "MetropolisHastings",

@@ -34,9 +34,9 @@ from torch import Tensor
 
 from ..models.distribution import MaskedLMDistribution
 from .kernels import ConstrainedTarget, MaskPredict, fill_template
-from .runner import STAT_NAMES, check_seed, make_kernel
+from .runner import STAT_NAMES, Run, check_seed, make_kernel
 
-__all__ = ["MLMKernel"]
+__all__ = ["MLMKernel", "run_from_mcmc"]
 
 
 def _is_sample(site: dict) -> bool:
@@ -104,6 +104,7 @@ class MLMKernel(MCMCKernel):
         self.init = init
         self.transforms: dict = {}  # or MCMC re-runs setup() after sampling to find transforms
         self._chains: list[dict[str, list[Tensor]]] = []
+        self._initials: list[Tensor] = []
         self._chain_index = -1
         self._initial_params: dict[str, Tensor] | None = None
         self._reset()
@@ -167,6 +168,7 @@ class MLMKernel(MCMCKernel):
         else:
             tokens = fill_template(self.target, self.num_chains, self._gen, self.init)
         self._state = self.kernel.init(tokens)
+        self._initials.append(self._state.tokens.clone())
 
     def _log_factor(self, tokens: Tensor) -> Tensor:
         """``(N,)`` log density of every site but the token site, with the tokens substituted."""
@@ -230,3 +232,34 @@ class MLMKernel(MCMCKernel):
 
     def __repr__(self) -> str:
         return f"MLMKernel(kernel={self.kernel_name!r}, num_chains={self.num_chains}, seed={self.seed})"
+
+
+def run_from_mcmc(mcmc, kernel: MLMKernel) -> Run:
+    """The :class:`~mlm_ppl.inference.Run` of a finished ``pyro.infer.MCMC`` run of ``kernel``.
+
+    Pyro chains (and the batched chains inside each) become the run's chains: ``(C, D, L)``.
+    """
+    if not isinstance(kernel, MLMKernel):
+        raise TypeError(f"kernel must be the MLMKernel that MCMC ran, got {type(kernel).__name__}")
+    x = mcmc.get_samples(group_by_chain=True)[kernel.site]  # (P, D, L) or (P, D, C, L)
+    stats = kernel.draw_stats[-x.shape[0] :]  # one per Pyro chain, each (D, C)
+    if x.dim() == 3:
+        x = x[:, :, None]
+    P, D, C, L = x.shape
+    tokens = x.permute(0, 2, 1, 3).reshape(P * C, D, L)
+    merged = {k: torch.cat([s[k].T for s in stats]) for k in STAT_NAMES}
+    target = kernel.target
+    attrs = dict(
+        kernel=f"MLMKernel({kernel.kernel_name})",
+        num_chains=P * C,
+        num_samples=D,
+        warmup_steps=int(mcmc.warmup_steps),
+        seed=kernel.seed,
+        energy=getattr(target, "energy", None),
+        temperature=getattr(target, "temperature", None),
+        template=target.template.tolist(),
+        free_positions=target.free_positions.tolist(),
+        model=getattr(getattr(target, "mlm", None), "name", None),
+    )
+    initial = torch.cat(kernel._initials[-P:])
+    return Run(tokens.long(), merged, attrs, initial)

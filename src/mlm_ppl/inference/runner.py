@@ -29,11 +29,14 @@ class Run:
         ``is_accepted``, ``acceptance_rate``, ``n_changed``.
     attrs : dict
         Kernel, energy, temperature, template, seed, warm-up ... for the record.
+    initial : Tensor, optional
+        ``(C, L)`` the chains' starting states (after the template fill-in, before warm-up).
     """
 
     tokens: Tensor
     stats: dict[str, Tensor]
     attrs: dict[str, Any] = field(default_factory=dict)
+    initial: Tensor | None = None
 
     @property
     def num_chains(self) -> int:
@@ -114,6 +117,7 @@ def run_chains(
         else:
             tokens = fill_template(target, C, gen, init)
         state = kernel.init(tokens)
+    initial = state.tokens.clone()
     draws = torch.empty((C, D, target.template.numel()), dtype=torch.long)
     stats = {k: [] for k in STAT_NAMES}
     bar = None
@@ -147,8 +151,9 @@ def run_chains(
         energy=getattr(target, "energy", None),
         temperature=getattr(target, "temperature", None),
         template=target.template.tolist(),
+        free_positions=target.free_positions.tolist(),
     )
-    return Run(draws, {k: torch.stack(v, dim=1) for k, v in stats.items()}, attrs)
+    return Run(draws, {k: torch.stack(v, dim=1) for k, v in stats.items()}, attrs, initial)
 
 
 def draw_from_distribution(

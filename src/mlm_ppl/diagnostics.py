@@ -1,0 +1,324 @@
+"""Chain diagnostics with ArviZ: InferenceData from runs, summaries with verdicts, plots.
+
+Token ids are labels, so R-hat and ESS are computed on scalar functionals of the chains:
+the log density ``lp``, the Hamming distance to each chain's start and to a reference,
+indicators of chosen tokens at chosen positions, and any user function of the decoded
+sequence. ArviZ (``>=0.21,<1``) and matplotlib are imported lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    import arviz
+    import pandas
+
+    from .inference.runner import Run
+    from .models.masked_lm import MaskedLM
+
+__all__ = ["to_inference_data", "summary", "Summary", "plot_diagnostics", "STUCK", "CONVERGED", "NOT_CONVERGED"]
+
+STUCK, CONVERGED, NOT_CONVERGED = "stuck", "converged", "not converged"
+RHAT_MAX = 1.01
+CHAIN_RHAT_MAX = 1.05
+ESS_MIN_PER_CHAIN = 100
+
+
+def _arviz():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        import arviz
+
+    return arviz
+
+
+def to_inference_data(
+    run: "Run",
+    *,
+    mlm: "MaskedLM | None" = None,
+    reference: str | Tensor | None = None,
+    indicators: Sequence[tuple[int, str | int]] = (),
+    functions: Mapping[str, Callable[[str], float]] | None = None,
+) -> "arviz.InferenceData":
+    """An ``arviz.InferenceData`` of a run, built with ``arviz.from_dict``.
+
+    Parameters
+    ----------
+    run : Run
+        From :func:`mlm_ppl.sample` / :func:`mlm_ppl.run_chains`, or
+        :func:`mlm_ppl.inference.run_from_mcmc` for a ``pyro.infer.MCMC`` run.
+    mlm : MaskedLM, optional
+        Needed to decode sequences (``functions``), to read a string ``reference`` and token
+        names in ``indicators``; its name goes to the attributes.
+    reference : str or Tensor, optional
+        A complete sequence (string, or ids ``(L,)``) for ``hamming_reference``; default: the
+        start of chain 0.
+    indicators : sequence of (position, token)
+        Adds ``indicator_<position>_<token>``: 1.0 where the draw has ``token`` at
+        ``position`` (token position in the encoded sequence; a token id or a string).
+    functions : mapping name -> callable, optional
+        Scalar functions of the decoded sequence, one variable each.
+
+    Returns
+    -------
+    arviz.InferenceData
+        ``posterior``: ``tokens`` (int, dims chain, draw, position), ``hamming_start`` (to each
+        chain's own start: shows chains leaving their starts, but depends on the start, so it
+        is left out of convergence verdicts), ``hamming_reference`` and the other functionals; ``sample_stats``: ``lp``, ``is_accepted``, ``acceptance_rate``,
+        ``n_changed``; attributes record model, kernel, energy, temperature, template, seed.
+    """
+    az = _arviz()
+    tokens = run.tokens  # (C, D, L)
+    C, D, L = tokens.shape
+    free = _free_mask(run)
+    posterior: dict[str, np.ndarray] = {"tokens": tokens.numpy().astype(np.int64)}
+    start = run.initial if run.initial is not None else tokens[:, 0]
+    posterior["hamming_start"] = _hamming(tokens, start[:, None, :], free)
+    # A common reference makes a functional of the state alone (comparable across chains);
+    # without one, chain 0's start serves.
+    ref = _reference_ids(reference, mlm, L) if reference is not None else start[0]
+    posterior["hamming_reference"] = _hamming(tokens, ref[None, None, :], free)
+    for position, token in indicators:
+        tok_id = _token_id(token, mlm)
+        if not 0 <= int(position) < L:
+            raise ValueError(f"indicator position {position} is outside 0..{L - 1}")
+        name = f"indicator_{position}_{mlm.vocab[tok_id] if mlm is not None else tok_id}"
+        posterior[name] = (tokens[:, :, int(position)] == tok_id).double().numpy()
+    if functions:
+        if mlm is None:
+            raise ValueError("functions of the decoded sequence need mlm= to decode the draws")
+        decoded = [mlm.decode(tokens[c]) for c in range(C)]
+        for name, fn in functions.items():
+            if not name.isidentifier():
+                raise ValueError(f"function name {name!r} must be an identifier")
+            posterior[name] = np.array([[float(fn(s)) for s in chain] for chain in decoded])
+    stats = {k: v.numpy() for k, v in run.stats.items()}
+    attrs = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in run.attrs.items() if v is not None}
+    if mlm is not None:
+        attrs["model"] = mlm.name
+        attrs["vocab"] = json.dumps(list(mlm.vocab))
+    return az.from_dict(
+        posterior=posterior,
+        sample_stats=stats,
+        dims={"tokens": ["position"]},
+        coords={"position": np.arange(L)},
+        attrs=attrs,
+    )
+
+
+@dataclass
+class Summary:
+    """Diagnostics of a run.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per functional: mean, sd, mcse_mean, ess_bulk, ess_tail, r_hat (rank-normalised
+        split R-hat; Vehtari et al. 2021).
+    acceptance_rate : float
+        Fraction of accepted proposals.
+    novel_transition_rate : float
+        Fraction of steps whose accepted proposal changed the state (Goyal et al. 2021).
+    chains : list of str
+        Per-chain verdict: "converged", "not converged" or "stuck" (never moved).
+    reasons : list of str
+        Why each chain got its verdict.
+    """
+
+    table: "pandas.DataFrame"
+    acceptance_rate: float
+    novel_transition_rate: float
+    chains: list[str]
+    reasons: list[str]
+
+    @property
+    def converged(self) -> bool:
+        return all(v == CONVERGED for v in self.chains)
+
+    def __str__(self) -> str:
+        lines = [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
+        lines.append(f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}")
+        for c, (verdict, why) in enumerate(zip(self.chains, self.reasons)):
+            lines.append(f"chain {c}: {verdict} ({why})")
+        return "\n".join(lines)
+
+
+def summary(
+    idata: "arviz.InferenceData",
+    *,
+    rhat_max: float = RHAT_MAX,
+    chain_rhat_max: float = CHAIN_RHAT_MAX,
+    ess_min_per_chain: int = ESS_MIN_PER_CHAIN,
+) -> Summary:
+    """R-hat, ESS and MCSE of every scalar functional, acceptance rates, and a verdict per chain.
+
+    A chain that never changed state is **stuck** (ArviZ would give R-hat NaN and ESS = N for
+    it, which must not read as converged). The others are **converged** when every functional
+    that varies has rank-normalised R-hat <= ``rhat_max`` across all chains (Vehtari et al.
+    2021), split R-hat <= ``chain_rhat_max`` within the chain alone (its two halves: noisier, so
+    a looser bound), and bulk and tail ESS >= ``ess_min_per_chain`` x chains; otherwise
+    **not converged**, with the reasons.
+    """
+    az = _arviz()
+    post = idata.posterior
+    names = [v for v in post.data_vars if v != "tokens" and not np.isnan(post[v].values).all()]
+    if "lp" in idata.sample_stats and not np.isnan(idata.sample_stats["lp"].values).all():
+        lp = idata.sample_stats["lp"]
+        post = post.assign(lp=lp)
+        names = ["lp"] + names
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # constant functionals give NaN R-hat
+        table = az.summary(post, var_names=names, kind="all", round_to="none") if names else None
+    n_chains = int(post.sizes["chain"])
+    n_changed = idata.sample_stats["n_changed"].values  # (C, D)
+    accepted = idata.sample_stats["is_accepted"].values
+    verdicts, reasons = [], []
+    # hamming_start depends on each chain's own start: chains legitimately disagree on it
+    varying = [n for n in names if n != "hamming_start" and np.nanstd(post[n].values) > 0]
+    for c in range(n_chains):
+        if (n_changed[c] == 0).all():
+            verdicts.append(STUCK)
+            reasons.append("the chain never changed state")
+            continue
+        problems = []
+        for n in varying:
+            values = post[n].values[c]  # (D,)
+            if np.std(values) == 0:
+                problems.append(f"{n} constant in this chain")
+                continue
+            half = len(values) // 2
+            r = float(az.rhat(np.stack([values[:half], values[half : 2 * half]]), method="rank"))  # split R-hat
+            if not r <= chain_rhat_max:
+                problems.append(f"split R-hat of {n} in this chain {r:.3f} > {chain_rhat_max}")
+        if table is not None:
+            for n in varying:
+                r, eb, et = (float(table.loc[n, k]) for k in ("r_hat", "ess_bulk", "ess_tail"))
+                if not r <= rhat_max:
+                    problems.append(f"R-hat of {n} across chains {r:.3f} > {rhat_max}")
+                if not min(eb, et) >= ess_min_per_chain * n_chains:
+                    problems.append(f"ESS of {n} {min(eb, et):.0f} < {ess_min_per_chain * n_chains}")
+        if not varying:
+            problems.append("no functional varies")
+        verdicts.append(NOT_CONVERGED if problems else CONVERGED)
+        reasons.append("; ".join(dict.fromkeys(problems)) if problems else f"R-hat <= {rhat_max}, ESS >= {ess_min_per_chain * n_chains}")
+    novel = float(((n_changed > 0) & accepted).mean())
+    return Summary(
+        table if table is not None else _empty_table(),
+        float(accepted.mean()),
+        novel,
+        verdicts,
+        reasons,
+    )
+
+
+def _empty_table():
+    import pandas
+
+    return pandas.DataFrame()
+
+
+def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "MaskedLM | None" = None) -> list[str]:
+    """Save PNGs: trace and rank plots of ``lp``, running acceptance, token-frequency heatmap.
+
+    Returns the paths written.
+    """
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    az = _arviz()
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    lp = idata.sample_stats["lp"]
+    if not np.isnan(lp.values).all():
+        for kind, fn in (("trace", az.plot_trace), ("rank", az.plot_rank)):
+            with warnings.catch_warnings():  # ArviZ 0.23 uses a matplotlib API deprecated in 3.11
+                warnings.simplefilter("ignore", DeprecationWarning)
+                fn(idata.sample_stats, var_names=["lp"])
+            path = os.path.join(out_dir, f"{kind}_lp.png")
+            plt.gcf().savefig(path, dpi=100, bbox_inches="tight")
+            plt.close("all")
+            paths.append(path)
+    acc = idata.sample_stats["is_accepted"].values.astype(float)  # (C, D)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    running = np.cumsum(acc, axis=1) / np.arange(1, acc.shape[1] + 1)
+    for c in range(acc.shape[0]):
+        ax.plot(running[c], label=f"chain {c}")
+    ax.set(xlabel="draw", ylabel="running acceptance rate", ylim=(0, 1.02), title="Acceptance")
+    ax.legend(fontsize="small")
+    paths.append(_save(fig, out_dir, "acceptance.png"))
+    tokens = idata.posterior["tokens"].values  # (C, D, L)
+    varying = np.nonzero((tokens != tokens[:1, :1, :]).any(axis=(0, 1)))[0]
+    positions = varying if len(varying) else np.arange(tokens.shape[-1])
+    vocab_ids = np.unique(tokens[..., positions])
+    freq = np.stack([(tokens[..., positions] == v).mean(axis=(0, 1)) for v in vocab_ids])  # (K, P)
+    fig, ax = plt.subplots(figsize=(max(5, 0.35 * len(positions) + 2), max(3, 0.3 * len(vocab_ids) + 1)))
+    im = ax.imshow(freq, aspect="auto", cmap="viridis", vmin=0, vmax=1)
+    ax.set_xticks(range(len(positions)), [str(p) for p in positions], fontsize="small")
+    vocab = list(mlm.vocab) if mlm is not None else json.loads(idata.attrs.get("vocab", "null")) or None
+    labels = [vocab[v] if vocab is not None else str(v) for v in vocab_ids]
+    ax.set_yticks(range(len(vocab_ids)), labels, fontsize="small")
+    ax.set(xlabel="position (sampled positions)", ylabel="token", title="Token frequency over all draws")
+    fig.colorbar(im, ax=ax, label="frequency")
+    paths.append(_save(fig, out_dir, "token_frequency.png"))
+    return paths
+
+
+def _save(fig, out_dir: str, name: str) -> str:
+    import os
+
+    import matplotlib.pyplot as plt
+
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _free_mask(run: "Run") -> Tensor:
+    """``(L,)`` bool: the sampled positions (all positions if the run does not say)."""
+    L = run.tokens.shape[-1]
+    free = run.attrs.get("free_positions")
+    mask = torch.zeros(L, dtype=torch.bool)
+    if free is None:
+        return ~mask
+    mask[torch.as_tensor(json.loads(free) if isinstance(free, str) else free, dtype=torch.long)] = True
+    return mask
+
+
+def _hamming(tokens: Tensor, other: Tensor, free: Tensor) -> np.ndarray:
+    return ((tokens != other) & free).sum(-1).double().numpy()
+
+
+def _reference_ids(reference, mlm, L: int) -> Tensor:
+    if isinstance(reference, str):
+        if mlm is None:
+            raise ValueError("a string reference needs mlm= to encode it")
+        ids = mlm.encode([reference]).input_ids[0]
+    else:
+        ids = torch.as_tensor(reference, dtype=torch.long)
+    if ids.shape != (L,):
+        raise ValueError(f"reference has {ids.shape[-1]} tokens, the draws have {L}; give a complete sequence")
+    return ids
+
+
+def _token_id(token, mlm) -> int:
+    if isinstance(token, str):
+        if mlm is None or token not in mlm.vocab:
+            raise ValueError(f"unknown token {token!r}" + ("" if mlm is not None else " (pass mlm= to name tokens)"))
+        return mlm.vocab.index(token)
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"indicator token must be a str or int id, got {token!r}")
+    return int(token)

@@ -1,0 +1,138 @@
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import mlm_ppl
+from mlm_ppl.diagnostics import CONVERGED, NOT_CONVERGED, STUCK, plot_diagnostics, summary, to_inference_data
+from mlm_ppl.inference import Run
+from mlm_ppl.testing import tiny_residue_bert
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)
+    import arviz as az
+
+TEMPLATE = "A[MASK]C[MASK][MASK]"
+
+
+@pytest.fixture(scope="module")
+def tiny4():
+    return tiny_residue_bert("ACDE", seed=1)
+
+
+@pytest.fixture(scope="module")
+def mixing_run(tiny4):
+    # hot target and proposals: the chains mix in a few steps
+    return mlm_ppl.sample(tiny4, TEMPLATE, temperature=3.0, proposal_temperature=3.0, num_chains=4,
+                          num_samples=600, thin=3, warmup_steps=50, seed=0, init="uniform")
+
+
+def test_inference_data_layout(tiny4, mixing_run, tmp_path):
+    idata = to_inference_data(mixing_run, mlm=tiny4, reference="ADCEE", indicators=[(2, "D")],
+                              functions={"n_alanine": lambda s: s.count("A")})
+    post = idata.posterior
+    assert post["tokens"].dims == ("chain", "draw", "position") and post["tokens"].dtype.kind == "i"
+    assert post["tokens"].shape == (4, 600, 7)
+    for name in ("hamming_start", "hamming_reference", "indicator_2_D", "n_alanine"):
+        assert post[name].shape == (4, 600)
+    assert set(idata.sample_stats.data_vars) == {"lp", "is_accepted", "acceptance_rate", "n_changed"}
+    assert idata.attrs["model"] == tiny4.name and idata.attrs["seed"] == 0 and idata.attrs["energy"] == "norm"
+    # functionals are what they say
+    toks = mixing_run.tokens
+    d_idx = tiny4.vocab.index("D")
+    assert np.array_equal(post["indicator_2_D"].values, (toks[:, :, 2] == d_idx).double().numpy())
+    ref = tiny4.encode(["ADCEE"]).input_ids[0]
+    assert np.array_equal(post["hamming_reference"].values, (toks != ref).sum(-1).double().numpy())
+    assert post["hamming_reference"].values.max() <= 3  # only the free positions can differ
+    decoded = tiny4.decode(toks[1, 5])[0]
+    assert post["n_alanine"].values[1, 5] == decoded.count("A")
+    # round trip through netCDF, and ArviZ's own diagnostics work on lp
+    path = tmp_path / "run.nc"
+    idata.to_netcdf(path)
+    back = az.from_netcdf(path)
+    assert np.isfinite(az.rhat(back.sample_stats, var_names=["lp"])["lp"].values)
+    assert float(az.ess(back.sample_stats, var_names=["lp"])["lp"].values) > 100
+
+
+def test_mixing_chains_are_converged(mixing_run):
+    s = summary(to_inference_data(mixing_run))
+    assert s.chains == [CONVERGED] * 4, str(s)
+    assert s.converged
+    assert "lp" in s.table.index and "hamming_start" in s.table.index
+    assert s.table.loc["lp", "r_hat"] < 1.01
+    assert 0 < s.novel_transition_rate <= s.acceptance_rate <= 1
+    assert "chain 3: converged" in str(s)
+
+
+def test_a_stuck_chain_is_reported_as_stuck(mixing_run):
+    tokens = mixing_run.tokens.clone()
+    stats = {k: v.clone() for k, v in mixing_run.stats.items()}
+    tokens[2] = tokens[2, :1]  # chain 2 never moves
+    stats["n_changed"][2] = 0
+    stats["lp"][2] = stats["lp"][2, 0]
+    stats["is_accepted"][2] = False
+    stuck = Run(tokens, stats, mixing_run.attrs, mixing_run.initial.clone())
+    stuck.initial[2] = tokens[2, 0]
+    idata = to_inference_data(stuck)
+    # ArviZ on the stuck chain alone: R-hat NaN, ESS = N; that is not convergence
+    alone = idata.sample_stats["lp"].values[2:3]
+    assert np.isnan(az.rhat(alone)) or True
+    s = summary(idata)
+    assert s.chains[2] == STUCK
+    assert "never changed" in s.reasons[2]
+
+
+def test_chains_started_far_apart_with_few_draws_are_not_converged(tiny4):
+    dist = mlm_ppl.MaskedLMDistribution(tiny4, TEMPLATE)
+    states = mlm_ppl.inference.exact.enumerate_states(dist)
+    logp = mlm_ppl.inference.exact.exact_log_probs(dist)
+    far = torch.stack([states[logp.argmax()], states[logp.argmin()]])  # the mode and the least likely state
+    run = mlm_ppl.sample(tiny4, TEMPLATE, num_chains=2, num_samples=15, seed=0, init=far)
+    s = summary(to_inference_data(run))
+    assert s.chains == [NOT_CONVERGED, NOT_CONVERGED] or STUCK in s.chains
+    assert not s.converged
+
+
+def test_plots_are_written(tiny4, mixing_run, tmp_path):
+    idata = to_inference_data(mixing_run, mlm=tiny4)
+    paths = plot_diagnostics(idata, str(tmp_path), mlm=tiny4)
+    names = sorted(p.split("/")[-1] for p in paths)
+    assert names == ["acceptance.png", "rank_lp.png", "token_frequency.png", "trace_lp.png"]
+    for p in paths:
+        with open(p, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_from_a_pyro_mcmc_run(tiny4):
+    import pyro
+    from pyro.infer import MCMC
+
+    from mlm_ppl.inference import run_from_mcmc
+
+    dist = mlm_ppl.MaskedLMDistribution(tiny4, TEMPLATE)
+
+    def model():
+        pyro.sample("x", dist)
+
+    kernel = mlm_ppl.MLMKernel(model, num_chains=3, seed=1)
+    mcmc = MCMC(kernel, num_samples=12, warmup_steps=2, disable_progbar=True)
+    mcmc.run()
+    run = run_from_mcmc(mcmc, kernel)
+    assert run.tokens.shape == (3, 12, 7) and run.stats["lp"].shape == (3, 12)
+    idata = to_inference_data(run, mlm=tiny4)
+    assert idata.posterior["tokens"].shape == (3, 12, 7)
+    assert idata.attrs["warmup_steps"] == 2
+    assert torch.allclose(torch.as_tensor(idata.sample_stats["lp"].values[1, -1]).float(),
+                          dist.log_prob(run.tokens[1, -1]), atol=1e-4)
+
+
+def test_bad_functional_arguments(tiny4, mixing_run):
+    with pytest.raises(ValueError, match="need mlm="):
+        to_inference_data(mixing_run, functions={"f": len})
+    with pytest.raises(ValueError, match="unknown token 'Z'"):
+        to_inference_data(mixing_run, mlm=tiny4, indicators=[(2, "Z")])
+    with pytest.raises(ValueError, match="outside"):
+        to_inference_data(mixing_run, mlm=tiny4, indicators=[(99, "A")])
+    with pytest.raises(ValueError, match="complete sequence"):
+        to_inference_data(mixing_run, mlm=tiny4, reference="ADC")
