@@ -1,12 +1,16 @@
 """Command line: thin wrappers over the Python API.
 
+``mlm-ppl sample``     sample the masked positions of a template; a resumable run directory.
+``mlm-ppl diagnose``   print the summary of a run and redraw its plots.
 ``mlm-ppl score``      energies of sequences read from a file or stdin, TSV out.
-``mlm-ppl germlines``  score real germline genes against shuffled controls (the demo job).
+``mlm-ppl germlines``  score real germline genes against shuffled controls.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from typing import Sequence, TextIO
@@ -47,6 +51,43 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--variant", choices=VARIANTS, default="pll", help="PLL variant (default: pll)")
     score.add_argument("input", nargs="?", default="-", help="file with one sequence per line, or - for stdin")
 
+    smp = sub.add_parser(
+        "sample",
+        help="sample the masked positions of a template (MH, pseudo-Gibbs or mask-predict)",
+        description="Run C chains on the masked positions of a template and write a run directory: "
+        "config.json, checkpoint.pt (as it goes), run.nc (ArviZ InferenceData), samples.txt, summary.txt, "
+        "plots. --resume DIR continues an interrupted run exactly.",
+    )
+    model_args(smp)
+    smp.set_defaults(model=None)
+    what = smp.add_mutually_exclusive_group()
+    what.add_argument("--template", help="sequence with mask tokens at the positions to sample, e.g. 'CAR[MASK][MASK]W'")
+    what.add_argument("--length", type=int, help="sample a whole sequence of N tokens")
+    smp.add_argument("--kernel", choices=("mh", "pseudo-gibbs", "mask-predict"))
+    smp.add_argument("--energy", choices=ENERGIES)
+    smp.add_argument("--temperature", type=float, help="target temperature T (default 1)")
+    smp.add_argument("--chains", type=int, help="chains, advanced together (default 4)")
+    smp.add_argument("--draws", type=int, help="draws kept per chain (default 100)")
+    smp.add_argument("--warmup", type=int, help="steps discarded before the first draw (default 0)")
+    smp.add_argument("--thin", type=int, help="keep every k-th step (default 1)")
+    smp.add_argument("--seed", type=int, help="seed (default 0)")
+    smp.add_argument("--init", choices=("sample", "greedy", "uniform"), help="how the masks are first filled")
+    smp.add_argument("--scan", help="random, random_sweep, left_to_right (pseudo-Gibbs also: parallel)")
+    smp.add_argument("--block-size", type=int, help="MH: positions proposed together")
+    smp.add_argument("--proposal-temperature", type=float, help="MH: proposal temperature")
+    smp.add_argument("--top-k", type=int, help="MH / pseudo-Gibbs: truncate proposals to the k most likely tokens")
+    smp.add_argument("--top-p", type=float, help="MH: nucleus truncation of proposals")
+    smp.add_argument("--burnin", type=int, help="pseudo-Gibbs: steps before --top-k applies")
+    smp.add_argument("--iterations", type=int, help="mask-predict: decoding iterations")
+    smp.add_argument("--out", help="run directory to create")
+    smp.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    smp.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
+    smp.add_argument("--checkpoint-seconds", type=float, default=30.0, help="checkpoint interval (default 30 s)")
+
+    diag = sub.add_parser("diagnose", help="summary and plots of a run (DIR/run.nc)")
+    diag.add_argument("path", help="run.nc, or its run directory")
+    diag.add_argument("--plots", default=None, help="directory for the plots (default: next to run.nc)")
+
     germ = sub.add_parser(
         "germlines",
         help="score real germline V genes against shuffled versions of themselves",
@@ -68,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "score":
             return _score(args, sys.stdout)
+        if args.command == "sample":
+            return _sample(args, sys.stdout)
+        if args.command == "diagnose":
+            return _diagnose(args, sys.stdout)
         return _germlines(args, sys.stdout)
     except (ValueError, TypeError, ModuleNotFoundError, FileNotFoundError) as err:
         print(f"mlm-ppl {args.command}: error: {err}", file=sys.stderr)
@@ -160,6 +205,153 @@ def _germlines(args, out: TextIO) -> int:
     out.write(f"\nreal gene scored lower than its shuffle: {wins}/{len(real)} ({100 * wins / len(real):.1f}%)\n")
     out.write(f"{len(real) * 2} sequences, {n_copies} masked copies in {elapsed:.1f} s "
               f"({n_copies / elapsed:.1f} copies/s, dtype {str(mlm.dtype).replace('torch.', '')})\n")
+    return 0
+
+
+# ---------------------------------------------------------------------- sample / diagnose
+_SAMPLE_DEFAULTS = dict(
+    model="antiberty", kernel="mh", energy="norm", temperature=1.0, chains=4, draws=100, warmup=0, thin=1,
+    seed=0, init="sample", dtype=None, device=None,
+)
+_KERNEL_FLAGS = {  # flag -> (kernel option, kernels it applies to)
+    "scan": ("scan", ("mh", "pseudo-gibbs")),
+    "block_size": ("block_size", ("mh",)),
+    "proposal_temperature": ("proposal_temperature", ("mh",)),
+    "top_k": ("top_k", ("mh", "pseudo-gibbs")),
+    "top_p": ("top_p", ("mh",)),
+    "burnin": ("burnin", ("pseudo-gibbs",)),
+    "iterations": ("iterations", ("mask-predict",)),
+}
+_SETTINGS = tuple(_SAMPLE_DEFAULTS) + ("template", "length") + tuple(_KERNEL_FLAGS)
+
+
+def _sample_config(args) -> dict:
+    """Settings of a new run from the flags, checked before any work."""
+    config = {k: getattr(args, k) for k in _SETTINGS}
+    for k, v in _SAMPLE_DEFAULTS.items():
+        if config[k] is None:
+            config[k] = v
+    if config["template"] is None and config["length"] is None:
+        raise ValueError("give --template TEXT (mask tokens at the positions to sample) or --length N")
+    if not args.out:
+        raise ValueError("give --out DIR for the run directory")
+    for name in ("chains", "draws"):
+        if config[name] < 1:
+            raise ValueError(f"--{name} must be >= 1, got {config[name]}")
+    if config["warmup"] < 0:
+        raise ValueError(f"--warmup must be >= 0, got {config['warmup']}")
+    if config["thin"] < 1:
+        raise ValueError(f"--thin must be >= 1, got {config['thin']}")
+    if config["length"] is not None and config["length"] < 1:
+        raise ValueError(f"--length must be >= 1, got {config['length']}")
+    for flag, (_, kernels) in _KERNEL_FLAGS.items():
+        if config[flag] is not None and config["kernel"] not in kernels:
+            raise ValueError(f"--{flag.replace('_', '-')} applies to --kernel {' or '.join(kernels)}, "
+                             f"not {config['kernel']}")
+    return config
+
+
+def _build(config: dict):
+    """Model, target and kernel of a run configuration."""
+    from .inference.runner import make_kernel
+    from .models.distribution import MaskedLMDistribution
+    from .models.loading import load_mlm
+
+    mlm = load_mlm(config["model"], device=config["device"], dtype=config["dtype"])
+    template = config["template"]
+    if template is None:
+        mask = mlm.vocab[mlm.mask_id]
+        template = (mask * config["length"]) if mlm.residue_level else " ".join([mask] * config["length"])
+    dist = MaskedLMDistribution(mlm, template, energy=config["energy"], temperature=config["temperature"])
+    options = {opt: config[flag] for flag, (opt, _) in _KERNEL_FLAGS.items() if config[flag] is not None}
+    if config["kernel"] == "pseudo-gibbs" and "proposal_temperature" in options:
+        options["temperature"] = options.pop("proposal_temperature")
+    return mlm, dist, make_kernel(config["kernel"], dist, **options)
+
+
+def _sample(args, out: TextIO) -> int:
+    from . import rundir
+    from .inference.runner import run_chains
+
+    if args.resume:
+        config = rundir.read_config(args.resume)
+        given = {k: getattr(args, k) for k in _SETTINGS if getattr(args, k) is not None}
+        clash = {k: (v, config.get(k)) for k, v in given.items() if config.get(k) != v}
+        if clash:
+            detail = ", ".join(f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items())
+            raise ValueError(f"--resume {args.resume}: settings differ from the run's: {detail}; "
+                             "resume with the run's own settings, or start a new run")
+        if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
+            raise ValueError("--out and --resume name different directories; give only --resume DIR")
+        directory = args.resume
+        checkpoint = rundir.load_checkpoint(directory)
+        mlm, dist, kernel = _build(config)
+    else:
+        config = _sample_config(args)
+        mlm, dist, kernel = _build(config)  # loads the model and checks template and options first
+        directory = str(rundir.prepare(args.out, config, overwrite=args.overwrite))
+        checkpoint = None
+    total = config["warmup"] + config["draws"] * config["thin"]
+    if checkpoint is not None and checkpoint.step >= total:
+        print(f"run in {directory} is already complete; writing its outputs", file=sys.stderr)
+    show = args.progress if args.progress is not None else True
+    try:
+        run = run_chains(
+            kernel, config["chains"], config["draws"], warmup_steps=config["warmup"], thin=config["thin"],
+            seed=config["seed"], init=config["init"], progress=show,
+            on_checkpoint=lambda cp: rundir.save_checkpoint(directory, cp),
+            checkpoint_seconds=args.checkpoint_seconds, resume=checkpoint,
+        )
+    except KeyboardInterrupt:
+        print(f"interrupted; checkpoint saved. Continue with: mlm-ppl sample --resume {directory}", file=sys.stderr)
+        return 130
+    run.attrs.update(model=mlm.name, kernel=config["kernel"], template_text=config["template"] or "",
+                     config=json.dumps(config, sort_keys=True))
+    return _write_outputs(run, mlm, directory, out)
+
+
+def _write_outputs(run, mlm, directory: str, out: TextIO) -> int:
+    from .diagnostics import plot_diagnostics, summary, to_inference_data
+
+    idata = to_inference_data(run, mlm=mlm)
+    nc = os.path.join(directory, "run.nc")
+    idata.to_netcdf(nc + ".tmp")
+    os.replace(nc + ".tmp", nc)
+    lp = run.stats["lp"]
+    with open(os.path.join(directory, "samples.txt"), "w") as fh:
+        fh.write("chain\tdraw\tlp\tsequence\n")
+        for c in range(run.num_chains):
+            for d, seq in enumerate(mlm.decode(run.tokens[c])):
+                fh.write(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{seq}\n")
+    report = str(summary(idata))
+    with open(os.path.join(directory, "summary.txt"), "w") as fh:
+        fh.write(report + "\n")
+    plots = plot_diagnostics(idata, directory, mlm=mlm)
+    out.write(report + "\n\n")
+    last = mlm.decode(run.tokens[:, -1])
+    out.write("last draw of each chain:\n" + "".join(f"  chain {c}: {s}\n" for c, s in enumerate(last)))
+    out.write(f"\nwrote {nc}, samples.txt, summary.txt, {', '.join(os.path.basename(p) for p in plots)} "
+              f"in {directory}\n")
+    return 0
+
+
+def _diagnose(args, out: TextIO) -> int:
+    from .diagnostics import _arviz, plot_diagnostics, summary
+
+    path = args.path
+    if os.path.isdir(path):
+        path = os.path.join(path, "run.nc")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        idata = _arviz().from_netcdf(path)
+        if "tokens" not in idata.posterior or "is_accepted" not in idata.sample_stats:
+            raise ValueError("no tokens or is_accepted")
+    except Exception as err:  # noqa: BLE001
+        raise ValueError(f"{path} is not an mlm-ppl run file ({err})") from None
+    out.write(str(summary(idata)) + "\n")
+    plots = plot_diagnostics(idata, args.plots or os.path.dirname(os.path.abspath(path)))
+    out.write(f"plots: {', '.join(plots)}\n")
     return 0
 
 

@@ -31,6 +31,7 @@ STUCK, CONVERGED, NOT_CONVERGED = "stuck", "converged", "not converged"
 RHAT_MAX = 1.01
 CHAIN_RHAT_MAX = 1.05
 ESS_MIN_PER_CHAIN = 100
+MIN_DRAWS = 8  # split R-hat of one chain needs two halves of at least 4 draws
 
 
 def _arviz():
@@ -175,8 +176,10 @@ def summary(
         lp = idata.sample_stats["lp"]
         post = post.assign(lp=lp)
         names = ["lp"] + names
+    n_draws = int(post.sizes["draw"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # constant functionals give NaN R-hat
+        warnings.simplefilter("ignore", UserWarning)  # too few draws: ArviZ warns and returns NaN
         table = az.summary(post, var_names=names, kind="all", round_to="none") if names else None
     n_chains = int(post.sizes["chain"])
     n_changed = idata.sample_stats["n_changed"].values  # (C, D)
@@ -190,7 +193,9 @@ def summary(
             reasons.append("the chain never changed state")
             continue
         problems = []
-        for n in varying:
+        if n_draws < MIN_DRAWS:
+            problems.append(f"only {n_draws} draws; R-hat needs at least {MIN_DRAWS}")
+        for n in varying if n_draws >= MIN_DRAWS else ():
             values = post[n].values[c]  # (D,)
             if np.std(values) == 0:
                 problems.append(f"{n} constant in this chain")
@@ -199,7 +204,7 @@ def summary(
             r = float(az.rhat(np.stack([values[:half], values[half : 2 * half]]), method="rank"))  # split R-hat
             if not r <= chain_rhat_max:
                 problems.append(f"split R-hat of {n} in this chain {r:.3f} > {chain_rhat_max}")
-        if table is not None:
+        if table is not None and n_draws >= MIN_DRAWS:
             for n in varying:
                 r, eb, et = (float(table.loc[n, k]) for k in ("r_hat", "ess_bulk", "ess_tail"))
                 if not r <= rhat_max:
@@ -244,8 +249,9 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
     lp = idata.sample_stats["lp"]
     if not np.isnan(lp.values).all():
         for kind, fn in (("trace", az.plot_trace), ("rank", az.plot_rank)):
-            with warnings.catch_warnings():  # ArviZ 0.23 uses a matplotlib API deprecated in 3.11
-                warnings.simplefilter("ignore", DeprecationWarning)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # ArviZ 0.23 on matplotlib 3.11
+                warnings.simplefilter("ignore", UserWarning)  # KDE of a constant lp (stuck chains)
                 fn(idata.sample_stats, var_names=["lp"])
             path = os.path.join(out_dir, f"{kind}_lp.png")
             plt.gcf().savefig(path, dpi=100, bbox_inches="tight")

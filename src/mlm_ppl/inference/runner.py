@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
 from .kernels import MaskPredict, MetropolisHastings, PseudoGibbs, fill_template
 
-__all__ = ["Run", "run_chains", "sample", "make_kernel", "check_seed", "KERNELS", "draw_from_distribution"]
+__all__ = ["Run", "Checkpoint", "run_chains", "sample", "make_kernel", "check_seed", "KERNELS", "draw_from_distribution"]
 
 KERNELS = ("mh", "pseudo-gibbs", "mask-predict")
 STAT_NAMES = ("lp", "is_accepted", "acceptance_rate", "n_changed")
@@ -71,6 +72,18 @@ def make_kernel(name: str, target, **options):
         raise TypeError(f"kernel {name!r}: {err}") from None
 
 
+@dataclass
+class Checkpoint:
+    """Everything needed to continue a run exactly: steps done, kernel state, RNG state, draws so far."""
+
+    step: int
+    state: Any
+    generator: Tensor
+    draws: Tensor  # (C, D, L), filled up to the draws taken
+    stats: dict[str, Tensor]  # (C, d) for the d draws taken
+    initial: Tensor
+
+
 def run_chains(
     kernel,
     num_chains: int,
@@ -81,6 +94,9 @@ def run_chains(
     seed: int = 0,
     init: str | Tensor = "sample",
     progress: bool = False,
+    on_checkpoint: Callable[[Checkpoint], None] | None = None,
+    checkpoint_seconds: float = 30.0,
+    resume: Checkpoint | None = None,
 ) -> Run:
     """Advance ``num_chains`` chains of ``kernel`` together and keep every ``thin``-th step.
 
@@ -99,7 +115,12 @@ def run_chains(
         How the free positions are first filled (:func:`fill_template`), or starting tokens
         ``(C, L)``. Ignored by mask-predict, which starts from the masked template.
     progress : bool
-        Progress bar with acceptance so far.
+        Progress bar with draws/s and acceptance so far.
+    on_checkpoint : callable, optional
+        Called with a :class:`Checkpoint` at most every ``checkpoint_seconds``, after the last
+        step, and when the run is interrupted (then ``KeyboardInterrupt`` propagates).
+    resume : Checkpoint, optional
+        Continue from a checkpoint of the same run: the result equals the uninterrupted run.
     """
     C = _check_count(num_chains, "num_chains", 1)
     D = _check_count(num_samples, "num_samples", 1)
@@ -107,40 +128,73 @@ def run_chains(
     thin = _check_count(thin, "thin", 1)
     gen = torch.Generator().manual_seed(check_seed(seed))
     target = kernel.target
-    if isinstance(kernel, MaskPredict):
-        state = kernel.init(C)
+    L = target.template.numel()
+    total = W + D * thin
+    if resume is not None:
+        state, step0, initial = resume.state, resume.step, resume.initial
+        gen.set_state(resume.generator)
+        draws = resume.draws.clone()
+        stats = {k: list(resume.stats[k].unbind(1)) for k in STAT_NAMES}
+        if draws.shape != (C, D, L):
+            raise ValueError(f"checkpoint holds draws of shape {tuple(draws.shape)}, this run needs {(C, D, L)}")
     else:
-        if isinstance(init, Tensor):
-            tokens = init
-            if tokens.shape[0] != C:
-                raise ValueError(f"init has {tokens.shape[0]} chains but num_chains={C}")
+        if isinstance(kernel, MaskPredict):
+            state = kernel.init(C)
         else:
-            tokens = fill_template(target, C, gen, init)
-        state = kernel.init(tokens)
-    initial = state.tokens.clone()
-    draws = torch.empty((C, D, target.template.numel()), dtype=torch.long)
-    stats = {k: [] for k in STAT_NAMES}
+            if isinstance(init, Tensor):
+                tokens = init
+                if tokens.shape[0] != C:
+                    raise ValueError(f"init has {tokens.shape[0]} chains but num_chains={C}")
+            else:
+                tokens = fill_template(target, C, gen, init)
+            state = kernel.init(tokens)
+        step0, initial = 0, state.tokens.clone()
+        draws = torch.zeros((C, D, L), dtype=torch.long)
+        stats = {k: [] for k in STAT_NAMES}
+
+    # (steps done, state, RNG state, draws taken): replaced in one assignment after each step, so an
+    # interrupt anywhere leaves a consistent snapshot to checkpoint
+    snap = (step0, state, gen.get_state(), len(stats["lp"]))
+
+    def checkpoint() -> None:
+        if on_checkpoint is None:
+            return
+        steps_done, st, rng, n = snap
+        packed = {k: torch.stack(v[:n], 1) if n else torch.empty((C, 0)) for k, v in stats.items()}
+        on_checkpoint(Checkpoint(steps_done, st, rng, draws, packed, initial))
+
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=W + D * thin, unit=" step", desc="sampling", dynamic_ncols=True)
-    accepted = 0.0
+        bar = tqdm(total=total, initial=step0, unit=" step", desc="sampling", dynamic_ncols=True)
+    accepted, seen = 0.0, 0
+    last = time.monotonic()
     try:
-        for i in range(W + D * thin):
-            state, info = kernel.step(state, gen)
+        for i in range(step0, total):
+            new_state, info = kernel.step(state, gen)
             if i >= W and (i - W + 1) % thin == 0:
                 d = (i - W + 1) // thin - 1
-                draws[:, d] = state.tokens
+                draws[:, d] = new_state.tokens
                 for k in STAT_NAMES:
                     stats[k].append(getattr(info, k))
+            state = new_state
+            snap = (i + 1, state, gen.get_state(), len(stats["lp"]))
             if bar is not None:
                 accepted += float(info.is_accepted.float().mean())
-                bar.set_postfix(accept=f"{accepted / (i + 1):.2f}", refresh=False)
+                seen += 1
+                bar.set_postfix(draws=snap[3], accept=f"{accepted / seen:.2f}", refresh=False)
                 bar.update(1)
+            if on_checkpoint is not None and time.monotonic() - last >= checkpoint_seconds:
+                checkpoint()
+                last = time.monotonic()
+    except KeyboardInterrupt:
+        checkpoint()
+        raise
     finally:
         if bar is not None:
             bar.close()
+    checkpoint()
     attrs = dict(
         kernel=type(kernel).__name__,
         num_chains=C,

@@ -1,0 +1,113 @@
+"""Run directories: settings, checkpoints and outputs of a sampling run on disk.
+
+A run directory holds ``config.json`` (every setting of the run), ``checkpoint.pt`` (written
+as the run goes, atomically: kernel state, RNG state and the draws so far), and at the end
+``run.nc`` (InferenceData), ``samples.txt``, ``summary.txt`` and the diagnostic plots.
+Resuming from the checkpoint gives exactly the draws of an uninterrupted run with the same
+settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .inference.kernels import MaskPredictState, MHState, PseudoGibbsState
+from .inference.runner import STAT_NAMES, Checkpoint
+
+__all__ = ["CONFIG", "CHECKPOINT", "OUTPUTS", "prepare", "read_config", "save_checkpoint", "load_checkpoint"]
+
+CONFIG, CHECKPOINT = "config.json", "checkpoint.pt"
+OUTPUTS = ("run.nc", "samples.txt", "summary.txt", "trace_lp.png", "rank_lp.png", "acceptance.png",
+           "token_frequency.png")
+_FORMAT = "mlm-ppl-run-1"
+_STATES = {cls.__name__: cls for cls in (MHState, PseudoGibbsState, MaskPredictState)}
+
+
+def prepare(directory: str | os.PathLike, config: dict[str, Any], *, overwrite: bool = False) -> Path:
+    """Create ``directory`` for a new run and write its ``config.json``.
+
+    An existing run directory is never overwritten without ``overwrite=True``; then only this
+    library's own files in it are removed.
+    """
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {str(path)!r} is a file; give a directory")
+    ours = [CONFIG, CHECKPOINT, *OUTPUTS]
+    if path.is_dir() and any(path.iterdir()):
+        if not overwrite:
+            raise ValueError(
+                f"run directory {str(path)!r} exists and is not empty; use --resume {path} to continue it, "
+                "--overwrite to replace it, or another --out"
+            )
+        for name in ours:
+            (path / name).unlink(missing_ok=True)
+    path.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(path / CONFIG, json.dumps({"format": _FORMAT, **config}, indent=1, sort_keys=True))
+    return path
+
+
+def read_config(directory: str | os.PathLike) -> dict[str, Any]:
+    """The settings of the run in ``directory``; a clear error if it is not an mlm-ppl run."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise ValueError(f"run directory {str(path)!r} does not exist")
+    try:
+        config = json.loads((path / CONFIG).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{str(path)!r} is not an mlm-ppl run directory (no {CONFIG})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path / CONFIG} is corrupt ({err}); it was not written by mlm-ppl or was damaged") from None
+    if not isinstance(config, dict) or config.get("format") != _FORMAT:
+        raise ValueError(f"{path / CONFIG} is not an mlm-ppl run configuration (format {_FORMAT!r} expected)")
+    config = dict(config)
+    config.pop("format")
+    return config
+
+
+def save_checkpoint(directory: str | os.PathLike, cp: Checkpoint) -> None:
+    """Write ``checkpoint.pt`` atomically (a temporary file, then a rename)."""
+    state = cp.state
+    payload = {
+        "format": _FORMAT,
+        "step": cp.step,
+        "state_type": type(state).__name__,
+        "state": {k: v for k, v in state._asdict().items()},
+        "generator": cp.generator,
+        "draws": cp.draws,
+        "stats": cp.stats,
+        "initial": cp.initial,
+    }
+    path = Path(directory) / CHECKPOINT
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
+    """The checkpoint in ``directory``, or None if the run never wrote one."""
+    path = Path(directory) / CHECKPOINT
+    if not path.exists():
+        return None
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same error to the user
+        raise ValueError(f"{path} is corrupt or not an mlm-ppl checkpoint ({type(err).__name__}); "
+                         "start the run again with --overwrite") from None
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT or payload.get("state_type") not in _STATES:
+        raise ValueError(f"{path} is not an mlm-ppl checkpoint")
+    state = _STATES[payload["state_type"]](**payload["state"])
+    stats = payload["stats"]
+    if set(stats) != set(STAT_NAMES):
+        raise ValueError(f"{path} is not an mlm-ppl checkpoint (statistics {sorted(stats)})")
+    return Checkpoint(payload["step"], state, payload["generator"], payload["draws"], stats, payload["initial"])
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

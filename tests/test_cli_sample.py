@@ -1,0 +1,146 @@
+"""mlm-ppl sample / diagnose: run directories, resuming after a real kill, clear errors."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from mlm_ppl.cli import main
+from mlm_ppl.testing import save_tiny, tiny_residue_bert
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)
+    import arviz as az
+
+TEMPLATE = "A[MASK]C[MASK][MASK]"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(save_tiny(tiny_residue_bert("ACDE", seed=1), tmp_path_factory.mktemp("m") / "model"))
+
+
+def _args(model_dir, out, *extra):
+    return ["sample", "--model", model_dir, "--template", TEMPLATE, "--chains", "3", "--draws", "300",
+            "--warmup", "5", "--seed", "7", "--out", str(out), "--no-progress", *extra]
+
+
+def _tokens(directory):
+    return az.from_netcdf(os.path.join(directory, "run.nc")).posterior["tokens"].values
+
+
+def _wait_for_checkpoint(directory, proc, min_step, timeout=120):
+    import torch
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        try:
+            step = torch.load(os.path.join(directory, "checkpoint.pt"), weights_only=True)["step"]
+            if step >= min_step:
+                return step
+        except Exception:  # not written yet, or being replaced
+            pass
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_a_killed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys, sig):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(_args(model_dir, whole)) == 0
+    capsys.readouterr()
+    cmd = [sys.executable, "-m", "mlm_ppl.cli", *_args(model_dir, cut, "--checkpoint-seconds", "0")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    step = _wait_for_checkpoint(cut, proc, min_step=40)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        assert proc.returncode == 130 and "--resume" in err
+    assert not (cut / "run.nc").exists() and step < 305
+    assert main(["sample", "--resume", str(cut), "--no-progress"]) == 0
+    np.testing.assert_array_equal(_tokens(cut), _tokens(whole))
+    lp_a = az.from_netcdf(cut / "run.nc").sample_stats["lp"].values
+    lp_b = az.from_netcdf(whole / "run.nc").sample_stats["lp"].values
+    np.testing.assert_allclose(lp_a, lp_b)
+
+
+def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(_args(model_dir, out)) == 0
+    printed = capsys.readouterr().out
+    assert "acceptance rate" in printed and "chain 2:" in printed
+    names = set(os.listdir(out))
+    assert {"config.json", "checkpoint.pt", "run.nc", "samples.txt", "summary.txt", "trace_lp.png",
+            "rank_lp.png", "acceptance.png", "token_frequency.png"} <= names
+    lines = (out / "samples.txt").read_text().splitlines()
+    assert lines[0] == "chain\tdraw\tlp\tsequence" and len(lines) == 1 + 3 * 300
+    assert lines[1].split("\t")[3].startswith("A")
+    config = json.loads((out / "config.json").read_text())
+    assert config["seed"] == 7 and config["kernel"] == "mh" and config["template"] == TEMPLATE
+    idata = az.from_netcdf(out / "run.nc")
+    assert idata.posterior["tokens"].shape == (3, 300, 7)
+    assert np.isfinite(az.rhat(idata.sample_stats, var_names=["lp"])["lp"].values)
+    for png in ("trace_lp.png", "token_frequency.png"):
+        (out / png).unlink()
+    assert main(["diagnose", str(out / "run.nc")]) == 0
+    assert "chain 0:" in capsys.readouterr().out and (out / "trace_lp.png").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--chains", "0"], "--chains must be >= 1"),
+        (["--draws", "-3"], "--draws must be >= 1"),
+        (["--warmup", "-1"], "--warmup must be >= 0"),
+        (["--temperature", "0"], "temperature must be > 0"),
+        (["--block-size", "9"], "block_size=9 is larger than the 3 free positions"),
+        (["--kernel", "pseudo-gibbs", "--block-size", "2"], "--block-size applies to --kernel mh"),
+        (["--top-p", "2"], r"top_p must lie in \(0, 1\]"),
+        (["--scan", "zigzag"], "unknown scan"),
+    ],
+)
+def test_bad_sample_arguments(model_dir, tmp_path, capsys, extra, match):
+    out = tmp_path / "bad"
+    assert main(_args(model_dir, out, *extra)) == 2
+    assert re.search(match, capsys.readouterr().err)
+    assert not out.exists(), "nothing is written for bad input"
+
+
+def test_bad_templates_and_directories(model_dir, tmp_path, capsys):
+    base = ["sample", "--model", model_dir, "--no-progress", "--draws", "5"]
+    assert main(base + ["--template", "ACDE", "--out", str(tmp_path / "a")]) == 2
+    assert "no free position" in capsys.readouterr().err
+    assert main(base + ["--template", "AC[MASK]X", "--out", str(tmp_path / "b")]) == 2
+    assert "character 'X'" in capsys.readouterr().err
+    assert main(base + ["--out", str(tmp_path / "c")]) == 2
+    assert "--template" in capsys.readouterr().err
+    done = tmp_path / "done"
+    assert main(base + ["--template", TEMPLATE, "--out", str(done)]) == 0
+    before = (done / "samples.txt").read_text()
+    assert main(base + ["--template", TEMPLATE, "--out", str(done), "--seed", "3"]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert (done / "samples.txt").read_text() == before  # never overwritten without --overwrite
+    assert main(base + ["--template", TEMPLATE, "--out", str(done), "--seed", "3", "--overwrite"]) == 0
+    assert main(["sample", "--resume", str(done), "--template", "A[MASK]"]) == 2
+    assert "settings differ" in capsys.readouterr().err
+    (done / "checkpoint.pt").write_bytes(b"garbage")
+    assert main(["sample", "--resume", str(done)]) == 2
+    assert "corrupt" in capsys.readouterr().err
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "config.json").write_text("{\"hello\": 1}")
+    assert main(["sample", "--resume", str(foreign)]) == 2
+    assert "not an mlm-ppl run configuration" in capsys.readouterr().err
+    (foreign / "run.nc").write_text("not netcdf")
+    assert main(["diagnose", str(foreign / "run.nc")]) == 2
+    assert "not an mlm-ppl run file" in capsys.readouterr().err
