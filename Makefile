@@ -1,4 +1,4 @@
-# Two commands on a fresh machine:  `make demo` (the main job on AntiBERTy), `make test`.
+# Two commands on a fresh machine:  `make demo` (the main job on AntiBERTy: redesign a CDR-H3), `make test`.
 # Each creates .venv if missing: torch's CPU wheel first (pinned), then the project.
 PYTHON ?= python3
 VENV ?= .venv
@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test bench venv
+.PHONY: demo germlines test bench venv
 
 venv: $(VENV)/.installed
 
@@ -17,7 +17,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[antibody,test]'
 	touch $@
 
+# IGHV3-23 + IGHJ4 human heavy chain (mlm_ppl.data.example_heavy_chain) with its 13-residue CDR-H3 masked
+CDRH3_TEMPLATE := EVQLLESGGGLVQPGGSLRLSCAASGFTFSSYAMSWVRQAPGKGLEWVSAISGSGGSTYYADSVKGRFTISRDNSKNTLYLQMNSLRAEDTAVYYC$(subst x,[MASK],xxxxxxxxxxxxx)WGQGTLVTVSS
+
 demo: venv
+	$(VENV)/bin/mlm-ppl sample --model antiberty --template '$(CDRH3_TEMPLATE)' --kernel mh --energy norm \
+		--chains 4 --draws 15 --seed 0 --out runs/cdrh3 --overwrite
+
+germlines: venv
 	$(VENV)/bin/mlm-ppl germlines --model antiberty --n 12
 
 test: venv

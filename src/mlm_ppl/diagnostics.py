@@ -201,7 +201,9 @@ def summary(
                 problems.append(f"{n} constant in this chain")
                 continue
             half = len(values) // 2
-            r = float(az.rhat(np.stack([values[:half], values[half : 2 * half]]), method="rank"))  # split R-hat
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a constant half gives inf
+                r = float(az.rhat(np.stack([values[:half], values[half : 2 * half]]), method="rank"))  # split
             if not r <= chain_rhat_max:
                 problems.append(f"split R-hat of {n} in this chain {r:.3f} > {chain_rhat_max}")
         if table is not None and n_draws >= MIN_DRAWS:
@@ -266,8 +268,12 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
     ax.legend(fontsize="small")
     paths.append(_save(fig, out_dir, "acceptance.png"))
     tokens = idata.posterior["tokens"].values  # (C, D, L)
-    varying = np.nonzero((tokens != tokens[:1, :1, :]).any(axis=(0, 1)))[0]
-    positions = varying if len(varying) else np.arange(tokens.shape[-1])
+    free = idata.attrs.get("free_positions")
+    if free is not None:
+        positions = np.asarray(json.loads(free) if isinstance(free, str) else free)
+    else:  # the positions that vary, or all
+        varying = np.nonzero((tokens != tokens[:1, :1, :]).any(axis=(0, 1)))[0]
+        positions = varying if len(varying) else np.arange(tokens.shape[-1])
     vocab_ids = np.unique(tokens[..., positions])
     freq = np.stack([(tokens[..., positions] == v).mean(axis=(0, 1)) for v in vocab_ids])  # (K, P)
     fig, ax = plt.subplots(figsize=(max(5, 0.35 * len(positions) + 2), max(3, 0.3 * len(vocab_ids) + 1)))
@@ -276,7 +282,7 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
     vocab = list(mlm.vocab) if mlm is not None else json.loads(idata.attrs.get("vocab", "null")) or None
     labels = [vocab[v] if vocab is not None else str(v) for v in vocab_ids]
     ax.set_yticks(range(len(vocab_ids)), labels, fontsize="small")
-    ax.set(xlabel="position (sampled positions)", ylabel="token", title="Token frequency over all draws")
+    ax.set(xlabel="token position (sampled positions)", ylabel="token", title="Token frequency over all draws")
     fig.colorbar(im, ax=ax, label="frequency")
     paths.append(_save(fig, out_dir, "token_frequency.png"))
     return paths
