@@ -84,13 +84,16 @@ def test_a_stuck_chain_is_reported_as_stuck(mixing_run):
 
 
 def test_chains_started_far_apart_with_few_draws_are_not_converged(tiny4):
-    dist = mlm_ppl.MaskedLMDistribution(tiny4, TEMPLATE)
+    dist = mlm_ppl.MaskedLMDistribution(tiny4, TEMPLATE, temperature=2.0)
     states = mlm_ppl.inference.exact.enumerate_states(dist)
     logp = mlm_ppl.inference.exact.exact_log_probs(dist)
     far = torch.stack([states[logp.argmax()], states[logp.argmin()]])  # the mode and the least likely state
-    run = mlm_ppl.sample(tiny4, TEMPLATE, num_chains=2, num_samples=15, seed=0, init=far)
+    run = mlm_ppl.sample(tiny4, TEMPLATE, temperature=2.0, proposal_temperature=2.0, num_chains=2,
+                         num_samples=12, seed=0, init=far)
+    assert (run.stats["n_changed"].sum(1) > 0).all()  # both chains move: not stuck, just too short
     s = summary(to_inference_data(run))
-    assert s.chains == [NOT_CONVERGED, NOT_CONVERGED] or STUCK in s.chains
+    assert s.chains == [NOT_CONVERGED, NOT_CONVERGED]
+    assert "R-hat of lp across chains" in s.reasons[0]
     assert not s.converged
 
 

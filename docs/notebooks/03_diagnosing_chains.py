@@ -39,13 +39,14 @@ print(az.rhat(idata.sample_stats, var_names=["lp"]))
 
 # %% [markdown]
 # ## Chains started far apart, too few draws
-# One chain starts at the mode, one at the least likely state, at T = 1 with peaked proposals.
+# One chain starts at the mode, one at the least likely state; 12 draws each.
 
 # %%
-dist = mlm_ppl.MaskedLMDistribution(mlm, TEMPLATE)
+dist = mlm_ppl.MaskedLMDistribution(mlm, TEMPLATE, temperature=2.0)
 states, logp = exact.enumerate_states(dist), exact.exact_log_probs(dist)
 far = torch.stack([states[logp.argmax()], states[logp.argmin()]])
-short = mlm_ppl.sample(mlm, TEMPLATE, num_chains=2, num_samples=15, seed=0, init=far)
+short = mlm_ppl.sample(mlm, TEMPLATE, temperature=2.0, proposal_temperature=2.0, num_chains=2,
+                       num_samples=12, seed=0, init=far)
 print(mlm_ppl.summary(mlm_ppl.to_inference_data(short)))
 
 # %% [markdown]
