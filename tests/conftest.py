@@ -42,3 +42,9 @@ def human_heavy_v():
     from mlm_ppl.data import germline_sequences
 
     return germline_sequences("human", "H", "V")
+
+
+@pytest.fixture(scope="session")
+def tiny4():
+    """A tiny BERT over four residues (A, C, D, E): templates with 3 free positions have 64 states."""
+    return testing.tiny_residue_bert("ACDE", seed=1)

@@ -7,18 +7,12 @@ import torch
 import mlm_ppl
 from mlm_ppl.diagnostics import CONVERGED, NOT_CONVERGED, STUCK, plot_diagnostics, summary, to_inference_data
 from mlm_ppl.inference import Run
-from mlm_ppl.testing import tiny_residue_bert
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
     import arviz as az
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
-
-
-@pytest.fixture(scope="module")
-def tiny4():
-    return tiny_residue_bert("ACDE", seed=1)
 
 
 @pytest.fixture(scope="module")

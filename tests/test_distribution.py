@@ -6,14 +6,8 @@ import pytest
 import torch
 
 from mlm_ppl import MaskedLMDistribution
-from mlm_ppl.testing import tiny_residue_bert
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
-
-
-@pytest.fixture(scope="module")
-def tiny4():
-    return tiny_residue_bert("ACDE", seed=1)
 
 
 @pytest.fixture(scope="module")

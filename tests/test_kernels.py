@@ -7,14 +7,9 @@ from pyro.distributions.testing.gof import multinomial_goodness_of_fit
 from mlm_ppl import MaskedLMDistribution, sample
 from mlm_ppl.inference import SCANS, MaskPredict, MetropolisHastings, PseudoGibbs, exact, run_chains
 from mlm_ppl.inference.kernels import ConstrainedTarget, accept, geometric_annealing, proposal_log_probs
-from mlm_ppl.testing import goyal_counterexample, tiny_residue_bert
+from mlm_ppl.testing import goyal_counterexample
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"  # 3 free positions over 4 tokens: 64 states
-
-
-@pytest.fixture(scope="module")
-def tiny4():
-    return tiny_residue_bert("ACDE", seed=1)
 
 
 def _invariance_error(kernel, pi):

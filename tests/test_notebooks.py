@@ -1,6 +1,5 @@
 """The notebooks in docs/notebooks run in smoke mode (MLM_PPL_SMOKE=1: small sizes)."""
 
-import os
 import runpy
 import warnings
 from pathlib import Path

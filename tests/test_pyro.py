@@ -9,14 +9,8 @@ from pyro.infer import MCMC
 
 from mlm_ppl import MaskedLMDistribution, MLMKernel
 from mlm_ppl.inference import exact
-from mlm_ppl.testing import tiny_residue_bert
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
-
-
-@pytest.fixture(scope="module")
-def tiny4():
-    return tiny_residue_bert("ACDE", seed=1)
 
 
 def _model(tiny4):

@@ -9,10 +9,9 @@ sequence. ArviZ (``>=0.21,<1``) and matplotlib are imported lazily.
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 import torch

@@ -33,7 +33,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from ..models.distribution import MaskedLMDistribution
-from .kernels import ConstrainedTarget, MaskPredict, fill_template
+from .kernels import ConstrainedTarget, fill_template
 from .runner import STAT_NAMES, Run, check_seed, make_kernel
 
 __all__ = ["MLMKernel", "run_from_mcmc"]
