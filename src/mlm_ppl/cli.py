@@ -311,27 +311,13 @@ def _sample(args, out: TextIO) -> int:
 
 
 def _write_outputs(run, mlm, directory: str, out: TextIO) -> int:
-    from .diagnostics import plot_diagnostics, summary, to_inference_data
+    from .rundir import write_outputs
 
-    idata = to_inference_data(run, mlm=mlm)
-    nc = os.path.join(directory, "run.nc")
-    idata.to_netcdf(nc + ".tmp")
-    os.replace(nc + ".tmp", nc)
-    lp = run.stats["lp"]
-    with open(os.path.join(directory, "samples.txt"), "w") as fh:
-        fh.write("chain\tdraw\tlp\tsequence\n")
-        for c in range(run.num_chains):
-            for d, seq in enumerate(mlm.decode(run.tokens[c])):
-                fh.write(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{seq}\n")
-    report = str(summary(idata))
-    with open(os.path.join(directory, "summary.txt"), "w") as fh:
-        fh.write(report + "\n")
-    plots = plot_diagnostics(idata, directory, mlm=mlm)
+    report, paths = write_outputs(directory, run, mlm)
     out.write(report + "\n\n")
     last = mlm.decode(run.tokens[:, -1])
     out.write("last draw of each chain:\n" + "".join(f"  chain {c}: {s}\n" for c, s in enumerate(last)))
-    out.write(f"\nwrote {nc}, samples.txt, summary.txt, {', '.join(os.path.basename(p) for p in plots)} "
-              f"in {directory}\n")
+    out.write(f"\nwrote {paths[0]}, {', '.join(os.path.basename(p) for p in paths[1:])} in {directory}\n")
     return 0
 
 

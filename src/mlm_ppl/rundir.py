@@ -19,7 +19,9 @@ import torch
 from .inference.kernels import MaskPredictState, MHState, PseudoGibbsState
 from .inference.runner import STAT_NAMES, Checkpoint
 
-__all__ = ["CONFIG", "CHECKPOINT", "OUTPUTS", "prepare", "read_config", "save_checkpoint", "load_checkpoint"]
+__all__ = [
+    "CONFIG", "CHECKPOINT", "OUTPUTS", "prepare", "read_config", "save_checkpoint", "load_checkpoint", "write_outputs",
+]
 
 CONFIG, CHECKPOINT = "config.json", "checkpoint.pt"
 OUTPUTS = ("run.nc", "samples.txt", "summary.txt", "trace_lp.png", "rank_lp.png", "acceptance.png",
@@ -105,6 +107,30 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
     if set(stats) != set(STAT_NAMES):
         raise ValueError(f"{path} is not an mlm-ppl checkpoint (statistics {sorted(stats)})")
     return Checkpoint(payload["step"], state, payload["generator"], payload["draws"], stats, payload["initial"])
+
+
+def write_outputs(directory: str | os.PathLike, run, mlm) -> tuple[str, list[str]]:
+    """Write ``run.nc``, ``samples.txt``, ``summary.txt`` and the plots of a finished run.
+
+    Returns the summary text and the paths written (``run.nc`` first).
+    """
+    from .diagnostics import plot_diagnostics, summary, to_inference_data
+
+    path = Path(directory)
+    idata = to_inference_data(run, mlm=mlm)
+    nc = path / "run.nc"
+    idata.to_netcdf(str(nc) + ".tmp")
+    os.replace(str(nc) + ".tmp", nc)
+    lp = run.stats["lp"]
+    lines = ["chain\tdraw\tlp\tsequence"]
+    for c in range(run.num_chains):
+        for d, seq in enumerate(mlm.decode(run.tokens[c])):
+            lines.append(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{seq}")
+    _atomic_write_text(path / "samples.txt", "\n".join(lines) + "\n")
+    report = str(summary(idata))
+    _atomic_write_text(path / "summary.txt", report + "\n")
+    plots = plot_diagnostics(idata, str(path), mlm=mlm)
+    return report, [str(nc), str(path / "samples.txt"), str(path / "summary.txt"), *plots]
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
