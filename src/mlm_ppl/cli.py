@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Sequence, TextIO
 
+from .inference.kernels import INITS
 from .models.energy import ENERGIES, VARIANTS
 
 __all__ = ["main", "build_parser"]
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--warmup", type=int, help="steps discarded before the first draw (default 0)")
     smp.add_argument("--thin", type=int, help="keep every k-th step (default 1)")
     smp.add_argument("--seed", type=int, help="seed (default 0)")
-    smp.add_argument("--init", choices=("sample", "greedy", "uniform"), help="how the masks are first filled")
+    smp.add_argument("--init", choices=INITS, help="how the masks are first filled")
     smp.add_argument("--scan", help="random, random_sweep, left_to_right (pseudo-Gibbs also: parallel)")
     smp.add_argument("--block-size", type=int, help="MH: positions proposed together")
     smp.add_argument("--proposal-temperature", type=float, help="MH: proposal temperature")

@@ -22,6 +22,9 @@ from ..models.distribution import Evaluation
 
 __all__ = [
     "SCANS",
+    "INITS",
+    "check_count",
+    "check_init",
     "accept",
     "proposal_log_probs",
     "ConstrainedTarget",
@@ -37,6 +40,7 @@ __all__ = [
 ]
 
 SCANS = ("random", "random_sweep", "left_to_right")
+INITS = ("sample", "greedy", "uniform")
 _PG_SCANS = SCANS + ("parallel",)
 
 
@@ -135,12 +139,18 @@ def _check_scan(scan: str, allowed: tuple[str, ...]) -> str:
     return scan
 
 
-def _check_positive_int(value, name: str, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+def check_count(value, name: str, minimum: int = 1) -> int:
+    """An integer ``>= minimum`` (not a bool), else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+def check_init(method: str) -> str:
+    """A starting-state method name: one of :data:`INITS`."""
+    if method not in INITS:
+        raise ValueError(f"unknown init {method!r}; choose 'sample', 'greedy' or 'uniform'")
+    return method
 
 
 def _check_top_p(top_p):
@@ -262,13 +272,13 @@ class MetropolisHastings:
     ) -> None:
         self.target = target
         self.scan = _check_scan(scan, SCANS)
-        self.block_size = _check_positive_int(block_size, "block_size")
+        self.block_size = check_count(block_size, "block_size")
         if self.block_size > target.num_free:
             raise ValueError(
                 f"block_size={block_size} is larger than the {target.num_free} free positions of the template"
             )
         self.proposal_temperature = _positive(proposal_temperature, "proposal_temperature")
-        self.top_k = _check_positive_int(top_k, "top_k", allow_none=True)
+        self.top_k = None if top_k is None else check_count(top_k, "top_k")
         self.top_p = _check_top_p(top_p)
         if temperature_schedule is not None and not callable(temperature_schedule):
             raise TypeError("temperature_schedule must be a callable step -> temperature")
@@ -424,11 +434,9 @@ class PseudoGibbs:
     ) -> None:
         self.target = target
         self.scan = _check_scan(scan, _PG_SCANS)
-        self.top_k = _check_positive_int(top_k, "top_k", allow_none=True)
+        self.top_k = None if top_k is None else check_count(top_k, "top_k")
         self.temperature = _positive(temperature, "temperature")
-        if isinstance(burnin, bool) or not isinstance(burnin, int) or burnin < 0:
-            raise ValueError(f"burnin must be an integer >= 0, got {burnin!r}")
-        self.burnin = burnin
+        self.burnin = check_count(burnin, "burnin", 0)
         self.compute_lp = bool(compute_lp)
 
     def init(self, tokens: Tensor) -> PseudoGibbsState:
@@ -504,10 +512,10 @@ class MaskPredict:
 
     def __init__(self, target, *, iterations: int = 10) -> None:
         self.target = target
-        self.iterations = _check_positive_int(iterations, "iterations")
+        self.iterations = check_count(iterations, "iterations")
 
     def init(self, num_chains: int) -> MaskPredictState:
-        C = _check_positive_int(num_chains, "num_chains")
+        C = check_count(num_chains, "num_chains")
         tokens = self.target.template.expand(C, -1).clone()
         return MaskPredictState(tokens, torch.zeros((C, self.target.num_free)), 0)
 
@@ -546,9 +554,8 @@ def fill_template(target, num_chains: int, generator: torch.Generator, method: s
     all chains batched. These fill-in steps are warm-up, never MH draws. ``"uniform"`` draws
     ordinary tokens uniformly (no forward).
     """
-    if method not in ("sample", "greedy", "uniform"):
-        raise ValueError(f"unknown init {method!r}; choose 'sample', 'greedy' or 'uniform'")
-    C = _check_positive_int(num_chains, "num_chains")
+    check_init(method)
+    C = check_count(num_chains, "num_chains")
     tokens = target.template.expand(C, -1).clone()
     ordinary = target.ordinary_mask
     if method == "uniform":
@@ -565,7 +572,7 @@ def geometric_annealing(start: float, end: float, num_steps: int) -> Callable[[i
     """Temperature schedule ``step -> T`` from ``start`` to ``end`` geometrically over ``num_steps``
     steps, then constant (Goyal et al. 2021, section 7: anneal towards the mode)."""
     start, end = _positive(start, "start"), _positive(end, "end")
-    n = _check_positive_int(num_steps, "num_steps")
+    n = check_count(num_steps, "num_steps")
 
     def schedule(step: int) -> float:
         frac = min(step, n) / n

@@ -33,7 +33,7 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from ..models.distribution import MaskedLMDistribution
-from .kernels import ConstrainedTarget, fill_template
+from .kernels import ConstrainedTarget, check_count, check_init, fill_template
 from .runner import STAT_NAMES, Run, check_seed, make_kernel
 
 __all__ = ["MLMKernel", "run_from_mcmc"]
@@ -95,13 +95,9 @@ class MLMKernel(MCMCKernel):
         self.model = model
         self.kernel_name = kernel
         self.kernel_options = kernel_options
-        if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
-            raise ValueError(f"num_chains must be an integer >= 1, got {num_chains!r}")
-        self.num_chains = num_chains
+        self.num_chains = check_count(num_chains, "num_chains")
         self.seed = check_seed(seed)
-        if init not in ("sample", "greedy", "uniform"):
-            raise ValueError(f"unknown init {init!r}; choose 'sample', 'greedy' or 'uniform'")
-        self.init = init
+        self.init = check_init(init)
         self.transforms: dict = {}  # or MCMC re-runs setup() after sampling to find transforms
         self._chains: list[dict[str, list[Tensor]]] = []
         self._initials: list[Tensor] = []

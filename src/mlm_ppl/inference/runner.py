@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from .kernels import MaskPredict, MetropolisHastings, PseudoGibbs, fill_template
+from .kernels import MaskPredict, MetropolisHastings, PseudoGibbs, check_count, fill_template
 
 __all__ = ["Run", "Checkpoint", "run_chains", "sample", "make_kernel", "check_seed", "KERNELS", "draw_from_distribution"]
 
@@ -53,12 +53,6 @@ def check_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
     return seed
-
-
-def _check_count(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def make_kernel(name: str, target, **options):
@@ -122,10 +116,10 @@ def run_chains(
     resume : Checkpoint, optional
         Continue from a checkpoint of the same run: the result equals the uninterrupted run.
     """
-    C = _check_count(num_chains, "num_chains", 1)
-    D = _check_count(num_samples, "num_samples", 1)
-    W = _check_count(warmup_steps, "warmup_steps", 0)
-    thin = _check_count(thin, "thin", 1)
+    C = check_count(num_chains, "num_chains", 1)
+    D = check_count(num_samples, "num_samples", 1)
+    W = check_count(warmup_steps, "warmup_steps", 0)
+    thin = check_count(thin, "thin", 1)
     gen = torch.Generator().manual_seed(check_seed(seed))
     target = kernel.target
     L = target.template.numel()
@@ -226,7 +220,7 @@ def draw_from_distribution(
     """
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()).item())
-    steps = 20 * dist.num_free if num_steps is None else _check_count(num_steps, "num_steps", 1)
+    steps = 20 * dist.num_free if num_steps is None else check_count(num_steps, "num_steps", 1)
     kernel = MetropolisHastings(dist, **mh_options)
     return run_chains(kernel, n, 1, warmup_steps=steps - 1, seed=seed, init=init).tokens[:, 0]
 
