@@ -18,7 +18,7 @@ import torch
 from pyro.distributions import TorchDistribution, constraints
 from torch import Tensor
 
-from .energy import check_energy
+from .energy import check_energy, token_scores
 from .masked_lm import MaskedLM
 
 __all__ = ["Evaluation", "MaskedLMDistribution"]
@@ -151,20 +151,14 @@ class MaskedLMDistribution(TorchDistribution):
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """Energies and free-position conditionals of complete states ``(N, L)``, one batched pass."""
         N = tokens.shape[0]
-        F, V = self.num_free, self.mlm.vocab_size
         enc = self.mlm.encoding_from_ids(tokens)
-        rows, query = enc.scorable.nonzero(as_tuple=True)  # (M,), (M,)
-        masks = torch.zeros((rows.numel(), enc.input_ids.shape[1]), dtype=torch.bool)  # (M, L)
-        masks[torch.arange(rows.numel()), query] = True
-        logits = self.mlm._masked_reduce(enc, rows, masks, query, lambda lg, tgt: lg)  # (M, V)
-        target = enc.input_ids[rows, query]  # (M,)
-        picked = logits.gather(-1, target[:, None])[:, 0]
-        if self.energy == "norm":
-            picked = picked - torch.logsumexp(logits, -1)
+        cond = self.mlm.masked_log_probs(enc)  # every scorable position, rows ordered by (n, position)
+        rows, query = cond.batch_index, cond.position  # (M,), (M,)
+        scores = token_scores(cond.logits, enc.input_ids[rows, query])  # (M, 2): logit, log-prob
+        picked = scores[:, 1] if self.energy == "norm" else scores[:, 0]
         energy = torch.zeros(N).index_add_(0, rows, -picked)  # (N,)
-        is_free = self.free[query]  # (M,)
-        cond = logits[is_free].reshape(N, F, V)  # rows are ordered by (n, position)
-        return Evaluation(energy, torch.zeros(N), cond)
+        free_logits = cond.logits[self.free[query]].reshape(N, self.num_free, self.mlm.vocab_size)
+        return Evaluation(energy, torch.zeros(N), free_logits)
 
     @property
     def ordinary_mask(self) -> Tensor:

@@ -37,6 +37,15 @@ def check_energy(energy: str) -> str:
     return energy
 
 
+def token_scores(logits: Tensor, targets: Tensor) -> Tensor:
+    """``(n, 2)``: the logit and the log-probability of ``targets`` (n,) under ``logits`` (n, V).
+
+    The negated columns are the ``E_raw`` and ``E_norm`` terms of those tokens.
+    """
+    logit = logits.gather(-1, targets[:, None])[:, 0]
+    return torch.stack([logit, logit - torch.logsumexp(logits, dim=-1)], dim=-1)
+
+
 @dataclass(frozen=True)
 class EnergyTerms:
     """Per-position energy terms of a batch; both energies from one set of forward passes.
@@ -112,11 +121,7 @@ def energy_terms(
         right = torch.arange(T)[None, :] >= query[:, None]
         masks |= same_word & right
 
-    def reduce(logits: Tensor, targets: Tensor) -> Tensor:  # (n, V), (n,) -> (n, 2)
-        logit = logits.gather(-1, targets[:, None])[:, 0]
-        return torch.stack([logit, logit - torch.logsumexp(logits, dim=-1)], dim=-1)
-
-    out = mlm._masked_reduce(enc, rows, masks, query, reduce, progress=progress)  # (N, 2)
+    out = mlm._masked_reduce(enc, rows, masks, query, token_scores, progress=progress)  # (N, 2)
     raw = torch.zeros(enc.input_ids.shape, dtype=torch.float32)
     norm = torch.zeros_like(raw)
     raw[rows, query] = -out[:, 0]
