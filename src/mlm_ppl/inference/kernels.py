@@ -199,6 +199,17 @@ def _all_blocks(scan: str, num_free: int, block_size: int) -> list[tuple[float, 
     ]
 
 
+def _block_moves(target, states: Tensor, pos: Tensor, logq: Tensor, index):
+    """Every proposal for a block: for each combination of ordinary tokens ``y`` at positions
+    ``pos`` (S, b), the float64 ``log q(y)`` (S,) under ``logq`` (S, b, V) and the row of the
+    state it leads to (S,). Used by the kernels' exact transition matrices."""
+    S = states.shape[0]
+    ordinary = target.ordinary_mask.nonzero().flatten().tolist()
+    for combo in itertools.product(ordinary, repeat=pos.shape[1]):
+        y = torch.tensor(combo).expand(S, -1)
+        yield logq.gather(-1, y[..., None]).sum((-1, -2)).double(), index(states.scatter(1, pos, y))
+
+
 # ---------------------------------------------------------------------- Metropolis-Hastings
 class MHState(NamedTuple):
     """State of C Metropolis-Hastings chains.
@@ -369,12 +380,8 @@ class MetropolisHastings:
         log_rev = logq.gather(-1, old[..., None]).sum((-1, -2)).double()
         P = torch.zeros((S, S), dtype=torch.float64)
         rows = torch.arange(S)
-        ordinary = self.target.ordinary_mask.nonzero().flatten().tolist()
-        for combo in itertools.product(ordinary, repeat=len(sites)):
-            y = torch.tensor(combo).expand(S, -1)
-            log_fwd = logq.gather(-1, y[..., None]).sum((-1, -2)).double()
+        for log_fwd, dest in _block_moves(self.target, states, pos, logq, index):
             q = log_fwd.exp()
-            dest = index(states.scatter(1, pos, y))
             ratio = lp[dest] - lp + log_rev - log_fwd
             a = torch.nan_to_num(ratio.clamp(max=0).exp(), nan=0.0)
             a = torch.where(dest == rows, torch.ones_like(a), a)
@@ -485,11 +492,8 @@ class PseudoGibbs:
         logq = self._proposal(self._site_logits(states, site_t), self.burnin)
         P = torch.zeros((S, S), dtype=torch.float64)
         rows = torch.arange(S)
-        ordinary = self.target.ordinary_mask.nonzero().flatten().tolist()
-        for combo in itertools.product(ordinary, repeat=len(sites)):
-            y = torch.tensor(combo).expand(S, -1)
-            q = logq.gather(-1, y[..., None]).sum((-1, -2)).double().exp()
-            P.index_put_((rows, index(states.scatter(1, pos, y))), q, accumulate=True)
+        for log_fwd, dest in _block_moves(self.target, states, pos, logq, index):
+            P.index_put_((rows, dest), log_fwd.exp(), accumulate=True)
         return P
 
 
