@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..models.distribution import MaskedLMDistribution
 from .kernels import ConstrainedTarget, check_count, check_init, fill_template
-from .runner import STAT_NAMES, Run, check_seed, make_kernel
+from .runner import STAT_NAMES, Run, check_seed, make_kernel, target_attrs
 
 __all__ = ["MLMKernel", "run_from_mcmc"]
 
@@ -251,10 +251,7 @@ def run_from_mcmc(mcmc, kernel: MLMKernel) -> Run:
         num_samples=D,
         warmup_steps=int(mcmc.warmup_steps),
         seed=kernel.seed,
-        energy=getattr(target, "energy", None),
-        temperature=getattr(target, "temperature", None),
-        template=target.template.tolist(),
-        free_positions=target.free_positions.tolist(),
+        **target_attrs(target),
         model=getattr(getattr(target, "mlm", None), "name", None),
     )
     initial = torch.cat(kernel._initials[-P:])

@@ -48,6 +48,16 @@ class Run:
         return int(self.tokens.shape[1])
 
 
+def target_attrs(target) -> dict[str, Any]:
+    """What a run records about its target: energy, temperature, template, free positions."""
+    return dict(
+        energy=getattr(target, "energy", None),
+        temperature=getattr(target, "temperature", None),
+        template=target.template.tolist(),
+        free_positions=target.free_positions.tolist(),
+    )
+
+
 def check_seed(seed) -> int:
     """Seeds are plain ints (not bools, floats or None)."""
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -196,10 +206,7 @@ def run_chains(
         warmup_steps=W,
         thin=thin,
         seed=seed,
-        energy=getattr(target, "energy", None),
-        temperature=getattr(target, "temperature", None),
-        template=target.template.tolist(),
-        free_positions=target.free_positions.tolist(),
+        **target_attrs(target),
     )
     return Run(draws, {k: torch.stack(v, dim=1) for k, v in stats.items()}, attrs, initial)
 
