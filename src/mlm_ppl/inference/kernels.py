@@ -338,24 +338,19 @@ class MetropolisHastings:
         proposed = tokens.scatter(1, pos, new)
         changed = (new != old).any(-1)  # (C,) a proposal equal to the state is a no-op: no forward
 
-        energy, factor, cond = state.energy.clone(), state.log_factor.clone(), state.cond_logits.clone()
+        lp_old = self.log_density(state.energy, state.log_factor, state.step)
+        lp_new = lp_old.clone()
         if changed.any():
             ev = self.target.evaluate(proposed[changed])
-            energy[changed], factor[changed], cond[changed] = ev.energy, ev.log_factor, ev.cond_logits
-        lp_old = self.log_density(state.energy, state.log_factor, state.step)
-        lp_new = self.log_density(energy, factor, state.step)
+            lp_new[changed] = self.log_density(ev.energy, ev.log_factor, state.step)
         log_ratio = torch.where(changed, lp_new - lp_old + log_rev - log_fwd, torch.zeros(C))
         accepted = accept(log_ratio, generator)
         take = accepted & changed
-        t = take[:, None]
-        new_state = MHState(
-            torch.where(t, proposed, tokens),
-            torch.where(take, energy, state.energy),
-            torch.where(take, factor, state.log_factor),
-            torch.where(take[:, None, None], cond, state.cond_logits),
-            state.step + 1,
-            order,
-        )
+        energy, factor, cond = state.energy.clone(), state.log_factor.clone(), state.cond_logits.clone()
+        if take.any():
+            kept = take[changed]  # which evaluated proposals were accepted
+            energy[take], factor[take], cond[take] = ev.energy[kept], ev.log_factor[kept], ev.cond_logits[kept]
+        new_state = MHState(torch.where(take[:, None], proposed, tokens), energy, factor, cond, state.step + 1, order)
         info = MHInfo(
             lp=self.log_density(new_state.energy, new_state.log_factor),
             is_accepted=accepted,
