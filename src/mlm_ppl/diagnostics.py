@@ -267,9 +267,9 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
     ax.legend(fontsize="small")
     paths.append(_save(fig, out_dir, "acceptance.png"))
     tokens = idata.posterior["tokens"].values  # (C, D, L)
-    free = idata.attrs.get("free_positions")
+    free = _attr_list(idata.attrs, "free_positions")
     if free is not None:
-        positions = np.asarray(json.loads(free) if isinstance(free, str) else free)
+        positions = np.asarray(free)
     else:  # the positions that vary, or all
         varying = np.nonzero((tokens != tokens[:1, :1, :]).any(axis=(0, 1)))[0]
         positions = varying if len(varying) else np.arange(tokens.shape[-1])
@@ -278,7 +278,7 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
     fig, ax = plt.subplots(figsize=(max(5, 0.35 * len(positions) + 2), max(3, 0.3 * len(vocab_ids) + 1)))
     im = ax.imshow(freq, aspect="auto", cmap="viridis", vmin=0, vmax=1)
     ax.set_xticks(range(len(positions)), [str(p) for p in positions], fontsize="small")
-    vocab = list(mlm.vocab) if mlm is not None else json.loads(idata.attrs.get("vocab", "null")) or None
+    vocab = list(mlm.vocab) if mlm is not None else _attr_list(idata.attrs, "vocab")
     labels = [vocab[v] if vocab is not None else str(v) for v in vocab_ids]
     ax.set_yticks(range(len(vocab_ids)), labels, fontsize="small")
     ax.set(xlabel="token position (sampled positions)", ylabel="token", title="Token frequency over all draws")
@@ -298,14 +298,20 @@ def _save(fig, out_dir: str, name: str) -> str:
     return path
 
 
+def _attr_list(attrs: Mapping, name: str) -> list | None:
+    """A list attribute, stored as a list in a Run and as JSON text in InferenceData."""
+    value = attrs.get(name)
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def _free_mask(run: "Run") -> Tensor:
     """``(L,)`` bool: the sampled positions (all positions if the run does not say)."""
     L = run.tokens.shape[-1]
-    free = run.attrs.get("free_positions")
+    free = _attr_list(run.attrs, "free_positions")
     mask = torch.zeros(L, dtype=torch.bool)
     if free is None:
         return ~mask
-    mask[torch.as_tensor(json.loads(free) if isinstance(free, str) else free, dtype=torch.long)] = True
+    mask[torch.as_tensor(free, dtype=torch.long)] = True
     return mask
 
 
