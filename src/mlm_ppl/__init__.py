@@ -12,8 +12,13 @@ from .models import (
     EnergyTerms,
     MaskedConditionals,
     MaskedLM,
+    PAIR_METHODS,
     MaskedLMDistribution,
+    PairConditionals,
+    PairJoint,
+    derive_pair_joint,
     energy_terms,
+    pair_conditionals,
     load_mlm,
 )
 
@@ -38,6 +43,12 @@ __all__ = [
     "to_inference_data",
     "summary",
     "plot_diagnostics",
+    # explicit pair joints (Torroba Hennigen & Kim 2023)
+    "derive_pair_joint",
+    "pair_conditionals",
+    "PairConditionals",
+    "PairJoint",
+    "PAIR_METHODS",
     # energies
     "EnergyTerms",
     "energy_terms",

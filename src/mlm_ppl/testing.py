@@ -36,6 +36,8 @@ __all__ = [
     "save_tiny",
     "TableTarget",
     "goyal_counterexample",
+    "table_from_joint",
+    "table_pair_conditionals",
 ]
 
 TEXT_WORDS = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat", "and", "big", "red", "runs", "jumped")
@@ -219,6 +221,53 @@ class TableTarget:
         cond = torch.stack([self._logits(tokens, p) for p in range(self.num_free)], dim=1)  # (N, F, V)
         logp = torch.log_softmax(cond, -1).gather(-1, tokens[:, :, None])[..., 0]
         return Evaluation(-logp.sum(-1), torch.zeros(tokens.shape[0]), cond)
+
+
+def table_from_joint(joint) -> TableTarget:
+    """A two-token :class:`TableTarget` whose conditionals are those of ``joint`` ``(K, K)``
+    (``joint[i, j] = p(x_1 = i, x_2 = j)``, all entries > 0): compatible conditionals."""
+    p = torch.as_tensor(joint, dtype=torch.float64)
+    if p.dim() != 2 or p.shape[0] != p.shape[1] or not bool((p > 0).all()):
+        raise ValueError("joint must be a square matrix of positive probabilities")
+    p = p / p.sum()
+    given_2 = p / p.sum(0, keepdim=True)  # p(x1 | x2), columns
+    given_1 = p / p.sum(1, keepdim=True)  # p(x2 | x1), rows
+
+    def conditional(tokens, position):
+        if position == 0:
+            return given_2[:, tokens[:, 1]].T
+        return given_1[tokens[:, 0]]
+
+    return TableTarget(conditional, length=2, num_tokens=p.shape[0])
+
+
+def table_pair_conditionals(target: TableTarget, observed: tuple[int, int] = (0, 0), marginals=None):
+    """:class:`~mlm_ppl.models.pairs.PairConditionals` of a two-token :class:`TableTarget`.
+
+    ``P_a(x_a | x_b)`` and ``P_b(x_b | x_a)`` come from ``target.conditional`` (the logits are
+    the log-probabilities). A table has no reads with both positions masked: the marginals are
+    uniform unless ``marginals`` ``(p_a, p_b)`` gives them.
+    """
+    from .models.pairs import PairConditionals
+
+    K = target.mask_id
+    if target.template.numel() != 2:
+        raise ValueError("table_pair_conditionals needs a two-token TableTarget")
+    values = torch.arange(K)
+    masked = torch.full((K,), K)
+    given_b = torch.as_tensor(target.conditional(torch.stack([masked, values], 1), 0), dtype=torch.float64)  # (K_b, K_a)
+    given_a = torch.as_tensor(target.conditional(torch.stack([values, masked], 1), 1), dtype=torch.float64)  # (K_a, K_b)
+    logits_a, logits_b = given_b.T.log(), given_a.log()
+    if marginals is None:
+        marg_a = marg_b = torch.zeros(K, dtype=torch.float64)
+    else:
+        marg_a, marg_b = (torch.as_tensor(m, dtype=torch.float64).log() for m in marginals)
+    i, j = observed
+    return PairConditionals(
+        positions=(0, 1), candidates_a=values, candidates_b=values, logits_a=logits_a, logits_b=logits_b,
+        marginal_a=marg_a, marginal_b=marg_b, single_a=logits_a[:, j], single_b=logits_b[i],
+        observed=(int(i), int(j)),
+    )
 
 
 def goyal_counterexample() -> TableTarget:

@@ -352,13 +352,39 @@ class MaskedLM:
             ``(N, k, V)`` float32: row ``n``, slot ``j`` is the MLM's prediction at
             ``positions[n, j]`` given ``input_ids[n]`` with all of ``positions[n]`` masked.
         """
-        enc = self.encoding_from_ids(input_ids)
         pos = torch.as_tensor(positions, dtype=torch.long).cpu()
-        N = len(enc)
-        masks = torch.zeros(enc.input_ids.shape, dtype=torch.bool)
+        masks = torch.zeros(torch.as_tensor(input_ids).shape, dtype=torch.bool)
         masks.scatter_(1, pos, True)
-        rows = torch.arange(N)
-        out = self._masked_reduce(enc, rows, masks, pos, lambda lg, tgt: lg, progress=progress)
+        return self.masked_logits(input_ids, masks, pos, progress=progress)
+
+    def masked_logits(self, input_ids: Tensor, masks: Tensor, positions: Tensor, *, progress: bool = False) -> Tensor:
+        """Logits at chosen positions of copies with chosen positions masked.
+
+        Parameters
+        ----------
+        input_ids : Tensor
+            ``(N, L)`` complete token ids.
+        masks : Tensor
+            ``(N, L)`` bool, the positions of each row replaced by the mask token.
+        positions : Tensor
+            ``(N, k)`` long, the positions of each row to read (masked or not).
+
+        Returns
+        -------
+        Tensor
+            ``(N, k, V)`` float32 logits; the copies go through the model in chunks sized
+            by ``memory_budget_mb``, and the LM head runs only at the read positions.
+        """
+        enc = self.encoding_from_ids(input_ids)
+        masks = torch.as_tensor(masks, dtype=torch.bool).cpu()
+        pos = torch.as_tensor(positions, dtype=torch.long).cpu()
+        if masks.shape != enc.input_ids.shape or pos.dim() != 2 or pos.shape[0] != len(enc):
+            raise ValueError(
+                f"masks must have the shape of input_ids {tuple(enc.input_ids.shape)} and positions (N, k); "
+                f"got masks {tuple(masks.shape)}, positions {tuple(pos.shape)}"
+            )
+        N = len(enc)
+        out = self._masked_reduce(enc, torch.arange(N), masks, pos, lambda lg, tgt: lg, progress=progress)
         return out.reshape(N, pos.shape[1], self.vocab_size)
 
     # ------------------------------------------------------------------ conditionals

@@ -1,0 +1,303 @@
+"""Metrics of joints over two positions, as in Torroba Hennigen & Kim (2023), section 4.
+
+For a pair of positions ``(a, b)`` of a held-out sequence with observed tokens
+``(w_a, w_b)`` and a derived joint ``q``:
+
+``pair_nll``     ``-log q(w_a, w_b) / 2``; the pairwise perplexity (P-PPL) is ``exp`` of its
+                 mean over pairs.
+``unary_nll``    ``-(log q(w_a | w_b) + log q(w_b | w_a)) / 2``; the unary perplexity (U-PPL)
+                 is ``exp`` of its mean. For the MLM itself (method ``"mlm"``) the same with
+                 the MLM's conditionals ``P_a``, ``P_b``: the baseline.
+``kl_fwd_*``     ``KL(P || q)`` from the MLM's conditionals to the joint's,
+``kl_rev_*``     ``KL(q || P)``, and
+``jsd_*``        the Jensen-Shannon divergence, each averaged over the two positions;
+                 ``*_gold`` conditions on the observed token of the other position,
+                 ``*_all`` averages uniformly over every conditioning value (``K_b`` + ``K_a``).
+``compatibility`` Arnold & Press's score of the MLM's two conditional families: 0 when they
+                 are the conditionals of one joint, positive otherwise (method ``"mlm"``).
+
+All divergences are in nats, over the candidate support of the pair.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from ..models.pairs import PAIR_METHODS, PIVOTS, PairConditionals, PairJoint, pair_conditionals
+
+__all__ = [
+    "PAIR_KINDS",
+    "PAIR_METRICS",
+    "ROW_FIELDS",
+    "kl_divergence",
+    "js_divergence",
+    "compatibility_score",
+    "pair_metrics",
+    "mlm_pair_metrics",
+    "parse_methods",
+    "draw_pairs",
+    "evaluate_pairs",
+    "summarize_pairs",
+    "format_summary",
+    "plot_pairs",
+]
+
+PAIR_KINDS = ("contiguous", "random")
+_DIVERGENCES = ("kl_fwd", "kl_rev", "jsd")
+#: Metrics in the summary table, in order.
+PAIR_METRICS = (
+    "pair_ppl", "unary_ppl",
+    *(f"{d}_gold" for d in _DIVERGENCES), *(f"{d}_all" for d in _DIVERGENCES),
+    "compatibility",
+)
+#: Columns of the per-pair CSV (one row per pair and method, plus the ``mlm`` baseline row).
+ROW_FIELDS = (
+    "pair", "sequence", "a", "b", "token_a", "token_b", "method",
+    "pair_nll", "unary_nll", *PAIR_METRICS[2:], "converged", "iterations", "copies", "seconds",
+)
+
+
+# ---------------------------------------------------------------------- divergences
+def kl_divergence(log_p: Tensor, log_q: Tensor, dim: int = -1) -> Tensor:
+    """``KL(p || q) = sum p (log p - log q)`` along ``dim`` (``0 log 0 = 0``)."""
+    p = log_p.exp()
+    return torch.where(p > 0, p * (log_p - log_q), torch.zeros_like(p)).sum(dim)
+
+
+def js_divergence(log_p: Tensor, log_q: Tensor, dim: int = -1) -> Tensor:
+    """Jensen-Shannon divergence ``(KL(p || m) + KL(q || m)) / 2``, ``m = (p + q) / 2``."""
+    log_m = torch.logaddexp(log_p, log_q) - math.log(2.0)
+    return 0.5 * (kl_divergence(log_p, log_m, dim) + kl_divergence(log_q, log_m, dim))
+
+
+def compatibility_score(log_cond_a: Tensor, log_cond_b: Tensor) -> Tensor:
+    """Arnold & Press (1989) incompatibility of two conditional families, as in the paper.
+
+    ``A = P(x_a | x_b)`` (columns sum to 1) and ``B = P(x_b | x_a)`` (rows sum to 1) are
+    compatible iff ``C = A / B`` factorises as ``u_i v_j``. The score is the mean over cells of
+    ``(log C_ij + log C_.. - log C_i. - log C_.j)^2``: zero for compatible families.
+    """
+    log_c = log_cond_a - log_cond_b
+    total = torch.logsumexp(log_c.reshape(-1), 0)
+    rows = torch.logsumexp(log_c, 1, keepdim=True)
+    cols = torch.logsumexp(log_c, 0, keepdim=True)
+    return ((log_c + total - rows - cols) ** 2).mean()
+
+
+def _divergences(log_p_a, log_q_a, log_p_b, log_q_b, i: int, j: int) -> dict[str, float]:
+    """Gold and all-values averages of the three divergences between two conditional families."""
+    out = {}
+    for name, fn, swap in (("kl_fwd", kl_divergence, False), ("kl_rev", kl_divergence, True), ("jsd", js_divergence, False)):
+        pa, qa, pb, qb = (log_q_a, log_p_a, log_q_b, log_p_b) if swap else (log_p_a, log_q_a, log_p_b, log_q_b)
+        da = fn(pa, qa, 0)  # (K_b,): one per conditioning value of b
+        db = fn(pb, qb, 1)  # (K_a,)
+        out[f"{name}_gold"] = float((da[j] + db[i]) / 2)
+        out[f"{name}_all"] = float(torch.cat([da, db]).mean())
+    return out
+
+
+def _gold(cond: PairConditionals) -> tuple[int, int]:
+    gold = cond.observed_index
+    if gold is None:
+        raise ValueError(
+            f"the observed tokens {cond.observed} are not both in the support; metrics need them "
+            "(use support=None or an int K, which always include them)"
+        )
+    return gold
+
+
+def pair_metrics(joint: PairJoint, cond: PairConditionals) -> dict[str, float]:
+    """Perplexity terms and faithfulness of ``joint`` to the MLM conditionals ``cond``."""
+    if not (torch.equal(joint.candidates_a, cond.candidates_a) and torch.equal(joint.candidates_b, cond.candidates_b)):
+        raise ValueError("the joint and the conditionals have different candidate supports")
+    i, j = _gold(cond)
+    out = {
+        "pair_nll": float(-joint.log_joint[i, j] / 2),
+        "unary_nll": float(-(joint.log_cond_a[i, j] + joint.log_cond_b[i, j]) / 2),
+    }
+    out.update(_divergences(cond.log_cond_a, joint.log_cond_a, cond.log_cond_b, joint.log_cond_b, i, j))
+    return out
+
+
+def mlm_pair_metrics(cond: PairConditionals) -> dict[str, float]:
+    """The MLM baseline: unary NLL of its own conditionals and their compatibility score."""
+    i, j = _gold(cond)
+    la, lb = cond.log_cond_a, cond.log_cond_b
+    return {
+        "unary_nll": float(-(la[i, j] + lb[i, j]) / 2),
+        "compatibility": float(compatibility_score(la, lb)),
+    }
+
+
+# ---------------------------------------------------------------------- the evaluation
+def parse_methods(spec: str | Sequence[str]) -> list[tuple[str, str, dict]]:
+    """``"naive,mrf,hcb:one,ag"`` -> ``[(label, method, options), ...]``.
+
+    ``hcb`` takes its pivot after a colon (``hcb:both``, the default, or ``hcb:one``).
+    """
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[tuple[str, str, dict]] = []
+    for item in (s.strip() for s in items):
+        method, _, pivot = item.partition(":")
+        if method not in PAIR_METHODS:
+            raise ValueError(f"unknown method {item!r}; choose from {', '.join(PAIR_METHODS)} (hcb:one, hcb:both)")
+        if pivot and (method != "hcb" or pivot not in PIVOTS):
+            raise ValueError(f"{item!r}: only hcb takes a pivot, one of {PIVOTS}")
+        label = item if pivot else method
+        if any(label == seen for seen, _, _ in out):
+            raise ValueError(f"method {label!r} is listed twice")
+        out.append((label, method, {"pivot": pivot} if pivot else {}))
+    if not out:
+        raise ValueError("give at least one method")
+    return out
+
+
+def draw_pairs(mlm, sequences: Sequence[str], kind: str, n: int, seed: int) -> list[tuple[int, int, int]]:
+    """``n`` seeded pairs ``(sequence_index, a, b)``, cycling through the sequences in order.
+
+    ``kind="contiguous"``: ``b = a + 1``; ``"random"``: two distinct positions, ``a < b``.
+    Positions are token positions of the encoded sequences (``[CLS]`` is 0), ordinary tokens only.
+    """
+    if kind not in PAIR_KINDS:
+        raise ValueError(f"pairs must be one of {PAIR_KINDS}, got {kind!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if not sequences:
+        raise ValueError("no sequences to draw pairs from")
+    enc = mlm.encode(list(sequences))  # validates every sequence first
+    choices = []
+    for s in range(len(enc)):
+        pos = enc.scorable[s].nonzero().flatten().tolist()
+        if kind == "contiguous":
+            pos = [t for t in pos if enc.scorable[s, t + 1 : t + 2].any()] if pos else []
+        if (kind == "contiguous" and not pos) or (kind == "random" and len(pos) < 2):
+            raise ValueError(f"sequence {s} has fewer than two ordinary tokens; cannot draw a pair from it")
+        choices.append(pos)
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        s = k % len(choices)
+        if kind == "contiguous":
+            a = rng.choice(choices[s])
+            out.append((s, a, a + 1))
+        else:
+            a, b = sorted(rng.sample(choices[s], 2))
+            out.append((s, a, b))
+    return out
+
+
+def evaluate_pairs(
+    mlm,
+    sequences: Sequence[str],
+    pairs: Sequence[tuple[int, int, int]],
+    methods: str | Sequence[str],
+    *,
+    support: int | None = None,
+    skip: frozenset[int] | set[int] = frozenset(),
+) -> Iterator[list[dict]]:
+    """Evaluate every method on every pair; yield the rows of one pair at a time.
+
+    Each pair's conditionals are read once (:func:`mlm_ppl.models.pairs.pair_conditionals`)
+    and shared by all methods. The first row of each pair is the ``mlm`` baseline. Pairs whose
+    index is in ``skip`` (already done) are not computed.
+    """
+    parsed = parse_methods(methods)
+    for k, (s, a, b) in enumerate(pairs):
+        if k in skip:
+            continue
+        t0 = time.perf_counter()
+        cond = pair_conditionals(mlm, sequences[s], a, b, support=support)
+        seconds = time.perf_counter() - t0
+        tok_a, tok_b = mlm.tokenizer.convert_ids_to_tokens(list(cond.observed))
+        base = {"pair": k, "sequence": s, "a": a, "b": b, "token_a": tok_a, "token_b": tok_b}
+        rows = [{**base, "method": "mlm", **mlm_pair_metrics(cond), "copies": cond.copies, "seconds": seconds}]
+        for label, method, options in parsed:
+            joint = cond.joint(method, **options)
+            rows.append({**base, "method": label, **pair_metrics(joint, cond),
+                         "converged": joint.converged, "iterations": joint.iterations})
+        yield rows
+
+
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, float("nan")
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def summarize_pairs(rows: Sequence[dict]) -> list[dict]:
+    """Mean and standard error of every metric per method, over pairs.
+
+    Perplexities are ``exp(mean NLL)``, with the delta-method standard error
+    ``PPL * SE(NLL)``. Returns rows ``{method, metric, mean, se, n}`` in method order of
+    first appearance.
+    """
+    methods: list[str] = []
+    for r in rows:
+        if r["method"] not in methods:
+            methods.append(r["method"])
+    out = []
+    for m in methods:
+        mine = [r for r in rows if r["method"] == m]
+        for metric in PAIR_METRICS:
+            column = {"pair_ppl": "pair_nll", "unary_ppl": "unary_nll"}.get(metric, metric)
+            values = [float(r[column]) for r in mine if r.get(column) not in (None, "") and not math.isnan(float(r[column]))]
+            if not values:
+                continue
+            mean, se = _mean_se(values)
+            if column != metric:
+                mean, se = math.exp(mean), math.exp(mean) * se
+            out.append({"method": m, "metric": metric, "mean": mean, "se": se, "n": len(values)})
+    return out
+
+
+def format_summary(summary: Sequence[dict]) -> str:
+    """A plain-text table: methods as rows, metrics as columns, ``mean ± se``."""
+    methods = list(dict.fromkeys(r["method"] for r in summary))
+    metrics = [m for m in PAIR_METRICS if any(r["metric"] == m for r in summary)]
+    cell = {(r["method"], r["metric"]): f"{r['mean']:.4g} ± {r['se']:.2g}" for r in summary}
+    header = ["method", *metrics]
+    table = [header] + [[m, *(cell.get((m, x), "-") for x in metrics)] for m in methods]
+    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table)
+
+
+def plot_pairs(summary: Sequence[dict], path: str, *, title: str = "") -> str:
+    """Bar charts (mean ± standard error) of every metric per method; writes a PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [m for m in PAIR_METRICS if any(r["metric"] == m for r in summary)]
+    methods = list(dict.fromkeys(r["method"] for r in summary))
+    cols = 3
+    rows_n = math.ceil(len(metrics) / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.0 * rows_n), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, metric in zip(axes.flat, metrics):
+        here = [r for r in summary if r["metric"] == metric]
+        names = [r["method"] for r in here]
+        ax.bar(range(len(here)), [r["mean"] for r in here], yerr=[0 if math.isnan(r["se"]) else r["se"] for r in here],
+               color=[colours[methods.index(n) % len(colours)] for n in names], capsize=3)
+        ax.set_xticks(range(len(here)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(metric, fontsize=9)
+        if metric.endswith("ppl"):
+            low = min(r["mean"] - (0 if math.isnan(r["se"]) else r["se"]) for r in here)
+            ax.set_ylim(bottom=max(0.0, 0.9 * low))
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
