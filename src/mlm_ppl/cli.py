@@ -4,11 +4,13 @@
 ``mlm-ppl diagnose``   print the summary of a run and redraw its plots.
 ``mlm-ppl score``      energies of sequences read from a file or stdin, TSV out.
 ``mlm-ppl germlines``  score real germline genes against shuffled controls.
+``mlm-ppl pairs``      derived pair joints (naive, MRF, MRF-logit, HCB, AG) evaluated on held-out pairs.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -100,6 +102,29 @@ def build_parser() -> argparse.ArgumentParser:
     germ.add_argument("--chain", default="H", help="H, K or L")
     germ.add_argument("--n", type=int, default=12, help="number of genes (default 12; 0 for all)")
     germ.add_argument("--seed", type=int, default=0, help="seed of the shuffles")
+
+    prs = sub.add_parser(
+        "pairs",
+        help="explicit joints over two positions derived from the MLM, evaluated on real pairs",
+        description="For N pairs of positions drawn from real sequences, derive each joint (Torroba Hennigen "
+        "& Kim 2023) from the MLM's conditionals and report pairwise and unary perplexity, KL/JSD to the "
+        "MLM's conditionals and the compatibility score (mean and standard error). Writes config.json, "
+        "pairs.csv (one row per pair and method, appended as it goes), summary.csv, summary.txt and "
+        "pairs.png. Rerunning the same command continues an interrupted run.",
+    )
+    model_args(prs)
+    prs.add_argument("--data", default="germlines:human:H",
+                     help="a text file with one sequence per line, or germlines:SPECIES:CHAIN[:SEGMENT] "
+                     "(anarci; default germlines:human:H, the human heavy V genes)")
+    prs.add_argument("--pairs", choices=("contiguous", "random"), default="contiguous")
+    prs.add_argument("--n", type=int, default=200, help="number of pairs (default 200), cycling through the sequences")
+    prs.add_argument("--methods", default="naive,mrf,mrf_logit,hcb,ag",
+                     help="comma-separated: naive, mrf, mrf_logit, hcb (= hcb:both), hcb:one, ag")
+    prs.add_argument("--support", type=int, default=None,
+                     help="K candidates per position as in the paper (default: every ordinary token)")
+    prs.add_argument("--seed", type=int, default=0, help="seed of the pair positions")
+    prs.add_argument("--out", default=None, help="output directory (default runs/pairs_<pairs>)")
+    prs.add_argument("--overwrite", action="store_true", help="replace an existing directory with other settings")
     return parser
 
 
@@ -114,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _sample(args, sys.stdout)
         if args.command == "diagnose":
             return _diagnose(args, sys.stdout)
+        if args.command == "pairs":
+            return _pairs(args, sys.stdout)
         return _germlines(args, sys.stdout)
     except (ValueError, TypeError, ModuleNotFoundError, FileNotFoundError) as err:
         print(f"mlm-ppl {args.command}: error: {err}", file=sys.stderr)
@@ -344,3 +371,131 @@ def _diagnose(args, out: TextIO) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+
+
+# ---------------------------------------------------------------------- pairs
+_PAIRS_FORMAT = "mlm-ppl-pairs-1"
+
+
+def _pair_data(source: str) -> tuple[list[str], list[str]]:
+    """Names and sequences of ``--data``: a file, or ``germlines:SPECIES:CHAIN[:SEGMENT]``."""
+    if source.startswith("germlines:"):
+        from .data import germline_sequences
+
+        parts = source.split(":")[1:]
+        if not 2 <= len(parts) <= 3:
+            raise ValueError(f"--data {source!r}: write germlines:SPECIES:CHAIN[:SEGMENT], e.g. germlines:human:H")
+        genes = germline_sequences(*parts)
+        return list(genes), list(genes.values())
+    lines = _read_lines(source)
+    return [f"line{i}" for i in range(1, len(lines) + 1)], lines
+
+
+def _pairs_directory(args, config: dict):
+    """Create the output directory, or reopen it to continue a run with the same settings.
+
+    Returns the directory and the rows already computed (complete pairs only).
+    """
+    import csv
+    from pathlib import Path
+
+    from .evaluation.pairs import ROW_FIELDS
+    from .rundir import _atomic_write_text
+
+    path = Path(args.out or f"runs/pairs_{args.pairs}")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {str(path)!r} is a file; give a directory")
+    rows: list[dict] = []
+    cfg_path, csv_path = path / "config.json", path / "pairs.csv"
+    if path.is_dir() and any(path.iterdir()) and not args.overwrite:
+        try:
+            old = json.loads(cfg_path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            raise ValueError(f"{str(path)!r} exists and is not an mlm-ppl pairs run; use another --out") from None
+        if old != config:
+            changed = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+            raise ValueError(f"{str(path)!r} holds a pairs run with other settings ({', '.join(changed)}); "
+                             "use --overwrite to replace it or another --out")
+        if csv_path.exists():
+            with open(csv_path, newline="") as fh:
+                rows = list(csv.DictReader(fh))
+        per_pair = len(config["methods"]) + 1
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["pair"]] = counts.get(r["pair"], 0) + 1
+        rows = [r for r in rows if counts[r["pair"]] == per_pair and r.get("seconds") is not None]
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "pairs.csv", "summary.csv", "summary.txt", "pairs.png"):
+            (path / name).unlink(missing_ok=True)
+        _atomic_write_text(cfg_path, json.dumps(config, indent=1, sort_keys=True))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=ROW_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    _atomic_write_text(csv_path, buffer.getvalue())  # drops a pair cut off mid-write
+    return path, rows
+
+
+def _pairs(args, out: TextIO) -> int:
+    import csv
+
+    from .evaluation.pairs import (
+        ROW_FIELDS, draw_pairs, evaluate_pairs, format_summary, parse_methods, plot_pairs, summarize_pairs,
+    )
+    from .rundir import _atomic_write_text
+
+    methods = [label for label, _, _ in parse_methods(args.methods)]
+    if args.support is not None and args.support < 1:
+        raise ValueError(f"--support must be >= 1, got {args.support}")
+    names, sequences = _pair_data(args.data)
+    mlm = _load(args)
+    if args.support is not None and args.support > int(mlm.ordinary_mask.sum()):
+        raise ValueError(f"--support {args.support} exceeds the {int(mlm.ordinary_mask.sum())} ordinary tokens")
+    pairs = draw_pairs(mlm, sequences, args.pairs, args.n, args.seed)  # validates the sequences
+    config = {"format": _PAIRS_FORMAT, "model": args.model, "dtype": args.dtype, "data": args.data,
+              "pairs": args.pairs, "n": args.n, "methods": methods, "support": args.support, "seed": args.seed}
+    path, rows = _pairs_directory(args, config)
+    done = {int(r["pair"]) for r in rows}
+    t0 = time.perf_counter()
+    with _bar(len(pairs), args, "pair") as bar, open(path / "pairs.csv", "a", newline="") as fh:
+        bar.update(len(done))
+        writer = csv.DictWriter(fh, fieldnames=ROW_FIELDS, lineterminator="\n")
+        for pair_rows in evaluate_pairs(mlm, sequences, pairs, methods, support=args.support, skip=done):
+            writer.writerows(pair_rows)
+            fh.flush()
+            rows.extend(pair_rows)
+            bar.update(1)
+    elapsed = time.perf_counter() - t0
+    summary = summarize_pairs(rows)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=("method", "metric", "mean", "se", "n"), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(summary)
+    _atomic_write_text(path / "summary.csv", buffer.getvalue())
+    ag = [r for r in rows if r["method"] == "ag"]
+    compute = sum(float(r["seconds"]) for r in rows if r["method"] == "mlm")
+    lines = [
+        f"model {mlm.name}  |  data {args.data} ({len(sequences)} sequences)  |  {len(pairs)} {args.pairs} pairs, "
+        f"seed {args.seed}  |  support {'all ordinary tokens' if args.support is None else f'K={args.support}'}",
+        "",
+        format_summary(summary),
+        "",
+        "pair_ppl, unary_ppl: exp(mean NLL) with delta-method SE; kl_fwd = KL(MLM || joint), kl_rev = KL(joint || MLM), "
+        "jsd: conditionals at the observed value (_gold) or averaged over all values (_all); "
+        "compatibility: Arnold-Press score of the MLM's conditionals (0 = compatible).",
+    ]
+    if ag:
+        iters = sorted(int(r["iterations"]) for r in ag)
+        conv = sum(str(r["converged"]) == "True" for r in ag)
+        lines.append(f"ag: converged on {conv}/{len(ag)} pairs, median {iters[len(iters) // 2]} iterations, "
+                     f"max {iters[-1]}")
+    lines.append(f"compute {compute:.1f} s over {len(pairs)} pairs ({compute / len(pairs):.2f} s/pair); "
+                 f"this invocation {elapsed:.1f} s")
+    report = "\n".join(lines)
+    _atomic_write_text(path / "summary.txt", report + "\n")
+    plot_pairs(summary, str(path / "pairs.png"),
+               title=f"{mlm.name}: {len(pairs)} {args.pairs} pairs from {args.data}")
+    out.write(report + "\n")
+    out.write(f"\nwrote {path / 'pairs.csv'}, {path / 'summary.csv'}, {path / 'summary.txt'}, {path / 'pairs.png'}\n")
+    return 0
