@@ -101,7 +101,7 @@ def test_mrf_recovers_an_independent_joint():
 @pytest.mark.parametrize("shape, seed", [((5, 4), 0), ((3, 6), 1), ((8, 8), 2)])
 def test_ag_fixed_point_is_a_stationary_point_of_the_summed_kl(shape, seed):
     cond = random_conditionals(*shape, seed)
-    joint = pair_joint(cond, "ag")
+    joint = pair_joint(cond, "ag", tol=1e-11)
     assert joint.converged
     q = joint.log_joint.exp()
     la, lb = cond.log_cond_a, cond.log_cond_b
@@ -138,7 +138,7 @@ def test_ag_reports_when_it_does_not_converge():
     joint = pair_joint(cond, "ag", max_iter=2)
     assert not joint.converged and joint.iterations == 2
     assert pair_joint(cond, "ag").converged
-    logq, converged, iterations = arnold_gokhale(cond.log_cond_a, cond.log_cond_b, tol=1e-6)
+    logq, converged, iterations = arnold_gokhale(cond.log_cond_a, cond.log_cond_b, tol=1e-3)
     assert converged and iterations < pair_joint(cond, "ag").iterations
 
 

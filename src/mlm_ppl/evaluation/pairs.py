@@ -65,9 +65,12 @@ ROW_FIELDS = (
 
 # ---------------------------------------------------------------------- divergences
 def kl_divergence(log_p: Tensor, log_q: Tensor, dim: int = -1) -> Tensor:
-    """``KL(p || q) = sum p (log p - log q)`` along ``dim`` (``0 log 0 = 0``)."""
+    """``KL(p || q) = sum p (log p - log q)`` along ``dim`` (``0 log 0 = 0``).
+
+    Clamped at 0: for (nearly) equal distributions the sum can round to about -1e-18.
+    """
     p = log_p.exp()
-    return torch.where(p > 0, p * (log_p - log_q), torch.zeros_like(p)).sum(dim)
+    return torch.where(p > 0, p * (log_p - log_q), torch.zeros_like(p)).sum(dim).clamp(min=0.0)
 
 
 def js_divergence(log_p: Tensor, log_q: Tensor, dim: int = -1) -> Tensor:

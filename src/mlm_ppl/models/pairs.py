@@ -14,9 +14,10 @@ method below builds a normalised joint ``q(x_a, x_b)`` from them:
                ``q ∝ P_a(x_a | x_b) / P_a(a* | x_b) * P_b(x_b | a*)`` for a pivot ``a*``
                (or the same with the roles of ``a`` and ``b`` swapped).
 ``ag``         Arnold-Gokhale: the joint whose conditionals are closest to the MLM's, i.e.
-               the minimiser of ``sum_{x_b} KL(P_a(.|x_b) || q(.|x_b)) +
+               a stationary point of ``sum_{x_b} KL(P_a(.|x_b) || q(.|x_b)) +
                sum_{x_a} KL(P_b(.|x_a) || q(.|x_a))``, found by the fixed-point iteration
-               ``q ∝ (P_a(x_a|x_b) + P_b(x_b|x_a)) / (1/q_a(x_a) + 1/q_b(x_b))``.
+               ``q ∝ (P_a(x_a|x_b) + P_b(x_b|x_a)) / (1/q_a(x_a) + 1/q_b(x_b))``
+               (accelerated; see :func:`arnold_gokhale`).
 
 If the conditionals are compatible (derived from one joint ``p``), ``hcb`` (any pivot) and
 ``ag`` recover ``p`` exactly; ``mrf`` gives ``p(x_a,x_b)^2 / (p(x_a) p(x_b))`` normalised,
@@ -30,9 +31,11 @@ conditionals are renormalised over the support.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
 import pyro.distributions as dist
 import torch
 from torch import Tensor
@@ -236,9 +239,9 @@ def pair_joint(
         ``hcb`` only (default ``"a"``): the position whose value is pivoted. ``"a"`` gives
         ``q ∝ P_a(x_a|x_b) / P_a(a*|x_b) * P_b(x_b|a*)``; ``"b"`` swaps the roles.
     tol, max_iter : float, int
-        ``ag`` only (defaults 1e-9 and 10000): stop when no probability changes by more
-        than ``tol`` between iterations, or after ``max_iter`` iterations (then the joint's
-        ``converged`` is False).
+        ``ag`` only (defaults 1e-6 and 20000): stop when the fixed-point equation holds to
+        ``tol``, or after ``max_iter`` evaluations of the map (then the joint's ``converged``
+        is False). See :func:`arnold_gokhale`.
     """
     opts = _check_options(method, pivot, pivot_side, tol, max_iter)
     extra: dict = {}
@@ -267,7 +270,7 @@ def _check_options(method, pivot, pivot_side, tol, max_iter) -> dict:
     if method != "ag" and (tol is not None or max_iter is not None):
         raise ValueError(f"tol and max_iter apply to method 'ag' only, not {method!r}")
     opts = {"pivot": "both" if pivot is None else pivot, "pivot_side": pivot_side or "a",
-            "tol": 1e-9 if tol is None else tol, "max_iter": 10000 if max_iter is None else max_iter}
+            "tol": 1e-6 if tol is None else tol, "max_iter": 20000 if max_iter is None else max_iter}
     if opts["pivot_side"] not in _SIDES:
         raise ValueError(f"pivot_side must be 'a' or 'b', got {pivot_side!r}")
     p = opts["pivot"]
@@ -300,32 +303,83 @@ def _hcb(cond: PairConditionals, pivot: str | int, side: str) -> tuple[Tensor, i
     return (logq if side == "a" else logq.T), int(candidates[k])
 
 
-def arnold_gokhale(log_cond_a: Tensor, log_cond_b: Tensor, tol: float = 1e-9, max_iter: int = 10000):
+def arnold_gokhale(log_cond_a: Tensor, log_cond_b: Tensor, tol: float = 1e-6, max_iter: int = 20000):
     """Arnold & Gokhale's (1998) joint most nearly compatible with two conditional families.
 
     Minimises ``J(q) = sum_j KL(A[:, j] || q(.|j)) + sum_i KL(B[i, :] || q(.|i))`` with
     ``A = exp(log_cond_a)`` (columns sum to 1) and ``B = exp(log_cond_b)`` (rows sum to 1).
-    Setting the gradient of ``J`` on the simplex to zero gives
-    ``q_ij (1/q_i. + 1/q_.j) = A_ij + B_ij``, iterated from the uniform joint in log space.
+    Setting the gradient of ``J`` on the simplex to zero gives the fixed-point equation
+    ``q_ij (1/q_i. + 1/q_.j) = A_ij + B_ij``, iterated from the uniform joint in log space as
+    ``q <- normalise((A + B) / (1/q_i. + 1/q_.j))``.
+
+    On sharp conditionals (real MLMs) the plain iteration converges sublinearly: tens of
+    thousands of steps on AntiBERTy pairs. The iteration is therefore accelerated with SQUAREM
+    (Varadhan & Roland 2008) in log space, with a safeguard that falls back to two plain steps
+    whenever the extrapolated point does not lower ``J``; the fixed points are unchanged.
+
+    Parameters
+    ----------
+    tol : float
+        Converged when the fixed-point equation holds to ``tol``:
+        ``max |q_ij (1/q_i. + 1/q_.j) - (A_ij + B_ij)| <= tol`` (a KKT residual of ``J``).
+    max_iter : int
+        Cap on evaluations of the fixed-point map.
 
     Returns
     -------
     (log_joint, converged, iterations)
+        ``iterations`` counts evaluations of the map.
     """
     _check_options("ag", None, None, tol, max_iter)
-    la, lb = log_cond_a.double(), log_cond_b.double()
-    numerator = torch.logaddexp(la, lb)
-    logq = torch.full_like(la, -torch.log(torch.tensor(float(la.numel()), dtype=la.dtype)).item())
-    for it in range(1, max_iter + 1):
-        qa = torch.logsumexp(logq, 1, keepdim=True)
-        qb = torch.logsumexp(logq, 0, keepdim=True)
-        new = numerator - torch.logaddexp(-qa, -qb)
-        new = new - torch.logsumexp(new.reshape(-1), 0)
-        change = float((new.exp() - logq.exp()).abs().max())
-        logq = new
-        if change <= tol:
-            return logq, True, it
-    return logq, False, max_iter
+    # small dense matrices: numpy's per-call overhead is a fraction of torch's here
+    la, lb = log_cond_a.double().cpu().numpy(), log_cond_b.double().cpu().numpy()
+    log_sum = np.logaddexp(la, lb)
+    target = np.exp(log_sum)  # A + B; J(q) = -sum (A + B) log q + sum_j log q_.j + sum_i log q_i. + const
+
+    def margins(logq):
+        return _lse(logq, 1), _lse(logq, 0)  # (K_a, 1), (1, K_b)
+
+    def step(logq):
+        rows, cols = margins(logq)
+        new = log_sum - np.logaddexp(-rows, -cols)
+        return new - _lse(new, None)
+
+    def objective(logq) -> float:  # J(q) up to a constant
+        rows, cols = margins(logq)
+        return float(-(target * logq).sum() + cols.sum() + rows.sum())
+
+    def residual(logq) -> float:
+        rows, cols = margins(logq)
+        return float(np.abs(np.exp(logq + np.logaddexp(-rows, -cols)) - target).max())
+
+    logq = np.full(la.shape, -math.log(la.size))
+    evaluations = 0
+    converged = residual(logq) <= tol
+    while not converged and evaluations < max_iter:
+        if max_iter - evaluations < 3:  # no room for a full cycle: plain steps
+            logq = step(logq)
+            evaluations += 1
+        else:
+            x1 = step(logq)
+            x2 = step(x1)
+            r, v = x1 - logq, x2 - 2 * x1 + logq
+            vn = float(np.sqrt((v * v).sum()))
+            alpha = min(-float(np.sqrt((r * r).sum())) / vn, -1.0) if vn > 0 else -1.0
+            jump = logq - 2 * alpha * r + alpha**2 * v
+            candidate = step(jump - _lse(jump, None))
+            evaluations += 3
+            ok = bool(np.isfinite(candidate).all()) and objective(candidate) <= objective(x2)
+            logq = candidate if ok else x2
+        converged = residual(logq) <= tol
+    return torch.from_numpy(logq), converged, evaluations
+
+
+def _lse(x, axis):
+    """log-sum-exp over ``axis`` (None: all), keeping dimensions for an axis."""
+    m = x.max() if axis is None else x.max(axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    out = m + np.log(np.exp(x - m).sum(axis=axis, keepdims=axis is not None))
+    return float(out) if axis is None else out
 
 
 def summed_kl(log_joint: Tensor, log_cond_a: Tensor, log_cond_b: Tensor) -> Tensor:
