@@ -90,6 +90,26 @@ def test_summary_hand_values():
     assert "7.389 ± 4.3" in text
 
 
+def test_paired_differences_hand_values():
+    from mlm_ppl.evaluation.pairs import format_differences, paired_differences
+
+    rows = []
+    for pair, (ag, mrf, mlm) in enumerate([(1.0, 3.0, 2.0), (2.0, 2.5, 1.0), (1.5, 1.0, 1.5)]):
+        rows += [{"pair": pair, "method": "mlm", "unary_nll": mlm, "kl_fwd_all": ""},
+                 {"pair": pair, "method": "mrf", "unary_nll": mrf, "kl_fwd_all": mrf / 10},
+                 {"pair": pair, "method": "ag", "unary_nll": ag, "kl_fwd_all": ag / 10}]
+    got = {(d["method"], d["metric"]): d for d in paired_differences(rows, "ag", metrics=("unary_nll", "kl_fwd_all"))}
+    d = got["mrf", "unary_nll"]  # differences 2, 0.5, -0.5
+    assert d["mean"] == pytest.approx(2 / 3) and d["n"] == 3
+    assert d["se"] == pytest.approx(math.sqrt(((4 / 3) ** 2 + (1 / 6) ** 2 + (7 / 6) ** 2) / 2 / 3))
+    assert d["reference_lower"] == pytest.approx(2 / 3)
+    assert got["mlm", "unary_nll"]["mean"] == pytest.approx(0.0)  # 1, -1, 0
+    assert got["mlm", "unary_nll"]["reference_lower"] == pytest.approx(1 / 3)
+    assert ("mlm", "kl_fwd_all") not in got
+    assert got["mrf", "kl_fwd_all"]["mean"] == pytest.approx(2 / 30)
+    assert "mrf        unary_nll    +0.6667" in format_differences(list(got.values()))
+
+
 def test_parse_methods():
     assert parse_methods("naive, hcb:one,ag") == [("naive", "naive", {}), ("hcb:one", "hcb", {"pivot": "one"}),
                                                   ("ag", "ag", {})]

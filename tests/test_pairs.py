@@ -140,6 +140,10 @@ def test_ag_reports_when_it_does_not_converge():
     assert pair_joint(cond, "ag").converged
     logq, converged, iterations = arnold_gokhale(cond.log_cond_a, cond.log_cond_b, tol=1e-3)
     assert converged and iterations < pair_joint(cond, "ag").iterations
+    # the plain iteration reaches the same fixed point, in more steps
+    plain = pair_joint(cond, "ag", accelerate=False, max_iter=200000)
+    assert plain.converged and plain.iterations > pair_joint(cond, "ag").iterations
+    assert torch.allclose(plain.log_joint.exp(), pair_joint(cond, "ag").log_joint.exp(), atol=1e-6)
 
 
 # ---------------------------------------------------------------------- the joint object
@@ -251,6 +255,8 @@ def test_derive_pair_joint_end_to_end(bert):
         ({"method": "hcb", "pivot_side": "c"}, ValueError, "pivot_side"),
         ({"method": "ag", "max_iter": 0}, ValueError, "max_iter"),
         ({"method": "ag", "tol": -1.0}, ValueError, "tol"),
+        ({"method": "ag", "accelerate": 1}, ValueError, "accelerate"),
+        ({"method": "mrf", "accelerate": False}, ValueError, "'ag' only"),
         ({"support": 0}, ValueError, "support K"),
         ({"support": 1000}, ValueError, "support K"),
         ({"support": ([0, 1], [5])}, ValueError, "ordinary token ids"),

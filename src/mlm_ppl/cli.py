@@ -441,7 +441,8 @@ def _pairs(args, out: TextIO) -> int:
     import csv
 
     from .evaluation.pairs import (
-        ROW_FIELDS, draw_pairs, evaluate_pairs, format_summary, parse_methods, plot_pairs, summarize_pairs,
+        ROW_FIELDS, draw_pairs, evaluate_pairs, format_differences, format_summary, paired_differences,
+        parse_methods, plot_pairs, summarize_pairs,
     )
     from .rundir import _atomic_write_text
 
@@ -485,6 +486,8 @@ def _pairs(args, out: TextIO) -> int:
         "jsd: conditionals at the observed value (_gold) or averaged over all values (_all); "
         "compatibility: Arnold-Press score of the MLM's conditionals (0 = compatible).",
     ]
+    if "ag" in methods:
+        lines += ["", format_differences(paired_differences(rows, "ag"))]
     if ag:
         iters = sorted(int(r["iterations"]) for r in ag)
         conv = sum(str(r["converged"]) == "True" for r in ag)

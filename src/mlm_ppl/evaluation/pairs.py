@@ -44,7 +44,9 @@ __all__ = [
     "draw_pairs",
     "evaluate_pairs",
     "summarize_pairs",
+    "paired_differences",
     "format_summary",
+    "format_differences",
     "plot_pairs",
 ]
 
@@ -260,6 +262,50 @@ def summarize_pairs(rows: Sequence[dict]) -> list[dict]:
                 mean, se = math.exp(mean), math.exp(mean) * se
             out.append({"method": m, "metric": metric, "mean": mean, "se": se, "n": len(values)})
     return out
+
+
+def paired_differences(rows: Sequence[dict], reference: str = "ag",
+                       metrics: Sequence[str] = ("unary_nll", "kl_fwd_all", "jsd_all", "kl_fwd_gold")) -> list[dict]:
+    """Per-pair differences ``method - reference`` of each metric: mean, standard error, and
+    the fraction of pairs where the reference is lower (strictly).
+
+    Pair-to-pair variation dominates the standard errors of :func:`summarize_pairs`; paired
+    differences say whether one method beats another on the same pairs.
+    """
+    by_pair: dict[tuple[str, str], dict] = {(str(r["pair"]), r["method"]): r for r in rows}
+    ref_pairs = [p for (p, m) in by_pair if m == reference]
+    if not ref_pairs:
+        return []
+    methods = list(dict.fromkeys(r["method"] for r in rows if r["method"] not in (reference, "mlm")))
+    if "unary_nll" in metrics:
+        methods.append("mlm")
+    out = []
+    for m in methods:
+        for metric in metrics:
+            diffs = []
+            for p in ref_pairs:
+                other = by_pair.get((p, m), {}).get(metric)
+                if other in (None, ""):
+                    continue
+                diffs.append(float(other) - float(by_pair[p, reference][metric]))
+            if not diffs:
+                continue
+            mean, se = _mean_se(diffs)
+            out.append({"method": m, "reference": reference, "metric": metric, "mean": mean, "se": se,
+                        "reference_lower": sum(d > 0 for d in diffs) / len(diffs), "n": len(diffs)})
+    return out
+
+
+def format_differences(diffs: Sequence[dict]) -> str:
+    """A plain-text table of :func:`paired_differences`."""
+    if not diffs:
+        return ""
+    ref = diffs[0]["reference"]
+    lines = [f"paired differences (method - {ref}, mean ± se over pairs; share of pairs where {ref} is lower)"]
+    for d in diffs:
+        lines.append(f"  {d['method']:<10} {d['metric']:<12} {d['mean']:+.4g} ± {d['se']:.2g}   "
+                     f"{100 * d['reference_lower']:.0f}%")
+    return "\n".join(lines)
 
 
 def format_summary(summary: Sequence[dict]) -> str:

@@ -224,6 +224,7 @@ def pair_joint(
     pivot_side: str | None = None,
     tol: float | None = None,
     max_iter: int | None = None,
+    accelerate: bool | None = None,
 ) -> PairJoint:
     """The joint of ``method`` built from the conditionals ``cond``.
 
@@ -238,12 +239,13 @@ def pair_joint(
     pivot_side : {"a", "b"}
         ``hcb`` only (default ``"a"``): the position whose value is pivoted. ``"a"`` gives
         ``q ∝ P_a(x_a|x_b) / P_a(a*|x_b) * P_b(x_b|a*)``; ``"b"`` swaps the roles.
-    tol, max_iter : float, int
-        ``ag`` only (defaults 1e-6 and 20000): stop when the fixed-point equation holds to
+    tol, max_iter, accelerate : float, int, bool
+        ``ag`` only (defaults 1e-6, 20000, True): stop when the fixed-point equation holds to
         ``tol``, or after ``max_iter`` evaluations of the map (then the joint's ``converged``
-        is False). See :func:`arnold_gokhale`.
+        is False); ``accelerate=False`` runs the plain iteration (the paper's setting is
+        ``max_iter=40, accelerate=False``). See :func:`arnold_gokhale`.
     """
-    opts = _check_options(method, pivot, pivot_side, tol, max_iter)
+    opts = _check_options(method, pivot, pivot_side, tol, max_iter, accelerate)
     extra: dict = {}
     if method == "naive":
         logq = torch.log_softmax(cond.marginal_a, 0)[:, None] + torch.log_softmax(cond.marginal_b, 0)[None, :]
@@ -255,22 +257,23 @@ def pair_joint(
         logq, extra["pivot"] = _hcb(cond, opts["pivot"], opts["pivot_side"])
     else:
         logq, extra["converged"], extra["iterations"] = arnold_gokhale(
-            cond.log_cond_a, cond.log_cond_b, opts["tol"], opts["max_iter"]
+            cond.log_cond_a, cond.log_cond_b, opts["tol"], opts["max_iter"], accelerate=opts["accelerate"]
         )
     logq = logq - torch.logsumexp(logq.reshape(-1), 0)
     return PairJoint(logq, cond.candidates_a, cond.candidates_b, positions=cond.positions, method=method, **extra)
 
 
-def _check_options(method, pivot, pivot_side, tol, max_iter) -> dict:
+def _check_options(method, pivot, pivot_side, tol, max_iter, accelerate=None) -> dict:
     """Validate a method's options (before any forward pass) and fill in the defaults."""
     if method not in PAIR_METHODS:
         raise ValueError(f"method must be one of {PAIR_METHODS}, got {method!r}")
     if method != "hcb" and (pivot is not None or pivot_side is not None):
         raise ValueError(f"pivot and pivot_side apply to method 'hcb' only, not {method!r}")
-    if method != "ag" and (tol is not None or max_iter is not None):
-        raise ValueError(f"tol and max_iter apply to method 'ag' only, not {method!r}")
+    if method != "ag" and (tol is not None or max_iter is not None or accelerate is not None):
+        raise ValueError(f"tol, max_iter and accelerate apply to method 'ag' only, not {method!r}")
     opts = {"pivot": "both" if pivot is None else pivot, "pivot_side": pivot_side or "a",
-            "tol": 1e-6 if tol is None else tol, "max_iter": 20000 if max_iter is None else max_iter}
+            "tol": 1e-6 if tol is None else tol, "max_iter": 20000 if max_iter is None else max_iter,
+            "accelerate": True if accelerate is None else accelerate}
     if opts["pivot_side"] not in _SIDES:
         raise ValueError(f"pivot_side must be 'a' or 'b', got {pivot_side!r}")
     p = opts["pivot"]
@@ -281,6 +284,8 @@ def _check_options(method, pivot, pivot_side, tol, max_iter) -> dict:
     m = opts["max_iter"]
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    if not isinstance(opts["accelerate"], bool):
+        raise ValueError(f"accelerate must be True or False, got {accelerate!r}")
     return opts
 
 
@@ -303,7 +308,9 @@ def _hcb(cond: PairConditionals, pivot: str | int, side: str) -> tuple[Tensor, i
     return (logq if side == "a" else logq.T), int(candidates[k])
 
 
-def arnold_gokhale(log_cond_a: Tensor, log_cond_b: Tensor, tol: float = 1e-6, max_iter: int = 20000):
+def arnold_gokhale(
+    log_cond_a: Tensor, log_cond_b: Tensor, tol: float = 1e-6, max_iter: int = 20000, *, accelerate: bool = True
+):
     """Arnold & Gokhale's (1998) joint most nearly compatible with two conditional families.
 
     Minimises ``J(q) = sum_j KL(A[:, j] || q(.|j)) + sum_i KL(B[i, :] || q(.|i))`` with
@@ -324,13 +331,15 @@ def arnold_gokhale(log_cond_a: Tensor, log_cond_b: Tensor, tol: float = 1e-6, ma
         ``max |q_ij (1/q_i. + 1/q_.j) - (A_ij + B_ij)| <= tol`` (a KKT residual of ``J``).
     max_iter : int
         Cap on evaluations of the fixed-point map.
+    accelerate : bool
+        SQUAREM (default) or the plain iteration.
 
     Returns
     -------
     (log_joint, converged, iterations)
         ``iterations`` counts evaluations of the map.
     """
-    _check_options("ag", None, None, tol, max_iter)
+    _check_options("ag", None, None, tol, max_iter, accelerate)
     # small dense matrices: numpy's per-call overhead is a fraction of torch's here
     la, lb = log_cond_a.double().cpu().numpy(), log_cond_b.double().cpu().numpy()
     log_sum = np.logaddexp(la, lb)
@@ -356,7 +365,7 @@ def arnold_gokhale(log_cond_a: Tensor, log_cond_b: Tensor, tol: float = 1e-6, ma
     evaluations = 0
     converged = residual(logq) <= tol
     while not converged and evaluations < max_iter:
-        if max_iter - evaluations < 3:  # no room for a full cycle: plain steps
+        if not accelerate or max_iter - evaluations < 3:  # plain steps
             logq = step(logq)
             evaluations += 1
         else:
@@ -529,6 +538,7 @@ def derive_pair_joint(
     pivot_side: str | None = None,
     tol: float | None = None,
     max_iter: int | None = None,
+    accelerate: bool | None = None,
     progress: bool = False,
 ) -> PairJoint:
     """An explicit, normalised joint over positions ``a`` and ``b`` of ``sequence``.
@@ -543,9 +553,10 @@ def derive_pair_joint(
     >>> joint = derive_pair_joint(mlm, "EVQLVESGGG", 3, 4, method="ag")  # doctest: +SKIP
     >>> joint.tokens(joint.sample((5,)))                                  # doctest: +SKIP
     """
-    _check_options(method, pivot, pivot_side, tol, max_iter)  # before any forward pass
+    _check_options(method, pivot, pivot_side, tol, max_iter, accelerate)  # before any forward pass
     cond = pair_conditionals(mlm, sequence, a, b, support=support, progress=progress)
-    return pair_joint(cond, method, pivot=pivot, pivot_side=pivot_side, tol=tol, max_iter=max_iter)
+    return pair_joint(cond, method, pivot=pivot, pivot_side=pivot_side, tol=tol, max_iter=max_iter,
+                      accelerate=accelerate)
 
 
 def _sequence_ids(mlm: "MaskedLM", sequence: str | Tensor) -> Tensor:
