@@ -194,6 +194,14 @@ def test_pairs_command_writes_outputs_and_resumes(model_dir, tmp_path, capsys):
     key = ("pair", "method", "pair_nll", "unary_nll", "kl_fwd_all", "compatibility")
     assert [tuple(r[k] for k in key) for r in again] == [tuple(r[k] for k in key) for r in rows]
 
+    # cut inside the last row of a pair: the whole pair is recomputed
+    lines = (out / "pairs.csv").read_text().splitlines(keepends=True)
+    (out / "pairs.csv").write_text("".join(lines[: 1 + 3 * 4 + 3]) + lines[16][:30])
+    assert main(argv) == 0
+    capsys.readouterr()
+    again = _read(out / "pairs.csv")
+    assert [tuple(r[k] for k in key) for r in again] == [tuple(r[k] for k in key) for r in rows]
+
     # other settings in the same directory: refused, nothing changed
     assert main([*argv[:-3], "--seed", "2", "--out", str(out), "--no-progress"]) == 2
     assert "other settings (seed)" in capsys.readouterr().err

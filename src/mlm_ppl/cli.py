@@ -420,10 +420,11 @@ def _pairs_directory(args, config: dict):
             with open(csv_path, newline="") as fh:
                 rows = list(csv.DictReader(fh))
         per_pair = len(config["methods"]) + 1
+        rows = [r for r in rows if None not in r and None not in r.values()]  # a row cut off mid-write has gaps
         counts: dict[str, int] = {}
         for r in rows:
             counts[r["pair"]] = counts.get(r["pair"], 0) + 1
-        rows = [r for r in rows if counts[r["pair"]] == per_pair and r.get("seconds") is not None]
+        rows = [r for r in rows if counts[r["pair"]] == per_pair]
     else:
         path.mkdir(parents=True, exist_ok=True)
         for name in ("config.json", "pairs.csv", "summary.csv", "summary.txt", "pairs.png"):

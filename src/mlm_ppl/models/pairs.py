@@ -116,11 +116,8 @@ class PairConditionals:
     @property
     def observed_index(self) -> tuple[int, int] | None:
         """Indices of the observed tokens among the candidates, or None if either is outside the support."""
-        i = (self.candidates_a == self.observed[0]).nonzero().flatten()
-        j = (self.candidates_b == self.observed[1]).nonzero().flatten()
-        if i.numel() == 0 or j.numel() == 0:
-            return None
-        return int(i[0]), int(j[0])
+        i, j = _index_of(self.candidates_a, self.observed[0]), _index_of(self.candidates_b, self.observed[1])
+        return None if i is None or j is None else (i, j)
 
     def joint(self, method: str, **options) -> "PairJoint":
         """The joint of ``method`` (see :func:`pair_joint`)."""
@@ -205,14 +202,19 @@ class PairJoint(dist.Categorical):
 
     def log_prob_tokens(self, x_a: int, x_b: int) -> Tensor:
         """``log q(x_a, x_b)`` of token ids; ``-inf`` outside the support."""
-        i = (self.candidates_a == int(x_a)).nonzero().flatten()
-        j = (self.candidates_b == int(x_b)).nonzero().flatten()
-        if i.numel() == 0 or j.numel() == 0:
+        i, j = _index_of(self.candidates_a, x_a), _index_of(self.candidates_b, x_b)
+        if i is None or j is None:
             return torch.tensor(float("-inf"), dtype=self.logits.dtype)
-        return self.log_joint[i[0], j[0]]
+        return self.log_joint[i, j]
 
     def expand(self, batch_shape, _instance=None):
         return dist.Categorical(logits=self.logits).expand(batch_shape)
+
+
+def _index_of(candidates: Tensor, token: int) -> int | None:
+    """Index of a token id among candidates (distinct ids), or None."""
+    hit = (candidates == int(token)).nonzero().flatten()
+    return int(hit[0]) if hit.numel() else None
 
 
 # ---------------------------------------------------------------------- the joints
@@ -299,10 +301,10 @@ def _hcb(cond: PairConditionals, pivot: str | int, side: str) -> tuple[Tensor, i
     if isinstance(pivot, str):
         k = int(torch.argmax(marginal if pivot == "both" else single))
     else:
-        hit = (candidates == pivot).nonzero().flatten()
-        if hit.numel() == 0:
+        found = _index_of(candidates, pivot)
+        if found is None:
             raise ValueError(f"pivot token id {pivot} is not a candidate of position {side}: {candidates.tolist()}")
-        k = int(hit[0])
+        k = found
     # q(x, y) ∝ P(x | y) / P(x* | y) * P(y | x*), rows x on the pivot side
     logq = lead - lead[k][None, :] + other[k][None, :]
     return (logq if side == "a" else logq.T), int(candidates[k])
