@@ -33,3 +33,16 @@ def test_example_heavy_chain():
     seq, cdr3 = example_heavy_chain()
     assert len(seq) == 120 and seq[cdr3] == "AKDRGYSSGWFDY"
     assert seq[cdr3.start - 1] == "C" and seq[cdr3.stop] == "W"
+
+
+def test_heavy_chains_from_germline_segments():
+    from mlm_ppl.data import HEAVY_CHAINS, heavy_chain
+
+    cdr3 = [heavy_chain(*h) for h in HEAVY_CHAINS]
+    assert [s[sl] for s, sl in cdr3] == ["AKDRGYSSGWFDY", "ARGGYYGSGSYYMDV", "ARVGYCSSTSCYFDP", "ARDYYYDSSGYYFDV"]
+    for seq, sl in cdr3:
+        assert seq[sl.start - 1] == "C" and seq[sl.stop : sl.stop + 2] == "WG"
+    with pytest.raises(ValueError, match="unknown gene"):
+        heavy_chain("IGHV9-99")
+    with pytest.raises(ValueError, match="cdr3_body"):
+        heavy_chain(cdr3_body="drg")

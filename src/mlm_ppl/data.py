@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-__all__ = ["germline_sequences", "shuffled", "example_heavy_chain"]
+__all__ = ["germline_sequences", "shuffled", "heavy_chain", "example_heavy_chain", "HEAVY_CHAINS"]
 
 _SEGMENTS = ("V", "J")
 
@@ -61,6 +61,35 @@ def shuffled(sequence: str, seed: int) -> str:
     return "".join(residues)
 
 
+#: Heavy chains assembled from real human germline segments: (V gene, CDR-H3 body, J gene). The
+#: bodies are D-gene derived (IGHD6-19, IGHD3-10, IGHD2-2, IGHD3-22 with N additions).
+HEAVY_CHAINS = (
+    ("IGHV3-23", "DRGYSSGW", "IGHJ4"),
+    ("IGHV1-69", "GGYYGSGSYY", "IGHJ6"),
+    ("IGHV4-34", "VGYCSSTSCY", "IGHJ5"),
+    ("IGHV3-30", "DYYYDSSGYY", "IGHJ3"),
+)
+
+
+def heavy_chain(v_gene: str = "IGHV3-23", cdr3_body: str = "DRGYSSGW", j_gene: str = "IGHJ4") -> tuple[str, slice]:
+    """A human heavy-chain variable domain ``V + body + J`` and the slice of its CDR-H3.
+
+    The CDR-H3 (IMGT 105-117) runs from after the V gene's conserved Cys104 to before the J
+    gene's Trp118 (``WG.G``): the V-encoded ``AR``/``AK``, the body, and the J-encoded start.
+    """
+    vs, js = germline_sequences("human", "H", "V"), germline_sequences("human", "H", "J")
+    for name, table in ((v_gene, vs), (j_gene, js)):
+        if name not in table:
+            raise ValueError(f"unknown gene {name!r}; anarci has {sorted(table)}")
+    if not cdr3_body.isalpha() or not cdr3_body.isupper():
+        raise ValueError(f"cdr3_body must be upper-case one-letter amino acids, got {cdr3_body!r}")
+    v, j = vs[v_gene], js[j_gene]
+    seq = v + cdr3_body + j
+    start = v.rindex("C") + 1  # after the conserved Cys104
+    end = len(v) + len(cdr3_body) + j.index("WG")  # before Trp118
+    return seq, slice(start, end)
+
+
 def example_heavy_chain() -> tuple[str, slice]:
     """A 120-residue human heavy-chain variable domain and the slice of its CDR-H3.
 
@@ -68,9 +97,4 @@ def example_heavy_chain() -> tuple[str, slice]:
     CDR-H3 body ``DRGYSSGW``, and IGHJ4 as anarci's table has it (``FDYWGQGTLVTVSS``). The
     CDR-H3 (IMGT 105-117, between Cys104 and Trp118) is ``AKDRGYSSGWFDY``: 13 residues.
     """
-    v = germline_sequences("human", "H", "V")["IGHV3-23"]
-    j = germline_sequences("human", "H", "J")["IGHJ4"]
-    seq = v + "DRGYSSGW" + j
-    start = v.rindex("C") + 1  # after the conserved Cys104
-    end = seq.index("WGQG", start)  # before Trp118
-    return seq, slice(start, end)
+    return heavy_chain(*HEAVY_CHAINS[0])

@@ -1,0 +1,187 @@
+"""Metrics of generated sequences, as used by Wang & Cho (2019) and Goyal et al. (2021).
+
+Quality and diversity of a set of samples:
+
+``corpus_bleu``      BLEU of the samples against a reference set (every reference is a
+                     reference of every sample), n-grams up to 4 with equal weights: nltk's
+                     ``corpus_bleu`` with its default settings (no smoothing, so an n-gram order
+                     without any match gives a score of about 1e-78, i.e. 0; brevity penalty
+                     from the closest reference length).
+``self_bleu``        the same with each sample's references being the *other* samples
+                     (higher = less diverse).
+``unique_ngrams``    the percentage of the samples' n-gram occurrences that never occur in a
+                     corpus: the references ("relative to the data"), or, for each sample,
+                     the other samples ("within the samples").
+``sample_energies``  mean ``E_norm`` and ``E_raw`` of the samples (the same forward passes).
+``transition_rates`` acceptance rate and novel-transition rate (accepted proposals that change
+                     the state) of a run.
+``identity``         residue identity of two sequences after a semi-global alignment (free end
+                     gaps): identical aligned pairs over the length of the shorter sequence;
+                     ``nearest_germline`` and ``mean_pairwise_identity`` build on it.
+
+Sequences are split into tokens with ``unit``: ``"residue"`` (each non-space character; for
+proteins and antibodies) or ``"word"`` (whitespace; for text).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from typing import Mapping, Sequence
+
+__all__ = [
+    "UNITS",
+    "tokenize",
+    "corpus_bleu",
+    "self_bleu",
+    "ngrams",
+    "unique_ngrams",
+    "sample_energies",
+    "transition_rates",
+    "identity",
+    "nearest_germline",
+    "mean_pairwise_identity",
+]
+
+UNITS = ("residue", "word")
+
+
+def tokenize(sequence: str, unit: str = "residue") -> list[str]:
+    """Tokens of a sequence: residues (non-space characters) or whitespace-separated words."""
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    if not isinstance(sequence, str):
+        raise TypeError(f"sequences must be str, got {type(sequence).__name__}")
+    return [c for c in sequence if not c.isspace()] if unit == "residue" else sequence.split()
+
+
+def _tokens(sequences: Sequence[str], unit: str, what: str) -> list[list[str]]:
+    if isinstance(sequences, str) or not len(sequences):
+        raise ValueError(f"{what} must be a non-empty list of sequences")
+    return [tokenize(s, unit) for s in sequences]
+
+
+def _weights(max_n: int) -> tuple[float, ...]:
+    if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
+        raise ValueError(f"max_n must be an integer >= 1, got {max_n!r}")
+    return (1.0 / max_n,) * max_n
+
+
+def _nltk_corpus_bleu(references: list[list[list[str]]], hypotheses: list[list[str]], weights) -> float:
+    try:
+        from nltk.translate.bleu_score import corpus_bleu as nltk_corpus_bleu
+    except ModuleNotFoundError:  # pragma: no cover - nltk is a dependency
+        raise ModuleNotFoundError("BLEU comes from nltk: pip install nltk") from None
+    with warnings.catch_warnings():  # nltk warns when an n-gram order has no match; the score is then 0
+        warnings.simplefilter("ignore", UserWarning)
+        return float(nltk_corpus_bleu(references, hypotheses, weights=weights))
+
+
+def corpus_bleu(samples: Sequence[str], references: Sequence[str], *, unit: str = "residue", max_n: int = 4) -> float:
+    """Corpus BLEU (0..1) of ``samples`` with all of ``references`` as references of each sample."""
+    hyps = _tokens(samples, unit, "samples")
+    refs = _tokens(references, unit, "references")
+    return _nltk_corpus_bleu([refs] * len(hyps), hyps, _weights(max_n))
+
+
+def self_bleu(samples: Sequence[str], *, unit: str = "residue", max_n: int = 4) -> float:
+    """Self-BLEU (0..1): corpus BLEU of each sample against all the other samples."""
+    hyps = _tokens(samples, unit, "samples")
+    if len(hyps) < 2:
+        raise ValueError("self-BLEU needs at least two samples")
+    refs = [hyps[:i] + hyps[i + 1:] for i in range(len(hyps))]
+    return _nltk_corpus_bleu(refs, hyps, _weights(max_n))
+
+
+def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    """The n-grams of a token list, in order."""
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def unique_ngrams(
+    samples: Sequence[str], references: Sequence[str] | None = None, *, n: int, unit: str = "residue"
+) -> float:
+    """Percentage (0..100) of the samples' n-gram occurrences that do not occur in a corpus.
+
+    With ``references``: the corpus is the references. Without: the corpus of each sample is
+    the other samples (uniqueness within the samples).
+    """
+    _weights(n)
+    hyps = _tokens(samples, unit, "samples")
+    grams = [ngrams(h, n) for h in hyps]
+    total = sum(len(g) for g in grams)
+    if total == 0:
+        raise ValueError(f"the samples have no {n}-grams (all shorter than {n} tokens)")
+    if references is not None:
+        seen = {g for r in _tokens(references, unit, "references") for g in ngrams(r, n)}
+        novel = sum(g not in seen for gs in grams for g in gs)
+    else:
+        if len(hyps) < 2:
+            raise ValueError("uniqueness within the samples needs at least two samples")
+        owners: dict[tuple[str, ...], set[int]] = {}
+        for i, gs in enumerate(grams):
+            for g in gs:
+                owners.setdefault(g, set()).add(i)
+        novel = sum(owners[g] == {i} for i, gs in enumerate(grams) for g in gs)
+    return 100.0 * novel / total
+
+
+def sample_energies(mlm, samples: Sequence[str]) -> dict[str, float]:
+    """Mean ``E_norm`` and ``E_raw`` (nats) of the samples, from one set of forward passes."""
+    terms = mlm.energy_terms(list(samples))
+    return {"e_norm": float(terms.total("norm").mean()), "e_raw": float(terms.total("raw").mean())}
+
+
+def transition_rates(run) -> dict[str, float]:
+    """Acceptance rate and novel-transition rate of a :class:`~mlm_ppl.inference.Run`.
+
+    The novel-transition rate counts accepted proposals that change the state (Goyal et al.
+    2021); a pseudo-Gibbs step that redraws the same token is accepted but not novel.
+    """
+    accepted = run.stats["is_accepted"].bool()
+    changed = run.stats["n_changed"] > 0
+    return {"acceptance_rate": float(accepted.double().mean()),
+            "novel_transition_rate": float((accepted & changed).double().mean())}
+
+
+def _aligner():
+    try:
+        from Bio.Align import PairwiseAligner
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("sequence identity uses Biopython: pip install 'mlm-ppl[antibody]'") from None
+    # semi-global: end gaps are free
+    return PairwiseAligner(mode="global", match_score=1.0, mismatch_score=-1.0, open_gap_score=-2.0,
+                           extend_gap_score=-1.0, end_gap_score=0.0)
+
+
+def identity(a: str, b: str, *, aligner=None) -> float:
+    """Residue identity (0..1): identical aligned pairs over the length of the shorter sequence.
+
+    Semi-global alignment (match 1, mismatch -1, gap open -2, extend -1, free end gaps).
+    """
+    x, y = "".join(tokenize(a)), "".join(tokenize(b))
+    if not x or not y:
+        raise ValueError("identity needs two non-empty sequences")
+    if len(x) == len(y) and x == y:
+        return 1.0
+    alignment = (aligner or _aligner()).align(x, y)[0]
+    return alignment.counts().identities / min(len(x), len(y))
+
+
+def nearest_germline(sequence: str, germlines: Mapping[str, str], *, aligner=None) -> tuple[str, float]:
+    """The germline with the highest :func:`identity` to ``sequence``, and that identity."""
+    if not germlines:
+        raise ValueError("no germline sequences given")
+    aligner = aligner or _aligner()
+    scores = {name: identity(sequence, g, aligner=aligner) for name, g in germlines.items()}
+    best = max(scores, key=scores.__getitem__)
+    return best, scores[best]
+
+
+def mean_pairwise_identity(samples: Sequence[str], *, aligner=None) -> float:
+    """Mean :func:`identity` over all pairs of samples (higher = less diverse)."""
+    if len(samples) < 2:
+        raise ValueError("pairwise identity needs at least two samples")
+    aligner = aligner or _aligner()
+    values = [identity(a, b, aligner=aligner) for a, b in itertools.combinations(samples, 2)]
+    return sum(values) / len(values)
