@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo germlines test bench venv
+.PHONY: demo germlines test bench venv pairs reproductions
 
 venv: $(VENV)/.installed
 
@@ -32,3 +32,14 @@ test: venv
 
 bench: venv
 	$(PY) benchmarks/bench_score.py
+
+# docs/pairs.md: 200 contiguous and 200 random pairs of human heavy V genes (about 7 minutes each)
+pairs: venv
+	$(VENV)/bin/mlm-ppl pairs --model antiberty --data germlines:human:H --pairs contiguous --n 200 --seed 0 --out docs/pairs/contiguous
+	$(VENV)/bin/mlm-ppl pairs --model antiberty --data germlines:human:H --pairs random --n 200 --seed 0 --out docs/pairs/random
+
+# docs/reproductions.md: the three experiments at their default size (2 CPU cores: about 45 minutes in all)
+reproductions: venv
+	$(PY) experiments/samplers.py --out docs/reproductions/samplers
+	$(PY) experiments/pseudo_gibbs.py --out docs/reproductions/pseudo_gibbs
+	$(PY) experiments/mode_seeking.py --out docs/reproductions/mode_seeking

@@ -60,6 +60,12 @@ def test_identity_hand_values():
     assert identity("ACDEFG", "ACDQFG") == pytest.approx(5 / 6)
     assert identity("ACDEFGHIK", "DEFGH") == 1.0  # end gaps are free; over the shorter length
     assert identity("A C D E", "ACDE") == 1.0  # spaces are not residues
+    # equal lengths: position by position, even where a shifted overlap would match more
+    assert identity("AKGEAYCGGDFDY", "AKDLGYSGYDWNY") == pytest.approx(6 / 13)
+    assert identity("ABCDEF", "BCDEFA") == 0.0
+    # unequal lengths: aligned; a partial match is never traded for an empty overlap
+    assert identity("ABCDEFG", "BCDEFA") == pytest.approx(5 / 6)
+    assert identity("AKGEAYCGGDFDY", "AKDLGYSGYDWN") >= 5 / 12
     assert nearest_germline("ACDEWGHIKL", {"g1": "ACDEFGHIKL", "g2": "ACDEWGHIKL"}) == ("g2", 1.0)
     name, value = nearest_germline("ACDEWGHIKQ", {"g1": "ACDEFGHIKL", "g2": "ACDEWGHIKL"})
     assert name == "g2" and value == pytest.approx(9 / 10)

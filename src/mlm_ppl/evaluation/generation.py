@@ -15,8 +15,9 @@ Quality and diversity of a set of samples:
 ``sample_energies``  mean ``E_norm`` and ``E_raw`` of the samples (the same forward passes).
 ``transition_rates`` acceptance rate and novel-transition rate (accepted proposals that change
                      the state) of a run.
-``identity``         residue identity of two sequences after a semi-global alignment (free end
-                     gaps): identical aligned pairs over the length of the shorter sequence;
+``identity``         residue identity of two sequences: position by position when they have the
+                     same length (designs of one template), else after a semi-global alignment
+                     (free end gaps); identical pairs over the length of the shorter sequence.
                      ``nearest_germline`` and ``mean_pairwise_identity`` build on it.
 
 Sequences are split into tokens with ``unit``: ``"residue"`` (each non-space character; for
@@ -149,21 +150,24 @@ def _aligner():
         from Bio.Align import PairwiseAligner
     except ModuleNotFoundError:
         raise ModuleNotFoundError("sequence identity uses Biopython: pip install 'mlm-ppl[antibody]'") from None
-    # semi-global: end gaps are free
-    return PairwiseAligner(mode="global", match_score=1.0, mismatch_score=-1.0, open_gap_score=-2.0,
+    # semi-global (end gaps free); mismatches cost nothing, so the alignment maximises identical
+    # pairs less internal gap penalties and never prefers an empty overlap to a partial match
+    return PairwiseAligner(mode="global", match_score=1.0, mismatch_score=0.0, open_gap_score=-2.0,
                            extend_gap_score=-1.0, end_gap_score=0.0)
 
 
 def identity(a: str, b: str, *, aligner=None) -> float:
-    """Residue identity (0..1): identical aligned pairs over the length of the shorter sequence.
+    """Residue identity (0..1) of two sequences.
 
-    Semi-global alignment (match 1, mismatch -1, gap open -2, extend -1, free end gaps).
+    Equal lengths: the fraction of positions with the same residue. Otherwise: identical pairs
+    of a semi-global alignment (match 1, mismatch 0, gap open -2, extend -1, free end gaps) over
+    the length of the shorter sequence.
     """
     x, y = "".join(tokenize(a)), "".join(tokenize(b))
     if not x or not y:
         raise ValueError("identity needs two non-empty sequences")
-    if len(x) == len(y) and x == y:
-        return 1.0
+    if len(x) == len(y):
+        return sum(p == q for p, q in zip(x, y)) / len(x)
     alignment = (aligner or _aligner()).align(x, y)[0]
     return alignment.counts().identities / min(len(x), len(y))
 
