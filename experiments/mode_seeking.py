@@ -99,7 +99,7 @@ def main() -> None:
             results[f"mask-predict-{it}"] = trace_mask_predict(target, it)
         results["annealed-mh"] = trace_mh(target, cfg, args.seed)
         traces[task["name"]] = {k: v[0] for k, v in results.items()}
-        lines.append(f"{task['name']}: CDR-H3 {task['cdr3']} ({F} masked), {len(task['sequence'])}-residue fragment; "
+        lines.append(f"{task['name']}: CDR-H3 {task['cdr3']} ({F} masked), {len(task['sequence'])} residues; "
                      f"E_norm of the original {original:.2f}")
         for name, (points, tokens) in results.items():
             for s, e in points:

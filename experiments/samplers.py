@@ -6,7 +6,7 @@ block MH (E_norm, blocks of 2) and mask-predict, at target temperatures 1.0 and 
 its conditionals tempered by T; MH: the target exp(-E/T), proposals from the MLM at proposal
 temperature 1; mask-predict: greedy, no temperature). All chains of a chain/temperature start
 from the same left-to-right sampled fill. Per sampler it reports: mean E_norm and E_raw of the
-samples (whole fragment), BLEU of the sampled CDR-H3s against the references (the CDR-H3s of all
+samples (whole chain), BLEU of the sampled CDR-H3s against the references (the CDR-H3s of all
 four chains), self-BLEU, unique n-grams (n = 2, 3, 4) relative to the references and within
 the samples, acceptance and novel-transition rates, identity to the nearest human V germline
 (the sample up to the end of its CDR-H3), pairwise identity of the sampled CDR-H3s, and the
