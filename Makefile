@@ -38,7 +38,7 @@ pairs: venv
 	$(VENV)/bin/mlm-ppl pairs --model antiberty --data germlines:human:H --pairs contiguous --n 200 --seed 0 --out docs/pairs/contiguous
 	$(VENV)/bin/mlm-ppl pairs --model antiberty --data germlines:human:H --pairs random --n 200 --seed 0 --out docs/pairs/random
 
-# docs/reproductions.md: the three experiments at their default size (2 CPU cores: about 45 minutes in all)
+# docs/reproductions.md: the three experiments at their default size (2 CPU cores: about 37 minutes in all)
 reproductions: venv
 	$(PY) experiments/samplers.py --out docs/reproductions/samplers
 	$(PY) experiments/pseudo_gibbs.py --out docs/reproductions/pseudo_gibbs
