@@ -55,29 +55,25 @@ def setup(args, settings: dict):
     return mlm, out
 
 
-def cdr3_tasks(n: int, context: int | None) -> list[dict]:
-    """The first ``n`` heavy chains of :data:`mlm_ppl.data.HEAVY_CHAINS` with their CDR-H3 masked.
+def cdr3_tasks(n: int) -> list[dict]:
+    """The first ``n`` heavy chains of :data:`mlm_ppl.data.HEAVY_CHAINS`, whole, with their CDR-H3 masked.
 
-    ``context``: framework residues kept before the CDR-H3 (the chain is cut there; FR4 is always
-    kept), or None for the whole chain. Each task has ``name``, ``sequence`` (the fragment),
-    ``template`` (CDR-H3 as ``[MASK]``), ``cdr3`` (the original) and ``cdr3_slice`` (in the fragment).
+    Each task has ``name``, ``sequence``, ``template`` (CDR-H3 as ``[MASK]``), ``cdr3`` (the
+    original) and ``cdr3_slice``.
     """
     if not 1 <= n <= len(HEAVY_CHAINS):
         raise ValueError(f"between 1 and {len(HEAVY_CHAINS)} heavy chains, got {n}")
     tasks = []
     for v, body, j in HEAVY_CHAINS[:n]:
         seq, sl = heavy_chain(v, body, j)
-        cut = 0 if context is None else max(0, sl.start - context)
-        frag = seq[cut:]
-        s = slice(sl.start - cut, sl.stop - cut)
-        tasks.append({"name": f"{v}/{j}", "sequence": frag, "cdr3": seq[sl], "cdr3_slice": s,
-                      "template": frag[: s.start] + "[MASK]" * (s.stop - s.start) + frag[s.stop :]})
+        tasks.append({"name": f"{v}/{j}", "sequence": seq, "cdr3": seq[sl], "cdr3_slice": sl,
+                      "template": seq[: sl.start] + "[MASK]" * (sl.stop - sl.start) + seq[sl.stop :]})
     return tasks
 
 
 def reference_cdr3s() -> list[str]:
     """The CDR-H3 of every chain in :data:`mlm_ppl.data.HEAVY_CHAINS`: the BLEU references."""
-    return [heavy_chain(*h)[0][heavy_chain(*h)[1]] for h in HEAVY_CHAINS]
+    return [task["cdr3"] for task in cdr3_tasks(len(HEAVY_CHAINS))]
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:

@@ -81,13 +81,13 @@ def trace_mask_predict(target, iterations: int):
 
 def main() -> None:
     args = parser(__doc__, "docs/reproductions/mode_seeking").parse_args()
-    cfg = size(args, smoke=dict(tasks=1, context=None, chains=2, mh_steps=3, ascent_steps=3),
-               default=dict(tasks=2, context=None, chains=4, mh_steps=30, ascent_steps=30),
-               full=dict(tasks=4, context=None, chains=8, mh_steps=400, ascent_steps=400))
+    cfg = size(args, smoke=dict(tasks=1, chains=2, mh_steps=3, ascent_steps=3),
+               default=dict(tasks=2, chains=4, mh_steps=30, ascent_steps=30),
+               full=dict(tasks=4, chains=8, mh_steps=400, ascent_steps=400))
     mlm, out = setup(args, cfg)
     rows, lines = [], []
     traces = {}
-    for task in cdr3_tasks(cfg["tasks"], cfg["context"]):
+    for task in cdr3_tasks(cfg["tasks"]):
         target = MaskedLMDistribution(mlm, task["template"], energy="norm")
         F = target.num_free
         original = float(mlm.score(task["sequence"])[0])

@@ -75,7 +75,7 @@ def exact_part(steps: int, out) -> list[dict]:
 
 
 def chains_part(mlm, cfg, seed: int, out) -> str:
-    task = cdr3_tasks(1, cfg["context"])[0]
+    task = cdr3_tasks(1)[0]
     target = MaskedLMDistribution(mlm, task["template"], energy="norm")
     starts = fill_template(target, cfg["chains"], torch.Generator().manual_seed(seed), "sample")
     runs, seconds = {}, {}
@@ -123,9 +123,9 @@ def chains_part(mlm, cfg, seed: int, out) -> str:
 
 def main() -> None:
     args = parser(__doc__, "docs/reproductions/pseudo_gibbs").parse_args()
-    cfg = size(args, smoke=dict(exact_steps=10, context=None, chains=2, steps=3),
-               default=dict(exact_steps=1000, context=None, chains=4, steps=20),
-               full=dict(exact_steps=2000, context=None, chains=8, steps=400))
+    cfg = size(args, smoke=dict(exact_steps=10, chains=2, steps=3),
+               default=dict(exact_steps=1000, chains=4, steps=20),
+               full=dict(exact_steps=2000, chains=8, steps=400))
     mlm, out = setup(args, cfg)
     rows = exact_part(cfg["exact_steps"], out)
     print("exact TV after the last step and of the stationary distribution:")

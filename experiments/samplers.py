@@ -37,6 +37,7 @@ from mlm_ppl.evaluation import (
     corpus_bleu,
     mean_pairwise_identity,
     nearest_germline,
+    sample_energies,
     self_bleu,
     transition_rates,
     unique_ngrams,
@@ -54,27 +55,18 @@ METRICS = ("e_norm", "e_raw", "bleu", "self_bleu", "unique2_ref", "unique3_ref",
            "pairwise_identity", "seconds")
 
 
-def energies(mlm, sequences: list[str]) -> dict[str, float]:
-    """Mean E_norm and E_raw over the samples, each distinct sequence scored once."""
-    distinct = sorted(set(sequences))
-    terms = mlm.energy_terms(distinct)
-    norm = dict(zip(distinct, terms.total("norm").tolist()))
-    raw = dict(zip(distinct, terms.total("raw").tolist()))
-    return {"e_norm": statistics.mean(norm[s] for s in sequences), "e_raw": statistics.mean(raw[s] for s in sequences)}
-
-
 def main() -> None:
     args = parser(__doc__, "docs/reproductions/samplers").parse_args()
     cfg = size(args,
-               smoke=dict(tasks=1, context=None, temperatures=[1.0], chains=2, draws=2, warmup=1, thin=1),
-               default=dict(tasks=2, context=None, temperatures=[1.0, 0.8], chains=4, draws=2, warmup=8, thin=2),
-               full=dict(tasks=4, context=None, temperatures=[1.0, 0.8], chains=8, draws=20, warmup=100, thin=5))
+               smoke=dict(tasks=1, temperatures=[1.0], chains=2, draws=2, warmup=1, thin=1),
+               default=dict(tasks=2, temperatures=[1.0, 0.8], chains=4, draws=2, warmup=8, thin=2),
+               full=dict(tasks=4, temperatures=[1.0, 0.8], chains=8, draws=20, warmup=100, thin=5))
     mlm, out = setup(args, cfg)
     refs = reference_cdr3s()
     germlines = germline_sequences("human", "H", "V")
     rows, samples = [], []
     total = Clock()
-    for task in cdr3_tasks(cfg["tasks"], cfg["context"]):
+    for task in cdr3_tasks(cfg["tasks"]):
         sl = task["cdr3_slice"]
         for T in cfg["temperatures"]:
             for name, (kernel, opts) in SAMPLERS.items():
@@ -97,7 +89,7 @@ def main() -> None:
                 samples += [{"chain": task["name"], "temperature": T, "sampler": name, "mcmc_chain": i // draws,
                              "draw": i % draws, "cdr3": c} for i, c in enumerate(cdr3s)]
                 row = {"chain": task["name"], "temperature": T, "sampler": name, "samples": len(seqs),
-                       "steps": warmup + draws * thin, **energies(mlm, seqs),
+                       "steps": warmup + draws * thin, **sample_energies(mlm, seqs),
                        "bleu": 100 * corpus_bleu(cdr3s, refs), "self_bleu": 100 * self_bleu(cdr3s)}
                 for n in (2, 3, 4):
                     row[f"unique{n}_ref"] = unique_ngrams(cdr3s, refs, n=n)

@@ -152,6 +152,16 @@ class Summary:
         return "\n".join(lines)
 
 
+def _transition_rates(is_accepted, n_changed) -> tuple[float, float]:
+    """Acceptance rate and novel-transition rate of per-draw statistics ``(C, D)``.
+
+    The novel-transition rate counts accepted proposals that change the state (Goyal et al.
+    2021); a pseudo-Gibbs step that redraws the same token is accepted but not novel.
+    """
+    accepted = np.asarray(is_accepted, dtype=bool)
+    return float(accepted.mean()), float((accepted & (np.asarray(n_changed) > 0)).mean())
+
+
 def summary(
     idata: "arviz.InferenceData",
     *,
@@ -216,10 +226,10 @@ def summary(
             problems.append("no functional varies")
         verdicts.append(NOT_CONVERGED if problems else CONVERGED)
         reasons.append("; ".join(dict.fromkeys(problems)) if problems else f"R-hat <= {rhat_max}, ESS >= {ess_min_per_chain * n_chains}")
-    novel = float(((n_changed > 0) & accepted).mean())
+    acceptance, novel = _transition_rates(accepted, n_changed)
     return Summary(
         table if table is not None else _empty_table(),
-        float(accepted.mean()),
+        acceptance,
         novel,
         verdicts,
         reasons,

@@ -30,6 +30,8 @@ import itertools
 import warnings
 from typing import Mapping, Sequence
 
+import torch
+
 __all__ = [
     "UNITS",
     "tokenize",
@@ -128,21 +130,25 @@ def unique_ngrams(
 
 
 def sample_energies(mlm, samples: Sequence[str]) -> dict[str, float]:
-    """Mean ``E_norm`` and ``E_raw`` (nats) of the samples, from one set of forward passes."""
-    terms = mlm.energy_terms(list(samples))
-    return {"e_norm": float(terms.total("norm").mean()), "e_raw": float(terms.total("raw").mean())}
+    """Mean ``E_norm`` and ``E_raw`` (nats) over the samples, repeats counted; each distinct
+    sequence is scored once, both energies from the same forward passes."""
+    samples = list(samples)
+    if not samples:
+        raise ValueError("samples must be a non-empty list of sequences")
+    distinct = sorted(set(samples))
+    terms = mlm.energy_terms(distinct)
+    index = {s: i for i, s in enumerate(distinct)}
+    rows = torch.tensor([index[s] for s in samples])
+    return {"e_norm": float(terms.total("norm")[rows].mean()), "e_raw": float(terms.total("raw")[rows].mean())}
 
 
 def transition_rates(run) -> dict[str, float]:
-    """Acceptance rate and novel-transition rate of a :class:`~mlm_ppl.inference.Run`.
+    """Acceptance rate and novel-transition rate of a :class:`~mlm_ppl.inference.Run`
+    (the same rates :func:`mlm_ppl.summary` reports)."""
+    from ..diagnostics import _transition_rates
 
-    The novel-transition rate counts accepted proposals that change the state (Goyal et al.
-    2021); a pseudo-Gibbs step that redraws the same token is accepted but not novel.
-    """
-    accepted = run.stats["is_accepted"].bool()
-    changed = run.stats["n_changed"] > 0
-    return {"acceptance_rate": float(accepted.double().mean()),
-            "novel_transition_rate": float((accepted & changed).double().mean())}
+    acceptance, novel = _transition_rates(run.stats["is_accepted"], run.stats["n_changed"])
+    return {"acceptance_rate": acceptance, "novel_transition_rate": novel}
 
 
 def _aligner():
