@@ -377,8 +377,8 @@ if __name__ == "__main__":  # pragma: no cover
 _PAIRS_FORMAT = "mlm-ppl-pairs-1"
 
 
-def _pair_data(source: str) -> tuple[list[str], list[str]]:
-    """Names and sequences of ``--data``: a file, or ``germlines:SPECIES:CHAIN[:SEGMENT]``."""
+def _pair_data(source: str) -> list[str]:
+    """The sequences of ``--data``: a file, or ``germlines:SPECIES:CHAIN[:SEGMENT]``."""
     if source.startswith("germlines:"):
         from .data import germline_sequences
 
@@ -386,9 +386,9 @@ def _pair_data(source: str) -> tuple[list[str], list[str]]:
         if not 2 <= len(parts) <= 3:
             raise ValueError(f"--data {source!r}: write germlines:SPECIES:CHAIN[:SEGMENT], e.g. germlines:human:H")
         genes = germline_sequences(*parts)
-        return list(genes), list(genes.values())
+        return list(genes.values())
     lines = _read_lines(source)
-    return [f"line{i}" for i in range(1, len(lines) + 1)], lines
+    return lines
 
 
 def _pairs_directory(args, config: dict):
@@ -430,12 +430,21 @@ def _pairs_directory(args, config: dict):
         for name in ("config.json", "pairs.csv", "summary.csv", "summary.txt", "pairs.png"):
             (path / name).unlink(missing_ok=True)
         _atomic_write_text(cfg_path, json.dumps(config, indent=1, sort_keys=True))
+    _write_csv(csv_path, ROW_FIELDS, rows)  # drops a pair cut off mid-write
+    return path, rows
+
+
+def _write_csv(path, fields, rows) -> None:
+    """Write a CSV atomically (a temporary file, then a rename)."""
+    import csv
+
+    from .rundir import _atomic_write_text
+
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=ROW_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    _atomic_write_text(csv_path, buffer.getvalue())  # drops a pair cut off mid-write
-    return path, rows
+    _atomic_write_text(path, buffer.getvalue())
 
 
 def _pairs(args, out: TextIO) -> int:
@@ -450,7 +459,7 @@ def _pairs(args, out: TextIO) -> int:
     methods = [label for label, _, _ in parse_methods(args.methods)]
     if args.support is not None and args.support < 1:
         raise ValueError(f"--support must be >= 1, got {args.support}")
-    names, sequences = _pair_data(args.data)
+    sequences = _pair_data(args.data)
     mlm = _load(args)
     if args.support is not None and args.support > int(mlm.ordinary_mask.sum()):
         raise ValueError(f"--support {args.support} exceeds the {int(mlm.ordinary_mask.sum())} ordinary tokens")
@@ -470,11 +479,7 @@ def _pairs(args, out: TextIO) -> int:
             bar.update(1)
     elapsed = time.perf_counter() - t0
     summary = summarize_pairs(rows)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=("method", "metric", "mean", "se", "n"), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(summary)
-    _atomic_write_text(path / "summary.csv", buffer.getvalue())
+    _write_csv(path / "summary.csv", ("method", "metric", "mean", "se", "n"), summary)
     ag = [r for r in rows if r["method"] == "ag"]
     compute = sum(float(r["seconds"]) for r in rows if r["method"] == "mlm")
     lines = [
