@@ -32,11 +32,11 @@ from mlm_ppl.inference import MetropolisHastings, PseudoGibbs, fill_template
 
 
 class Counter:
-    """Counts masked copies through MaskedLM._logits_at and the seconds spent there."""
+    """Counts masked copies through MaskedLM.logits_at and the seconds spent there."""
 
     def __init__(self, mlm):
-        self.mlm, self.real, self.rows, self.seconds = mlm, mlm._logits_at, 0, 0.0
-        mlm._logits_at = self
+        self.mlm, self.real, self.rows, self.seconds = mlm, mlm.logits_at, 0, 0.0
+        mlm.logits_at = self
 
     def __call__(self, ids, attn, q):
         t0 = time.perf_counter()
@@ -58,7 +58,7 @@ def pure_forward(mlm, tokens, n_copies):
     masks = torch.zeros((len(rows), tokens.shape[1]), dtype=torch.bool)
     masks[torch.arange(len(rows)), query] = True
     t0 = time.perf_counter()
-    mlm._masked_reduce(enc, rows, masks, query, lambda lg, tgt: lg[:, :1])
+    mlm.masked_reduce(enc, rows, masks, query, lambda lg, tgt: lg[:, :1])
     return time.perf_counter() - t0
 
 

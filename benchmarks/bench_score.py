@@ -42,14 +42,14 @@ def _pure(mlm, seqs, encoder_only: bool) -> None:
     lengths = enc.lengths[rows]
     order = torch.argsort(lengths, stable=True)
     with torch.inference_mode():
-        for chunk in mlm._chunks(lengths[order].tolist()):
+        for chunk in mlm.chunks(lengths[order].tolist()):
             idx = order[chunk]
             T = int(lengths[idx].max())
             ids = enc.input_ids[rows[idx], :T].clone()
             ids[torch.arange(len(idx)), query[idx]] = mlm.mask_id
             attn = enc.attention_mask[rows[idx], :T]
             if encoder_only:
-                mlm._base(input_ids=ids, attention_mask=attn)
+                mlm.encoder(input_ids=ids, attention_mask=attn)
             else:
                 mlm.model(input_ids=ids, attention_mask=attn)
 

@@ -73,7 +73,7 @@ def trace_mask_predict(target, iterations: int):
     kernel = MaskPredict(target, iterations=iterations)
     clock = Clock()
     with clock:
-        state = kernel.init(1)
+        state = kernel.init(target.template[None])
         for _ in range(iterations):
             state, _ = kernel.step(state)
     return [(clock.seconds, float(target.evaluate(state.tokens).energy[0]))], state.tokens[0]

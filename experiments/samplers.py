@@ -31,7 +31,7 @@ import statistics
 from _common import Clock, cdr3_tasks, decoded, parser, pyplot, reference_cdr3s, setup, size, write_csv
 
 from mlm_ppl import MaskedLMDistribution, run_chains
-from mlm_ppl.inference.runner import make_kernel
+from mlm_ppl.inference import make_kernel
 from mlm_ppl.data import germline_sequences
 from mlm_ppl.evaluation import (
     corpus_bleu,

@@ -48,3 +48,9 @@ def human_heavy_v():
 def tiny4():
     """A tiny BERT over four residues (A, C, D, E): templates with 3 free positions have 64 states."""
     return testing.tiny_residue_bert("ACDE", seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny4_64():
+    """``tiny4`` in float64, for exactness checks that must not depend on float32 rounding."""
+    return testing.tiny_residue_bert("ACDE", seed=1, dtype=torch.float64)

@@ -133,3 +133,23 @@ def test_bad_functional_arguments(tiny4, mixing_run):
         to_inference_data(mixing_run, mlm=tiny4, indicators=[(99, "A")])
     with pytest.raises(ValueError, match="complete sequence"):
         to_inference_data(mixing_run, mlm=tiny4, reference="ADC")
+
+
+def test_plotting_leaves_the_users_backend_and_figures_alone(mixing_run, tmp_path):
+    """No matplotlib.use() behind a notebook user's back; their open figures stay open."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from mlm_ppl.evaluation import plot_pairs
+
+    before = matplotlib.get_backend()
+    plt.switch_backend("svg")  # a backend of the user's that is not Agg
+    mine = plt.figure()
+    try:
+        plot_diagnostics(to_inference_data(mixing_run), str(tmp_path))
+        plot_pairs([{"method": "ag", "metric": "pair_ppl", "mean": 2.0, "se": 0.1, "n": 3}], str(tmp_path / "p.png"))
+        assert matplotlib.get_backend() == "svg"
+        assert plt.get_fignums() == [mine.number]
+    finally:
+        plt.close(mine)
+        plt.switch_backend(before)

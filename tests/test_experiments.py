@@ -48,9 +48,11 @@ def test_pseudo_gibbs_experiment(model_dir, tmp_path):
     _run("pseudo_gibbs.py", model_dir, tmp_path)
     exact = _rows(tmp_path / "exact_tv.csv")
     limit = {r["sampler"]: r for r in exact if r["step"] == "stationary"}
-    # MH's limit is its target (to the float32 energies and the least-squares solve); pseudo-Gibbs's is not
-    assert float(limit["mh-norm"]["tv_norm"]) < 1e-5 and float(limit["mh-raw"]["tv_raw"]) < 1e-5
-    assert float(limit["block-mh-norm"]["tv_norm"]) < 1e-5
+    # MH's limit is its target; pseudo-Gibbs's is not. Part A runs the tiny model in float64, so
+    # the only error is the float64 least-squares solve (~1e-13 measured; float32 energies gave
+    # ~1e-5, and another CPU's rounding once pushed that past a 1e-5 bound)
+    assert float(limit["mh-norm"]["tv_norm"]) < 1e-9 and float(limit["mh-raw"]["tv_raw"]) < 1e-9
+    assert float(limit["block-mh-norm"]["tv_norm"]) < 1e-9
     assert float(limit["pseudo-gibbs"]["tv_norm"]) > 0.05
     energies = _rows(tmp_path / "energies.csv")
     starts = {(r["sampler"], r["chain"]): r["e_norm"] for r in energies if r["step"] == "0"}

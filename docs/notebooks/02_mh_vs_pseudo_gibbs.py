@@ -29,7 +29,7 @@ target = exact.exact_log_probs(dist).exp()
 # %%
 kernels = {
     "MH": MetropolisHastings(dist, proposal_temperature=2.0),
-    "pseudo-Gibbs": PseudoGibbs(dist, temperature=2.0),
+    "pseudo-Gibbs": PseudoGibbs(dist, proposal_temperature=2.0),
 }
 steps = range(0, 61, 3)
 curves = {}

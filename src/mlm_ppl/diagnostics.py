@@ -24,7 +24,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from .inference.runner import Run
     from .models.masked_lm import MaskedLM
 
-__all__ = ["to_inference_data", "summary", "Summary", "plot_diagnostics", "STUCK", "CONVERGED", "NOT_CONVERGED"]
+__all__ = [
+    "to_inference_data",
+    "read_run",
+    "summary",
+    "Summary",
+    "acceptance_rates",
+    "plot_diagnostics",
+    "STUCK",
+    "CONVERGED",
+    "NOT_CONVERGED",
+]
 
 STUCK, CONVERGED, NOT_CONVERGED = "stuck", "converged", "not converged"
 RHAT_MAX = 1.01
@@ -115,6 +125,27 @@ def to_inference_data(
     )
 
 
+def read_run(path: str) -> "arviz.InferenceData":
+    """The InferenceData of a run: ``run.nc``, or a run directory holding one.
+
+    Raises FileNotFoundError when there is no such file, ValueError when it is not an mlm-ppl
+    run (no ``tokens`` draws or no ``is_accepted`` statistics).
+    """
+    import os
+
+    if os.path.isdir(path):
+        path = os.path.join(path, "run.nc")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        idata = _arviz().from_netcdf(path)
+        if "tokens" not in idata.posterior or "is_accepted" not in idata.sample_stats:
+            raise ValueError("no tokens or is_accepted")
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same error to the user
+        raise ValueError(f"{path} is not an mlm-ppl run file ({err})") from None
+    return idata
+
+
 @dataclass
 class Summary:
     """Diagnostics of a run.
@@ -152,7 +183,7 @@ class Summary:
         return "\n".join(lines)
 
 
-def _transition_rates(is_accepted, n_changed) -> tuple[float, float]:
+def acceptance_rates(is_accepted, n_changed) -> tuple[float, float]:
     """Acceptance rate and novel-transition rate of per-draw statistics ``(C, D)``.
 
     The novel-transition rate counts accepted proposals that change the state (Goyal et al.
@@ -226,7 +257,7 @@ def summary(
             problems.append("no functional varies")
         verdicts.append(NOT_CONVERGED if problems else CONVERGED)
         reasons.append("; ".join(dict.fromkeys(problems)) if problems else f"R-hat <= {rhat_max}, ESS >= {ess_min_per_chain * n_chains}")
-    acceptance, novel = _transition_rates(accepted, n_changed)
+    acceptance, novel = acceptance_rates(accepted, n_changed)
     return Summary(
         table if table is not None else _empty_table(),
         acceptance,
@@ -249,10 +280,8 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
     """
     import os
 
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # ArviZ draws through pyplot; the other plots use standalone Figures
+    from matplotlib.figure import Figure
 
     az = _arviz()
     os.makedirs(out_dir, exist_ok=True)
@@ -263,13 +292,15 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # ArviZ 0.23 on matplotlib 3.11
                 warnings.simplefilter("ignore", UserWarning)  # KDE of a constant lp (stuck chains)
-                fn(idata.sample_stats, var_names=["lp"])
+                axes = fn(idata.sample_stats, var_names=["lp"])
+            fig = np.ravel(axes)[0].figure
             path = os.path.join(out_dir, f"{kind}_lp.png")
-            plt.gcf().savefig(path, dpi=100, bbox_inches="tight")
-            plt.close("all")
+            fig.savefig(path, dpi=100, bbox_inches="tight")
+            plt.close(fig)  # only the figure ArviZ made: a notebook's own figures stay open
             paths.append(path)
     acc = idata.sample_stats["is_accepted"].values.astype(float)  # (C, D)
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig = Figure(figsize=(7, 3.5))
+    ax = fig.subplots()
     running = np.cumsum(acc, axis=1) / np.arange(1, acc.shape[1] + 1)
     for c in range(acc.shape[0]):
         ax.plot(running[c], label=f"chain {c}")
@@ -285,7 +316,8 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
         positions = varying if len(varying) else np.arange(tokens.shape[-1])
     vocab_ids = np.unique(tokens[..., positions])
     freq = np.stack([(tokens[..., positions] == v).mean(axis=(0, 1)) for v in vocab_ids])  # (K, P)
-    fig, ax = plt.subplots(figsize=(max(5, 0.35 * len(positions) + 2), max(3, 0.3 * len(vocab_ids) + 1)))
+    fig = Figure(figsize=(max(5, 0.35 * len(positions) + 2), max(3, 0.3 * len(vocab_ids) + 1)))
+    ax = fig.subplots()
     im = ax.imshow(freq, aspect="auto", cmap="viridis", vmin=0, vmax=1)
     ax.set_xticks(range(len(positions)), [str(p) for p in positions], fontsize="small")
     vocab = list(mlm.vocab) if mlm is not None else _attr_list(idata.attrs, "vocab")
@@ -300,11 +332,8 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
 def _save(fig, out_dir: str, name: str) -> str:
     import os
 
-    import matplotlib.pyplot as plt
-
     path = os.path.join(out_dir, name)
     fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
     return path
 
 

@@ -16,11 +16,14 @@ from typing import Any
 
 import torch
 
-from .inference.kernels import MaskPredictState, MHState, PseudoGibbsState
+from .inference.mask_predict import MaskPredictState
+from .inference.mh import MHState
+from .inference.pseudo_gibbs import PseudoGibbsState
 from .inference.runner import STAT_NAMES, Checkpoint
 
 __all__ = [
-    "CONFIG", "CHECKPOINT", "OUTPUTS", "prepare", "read_config", "save_checkpoint", "load_checkpoint", "write_outputs",
+    "CONFIG", "CHECKPOINT", "OUTPUTS", "RunExistsError", "prepare", "read_config", "save_checkpoint",
+    "load_checkpoint", "write_outputs", "write_text_atomic",
 ]
 
 CONFIG, CHECKPOINT = "config.json", "checkpoint.pt"
@@ -30,26 +33,36 @@ _FORMAT = "mlm-ppl-run-1"
 _STATES = {cls.__name__: cls for cls in (MHState, PseudoGibbsState, MaskPredictState)}
 
 
+class RunExistsError(ValueError):
+    """A directory that already holds something, where a new run was to start.
+
+    ``detail`` says what is there; the caller adds how to resume, overwrite or go elsewhere in
+    its own terms (the CLI names its flags).
+    """
+
+    def __init__(self, path: Path, detail: str) -> None:
+        super().__init__(f"{detail}; resume it, overwrite it, or choose another directory")
+        self.path = path
+        self.detail = detail
+
+
 def prepare(directory: str | os.PathLike, config: dict[str, Any], *, overwrite: bool = False) -> Path:
     """Create ``directory`` for a new run and write its ``config.json``.
 
-    An existing run directory is never overwritten without ``overwrite=True``; then only this
-    library's own files in it are removed.
+    An existing run directory is never overwritten without ``overwrite=True`` (else
+    :class:`RunExistsError`); then only this library's own files in it are removed.
     """
     path = Path(directory)
     if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {str(path)!r} is a file; give a directory")
+        raise ValueError(f"{str(path)!r} is a file; give a directory")
     ours = [CONFIG, CHECKPOINT, *OUTPUTS]
     if path.is_dir() and any(path.iterdir()):
         if not overwrite:
-            raise ValueError(
-                f"run directory {str(path)!r} exists and is not empty; use --resume {path} to continue it, "
-                "--overwrite to replace it, or another --out"
-            )
+            raise RunExistsError(path, f"run directory {str(path)!r} exists and is not empty")
         for name in ours:
             (path / name).unlink(missing_ok=True)
     path.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(path / CONFIG, json.dumps({"format": _FORMAT, **config}, indent=1, sort_keys=True))
+    write_text_atomic(path / CONFIG, json.dumps({"format": _FORMAT, **config}, indent=1, sort_keys=True))
     return path
 
 
@@ -99,7 +112,7 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same error to the user
         raise ValueError(f"{path} is corrupt or not an mlm-ppl checkpoint ({type(err).__name__}); "
-                         "start the run again with --overwrite") from None
+                         "start the run again (overwrite it)") from None
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT or payload.get("state_type") not in _STATES:
         raise ValueError(f"{path} is not an mlm-ppl checkpoint")
     state = _STATES[payload["state_type"]](**payload["state"])
@@ -126,14 +139,15 @@ def write_outputs(directory: str | os.PathLike, run, mlm) -> tuple[str, list[str
     for c in range(run.num_chains):
         for d, seq in enumerate(mlm.decode(run.tokens[c])):
             lines.append(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{seq}")
-    _atomic_write_text(path / "samples.txt", "\n".join(lines) + "\n")
+    write_text_atomic(path / "samples.txt", "\n".join(lines) + "\n")
     report = str(summary(idata))
-    _atomic_write_text(path / "summary.txt", report + "\n")
+    write_text_atomic(path / "summary.txt", report + "\n")
     plots = plot_diagnostics(idata, str(path), mlm=mlm)
     return report, [str(nc), str(path / "samples.txt"), str(path / "summary.txt"), *plots]
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: never half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -24,6 +24,8 @@ import torch
 from torch import Tensor
 
 from .models.masked_lm import MaskedLM
+from .models.pairs import PairConditionals
+from .models.target import Evaluation
 
 __all__ = [
     "TEXT_WORDS",
@@ -59,14 +61,14 @@ def _keeps_global_rng(builder):
     return wrapper
 
 
-def _init(model, seed: int, std: float):
+def _init(model, seed: int, std: float, dtype: torch.dtype = torch.float32):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "LayerNorm" in name or "layer_norm" in name:
                 continue
             p.copy_(torch.randn(p.shape, generator=gen) * std)
-    return model.eval()
+    return model.to(dtype).eval()  # weights drawn in float32 either way: the same model at another precision
 
 
 def _wordpiece_vocab() -> list[str]:
@@ -146,11 +148,19 @@ def tiny_esm(seed: int = 0, *, std: float = 0.5, alphabet: str = AMINO_ACIDS, ma
 
 @_keeps_global_rng
 def tiny_residue_bert(
-    alphabet: Sequence[str], seed: int = 0, *, std: float = 0.5, max_length: int = 64, name: str = "tiny-residue-bert"
+    alphabet: Sequence[str],
+    seed: int = 0,
+    *,
+    std: float = 0.5,
+    max_length: int = 64,
+    name: str = "tiny-residue-bert",
+    dtype: torch.dtype = torch.float32,
 ) -> MaskedLM:
     """A 2-layer BERT whose ordinary tokens are the given single characters (AntiBERTy's layout).
 
-    Tiny alphabets (3-6 letters) give state spaces small enough to enumerate exactly.
+    Tiny alphabets (3-6 letters) give state spaces small enough to enumerate exactly; with
+    ``dtype=torch.float64`` its energies and conditionals are float64, so exact transition
+    matrices and stationary laws are free of float32 rounding (which differs between CPUs).
     """
     from transformers import BertConfig, BertForMaskedLM, BertTokenizer
 
@@ -163,7 +173,7 @@ def tiny_residue_bert(
         vocab_file.write_text("\n".join(tokens) + "\n")
         tok = BertTokenizer(str(vocab_file), do_lower_case=False, model_max_length=max_length)
     cfg = BertConfig(vocab_size=len(tokens), max_position_embeddings=max_length, pad_token_id=0, **_SIZES)
-    return MaskedLM(_init(BertForMaskedLM(cfg), seed, std), tok, name=name, residue_level=True)
+    return MaskedLM(_init(BertForMaskedLM(cfg), seed, std, dtype), tok, name=name, residue_level=True)
 
 
 def tiny_antibody_bert(seed: int = 0, *, std: float = 0.5, max_length: int = 160) -> MaskedLM:
@@ -181,6 +191,8 @@ def save_tiny(mlm: MaskedLM, directory: str | Path) -> Path:
 
 class TableTarget:
     """A target whose MLM conditionals come from a function, for exactly solvable examples.
+
+    It implements the :class:`~mlm_ppl.models.Target` protocol.
 
     ``conditional(tokens, position)`` returns ``(N, K)`` probabilities of the ``K`` ordinary
     tokens at ``position`` (0 .. L-1) given the other tokens of ``tokens`` ``(N, L)``. Token ids
@@ -215,9 +227,14 @@ class TableTarget:
         rows = [self._logits(tokens[i : i + 1], int(positions[i, 0])) for i in range(tokens.shape[0])]
         return torch.cat(rows)[:, None]
 
-    def evaluate(self, tokens: Tensor):
-        from .models.distribution import Evaluation
+    def validate_tokens(self, tokens: Tensor) -> None:
+        """Raise a ValueError unless ``tokens`` ``(..., L)`` hold ordinary token ids only."""
+        if tokens.dtype != torch.long or tokens.shape[-1:] != self.template.shape:
+            raise ValueError(f"tokens must be torch.long ids ending in shape {tuple(self.template.shape)}")
+        if ((tokens < 0) | (tokens >= self.mask_id)).any():
+            raise ValueError(f"a table target's tokens are 0 .. {self.mask_id - 1}")
 
+    def evaluate(self, tokens: Tensor) -> Evaluation:
         cond = torch.stack([self._logits(tokens, p) for p in range(self.num_free)], dim=1)  # (N, F, V)
         logp = torch.log_softmax(cond, -1).gather(-1, tokens[:, :, None])[..., 0]
         return Evaluation(-logp.sum(-1), torch.zeros(tokens.shape[0]), cond)
@@ -248,8 +265,6 @@ def table_pair_conditionals(target: TableTarget, observed: tuple[int, int] = (0,
     the log-probabilities). A table has no reads with both positions masked: the marginals are
     uniform unless ``marginals`` ``(p_a, p_b)`` gives them.
     """
-    from .models.pairs import PairConditionals
-
     K = target.mask_id
     if target.template.numel() != 2:
         raise ValueError("table_pair_conditionals needs a two-token TableTarget")

@@ -32,6 +32,8 @@ from typing import Mapping, Sequence
 
 import torch
 
+from ..diagnostics import acceptance_rates
+
 __all__ = [
     "UNITS",
     "tokenize",
@@ -145,9 +147,7 @@ def sample_energies(mlm, samples: Sequence[str]) -> dict[str, float]:
 def transition_rates(run) -> dict[str, float]:
     """Acceptance rate and novel-transition rate of a :class:`~mlm_ppl.inference.Run`
     (the same rates :func:`mlm_ppl.summary` reports)."""
-    from ..diagnostics import _transition_rates
-
-    acceptance, novel = _transition_rates(run.stats["is_accepted"], run.stats["n_changed"])
+    acceptance, novel = acceptance_rates(run.stats["is_accepted"], run.stats["n_changed"])
     return {"acceptance_rate": acceptance, "novel_transition_rate": novel}
 
 

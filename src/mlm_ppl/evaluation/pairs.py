@@ -320,18 +320,21 @@ def format_summary(summary: Sequence[dict]) -> str:
 
 
 def plot_pairs(summary: Sequence[dict], path: str, *, title: str = "") -> str:
-    """Bar charts (mean ± standard error) of every metric per method; writes a PNG at ``path``."""
-    import matplotlib
+    """Bar charts (mean ± standard error) of every metric per method; writes a PNG at ``path``.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Draws on a standalone ``matplotlib.figure.Figure``: no pyplot state, and the user's backend is
+    left as it is.
+    """
+    import matplotlib
+    from matplotlib.figure import Figure
 
     metrics = [m for m in PAIR_METRICS if any(r["metric"] == m for r in summary)]
     methods = list(dict.fromkeys(r["method"] for r in summary))
     cols = 3
     rows_n = math.ceil(len(metrics) / cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.0 * rows_n), squeeze=False)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig = Figure(figsize=(4.2 * cols, 3.0 * rows_n))
+    axes = fig.subplots(rows_n, cols, squeeze=False)
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, metric in zip(axes.flat, metrics):
         here = [r for r in summary if r["metric"] == metric]
         names = [r["method"] for r in here]
@@ -348,5 +351,4 @@ def plot_pairs(summary: Sequence[dict], path: str, *, title: str = "") -> str:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

@@ -1,47 +1,69 @@
 """How states move: MCMC kernels over token sequences, batched chains, the Pyro adapter, and
-exact enumeration of tiny state spaces."""
+exact enumeration of tiny state spaces.
+
+* :mod:`.base`: the kernel contract, the one ``accept``, proposals, scans, starting states;
+* :mod:`.mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`: one algorithm each;
+* :mod:`.exact`: enumeration and exact transition matrices;
+* :mod:`.runner`: batched chains with checkpoints; :mod:`.api`: :func:`sample` by name;
+* :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``.
+"""
 
 from . import exact
-from .pyro_kernel import MLMKernel, run_from_mcmc
-from .runner import KERNELS, Run, run_chains, sample
-from .kernels import (
+from .api import KERNELS, draw_from_distribution, make_kernel, sample
+from .base import (
+    INITS,
     SCANS,
-    ConstrainedTarget,
-    MaskPredict,
-    MaskPredictState,
-    MetropolisHastings,
-    MHInfo,
-    MHState,
-    PseudoGibbs,
-    PseudoGibbsState,
+    Kernel,
+    StepInfo,
     accept,
     fill_template,
     geometric_annealing,
+    initial_tokens,
     proposal_log_probs,
 )
+from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictState
+from .mh import MetropolisHastings, MHInfo, MHState
+from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsState
+from .pyro_kernel import MLMKernel, run_from_mcmc
+from .runner import STAT_NAMES, Checkpoint, Run, run_chains, step_stats
+
+# Importable from here for one more release; it lives in mlm_ppl.models now.
+from ..models.target import ConstrainedTarget  # noqa: E402  (re-export)
 
 __all__ = [
     # running chains
     "sample",
     "run_chains",
     "Run",
+    "Checkpoint",
+    "STAT_NAMES",
+    "step_stats",
     "MLMKernel",
     "run_from_mcmc",
     "KERNELS",
+    "make_kernel",
+    "draw_from_distribution",
     # kernels
+    "Kernel",
+    "StepInfo",
     "MetropolisHastings",
-    "PseudoGibbs",
-    "MaskPredict",
     "MHState",
     "MHInfo",
+    "PseudoGibbs",
     "PseudoGibbsState",
+    "PseudoGibbsInfo",
+    "MaskPredict",
     "MaskPredictState",
+    "MaskPredictInfo",
     # pieces
     "accept",
     "proposal_log_probs",
     "fill_template",
+    "initial_tokens",
     "geometric_annealing",
     "ConstrainedTarget",
     "SCANS",
+    "PSEUDO_GIBBS_SCANS",
+    "INITS",
     "exact",
 ]

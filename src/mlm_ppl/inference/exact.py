@@ -8,20 +8,21 @@ and checking a sampler before trusting it on a real model.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import Tensor
 
-from .kernels import _all_blocks
+from ..models.target import Target
+from .base import num_blocks
 
 __all__ = ["enumerate_states", "state_index", "exact_log_probs", "transition_matrix", "stationary_distribution",
-           "total_variation"]
+           "total_variation", "scan_cycles", "block_moves"]
 
 _MAX_STATES = 200_000
 
 
-def enumerate_states(target) -> Tensor:
+def enumerate_states(target: Target) -> Tensor:
     """All ``(S, L)`` complete states of ``target``: its template with every combination of
     ordinary tokens at the free positions, in lexicographic order of the free tokens."""
     ordinary = target.ordinary_mask.nonzero().flatten()
@@ -35,7 +36,7 @@ def enumerate_states(target) -> Tensor:
     return states
 
 
-def state_index(target) -> Callable[[Tensor], Tensor]:
+def state_index(target: Target) -> Callable[[Tensor], Tensor]:
     """A function mapping states ``(N, L)`` to their row in :func:`enumerate_states`."""
     ordinary = target.ordinary_mask.nonzero().flatten()
     K = len(ordinary)
@@ -52,14 +53,14 @@ def state_index(target) -> Callable[[Tensor], Tensor]:
     return index
 
 
-def exact_log_probs(target, states: Tensor | None = None) -> Tensor:
+def exact_log_probs(target: Target, states: Tensor | None = None) -> Tensor:
     """``(S,)`` exact normalised log-probabilities ``log softmax(-E/T + log_factor)`` over all states."""
     states = enumerate_states(target) if states is None else states
     ev = target.evaluate(states)
     return torch.log_softmax((-ev.energy / target.temperature + ev.log_factor).double(), 0)
 
 
-def transition_matrix(kernel, states: Tensor | None = None) -> Tensor:
+def transition_matrix(kernel: Any, states: Tensor | None = None) -> Tensor:
     """``(S, S)`` exact transition matrix of ``kernel`` over all states of its target, float64.
 
     * ``scan="random"``: one step (a uniformly chosen block);
@@ -79,7 +80,7 @@ def transition_matrix(kernel, states: Tensor | None = None) -> Tensor:
         return kernel.block_matrix(states, evaluation, tuple(range(F)), index)
     cache: dict[tuple[int, ...], Tensor] = {}
     total = torch.zeros((S, S), dtype=torch.float64)
-    for weight, blocks in _all_blocks(kernel.scan, F, getattr(kernel, "block_size", 1)):
+    for weight, blocks in scan_cycles(kernel.scan, F, getattr(kernel, "block_size", 1)):
         P = torch.eye(S, dtype=torch.float64)
         for block in blocks:
             if block not in cache:
@@ -101,3 +102,39 @@ def stationary_distribution(P: Tensor) -> Tensor:
 def total_variation(p: Tensor, q: Tensor) -> float:
     """``0.5 * sum |p - q|``."""
     return 0.5 * float((p.double() - q.double()).abs().sum())
+
+
+# ---------------------------------------------------------------------- block enumeration helpers
+def scan_cycles(scan: str, num_free: int, block_size: int) -> list[tuple[float, list[tuple[int, ...]]]]:
+    """Every sequence of blocks one scan cycle can apply, with its probability.
+
+    ``"random"``: one block, each ``block_size``-subset equally likely; ``"left_to_right"``: the
+    blocks of one sweep in order; ``"random_sweep"``: the blocks of one sweep for every
+    permutation of the free positions.
+    """
+    if scan == "random":
+        subsets = list(itertools.combinations(range(num_free), block_size))
+        return [(1.0 / len(subsets), [s]) for s in subsets]
+    n = num_blocks(num_free, block_size)
+    if scan == "left_to_right":
+        return [(1.0, [tuple(range(j * block_size, min(num_free, (j + 1) * block_size))) for j in range(n)])]
+    perms = list(itertools.permutations(range(num_free)))
+    return [
+        (1.0 / len(perms), [tuple(p[j * block_size : (j + 1) * block_size]) for j in range(n)]) for p in perms
+    ]
+
+
+def block_moves(
+    target: Target, states: Tensor, pos: Tensor, logq: Tensor, index: Callable[[Tensor], Tensor]
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Every proposal for a block, for the kernels' exact transition matrices.
+
+    For each combination of ordinary tokens ``y`` at positions ``pos`` ``(S, b)``, yields the
+    float64 ``log q(y)`` ``(S,)`` under ``logq`` ``(S, b, V)`` and the row of the state it leads
+    to ``(S,)``.
+    """
+    S = states.shape[0]
+    ordinary = target.ordinary_mask.nonzero().flatten().tolist()
+    for combo in itertools.product(ordinary, repeat=pos.shape[1]):
+        y = torch.tensor(combo).expand(S, -1)
+        yield logq.gather(-1, y[..., None]).sum((-1, -2)).double(), index(states.scatter(1, pos, y))

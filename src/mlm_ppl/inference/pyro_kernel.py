@@ -32,9 +32,12 @@ from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
+from .._checks import check_count, check_seed
 from ..models.distribution import MaskedLMDistribution
-from .kernels import ConstrainedTarget, check_count, check_init, fill_template
-from .runner import STAT_NAMES, Run, check_seed, make_kernel, target_attrs
+from ..models.target import ConstrainedTarget
+from .api import make_kernel
+from .base import check_init, initial_tokens
+from .runner import STAT_NAMES, Run, step_stats, target_attrs
 
 __all__ = ["MLMKernel", "run_from_mcmc"]
 
@@ -162,7 +165,7 @@ class MLMKernel(MCMCKernel):
             if tokens.shape[0] != self.num_chains:
                 raise ValueError(f"initial_params has {tokens.shape[0]} chains, the kernel runs {self.num_chains}")
         else:
-            tokens = fill_template(self.target, self.num_chains, self._gen, self.init)
+            tokens = initial_tokens(self.kernel, self.num_chains, self._gen, self.init)
         self._state = self.kernel.init(tokens)
         self._initials.append(self._state.tokens.clone())
 
@@ -202,14 +205,20 @@ class MLMKernel(MCMCKernel):
         if not torch.equal(given, self._state.tokens):
             self._state = self.kernel.init(given)
         self._state, info = self.kernel.step(self._state, self._gen)
+        stats = step_stats(info)
         self._t += 1
-        self._accepted += float(info.is_accepted.float().mean())
+        self._accepted += float(stats["is_accepted"].float().mean())
         if self._t > self._warmup_steps:
             if self._t == self._warmup_steps + 1:
                 self._chains.append({k: [] for k in STAT_NAMES})
-            for k in STAT_NAMES:
-                self._chains[-1][k].append(getattr(info, k))
+            for k, v in stats.items():
+                self._chains[-1][k].append(v)
         return {self.site: self._value(self._state.tokens)}
+
+    @property
+    def initial_states(self) -> list[Tensor]:
+        """Per Pyro chain run so far: the ``(num_chains, L)`` states it started from (after the fill-in)."""
+        return list(self._initials)
 
     @property
     def draw_stats(self) -> list[dict[str, Tensor]]:
@@ -254,5 +263,5 @@ def run_from_mcmc(mcmc, kernel: MLMKernel) -> Run:
         **target_attrs(target),
         model=getattr(getattr(target, "mlm", None), "name", None),
     )
-    initial = torch.cat(kernel._initials[-P:])
+    initial = torch.cat(kernel.initial_states[-P:])
     return Run(tokens.long(), merged, attrs, initial)

@@ -1,20 +1,28 @@
-"""Batched chains: run any kernel for C chains at once and collect draws and per-draw stats."""
+"""Batched chains: run any kernel for C chains at once and collect draws and per-draw stats.
+
+:func:`run_chains` drives a kernel (:class:`~mlm_ppl.inference.base.Kernel`) step by step,
+keeps every ``thin``-th state after warm-up with its statistics (:func:`step_stats`), shows
+progress, and checkpoints so that an interrupted run resumes exactly.
+"""
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
-from .kernels import MaskPredict, MetropolisHastings, PseudoGibbs, check_count, fill_template
+from .._checks import check_count, check_seed  # check_seed: importable from here for one more release
+from ..models.target import Target
+from .base import Kernel, StepInfo, initial_tokens
 
-__all__ = ["Run", "Checkpoint", "run_chains", "sample", "make_kernel", "check_seed", "KERNELS", "draw_from_distribution"]
+__all__ = ["Run", "Checkpoint", "run_chains", "step_stats", "target_attrs", "STAT_NAMES"]
 
-KERNELS = ("mh", "pseudo-gibbs", "mask-predict")
 STAT_NAMES = ("lp", "is_accepted", "acceptance_rate", "n_changed")
+"""Per-draw statistics of every run, in ArviZ's names."""
 
 
 @dataclass
@@ -48,32 +56,32 @@ class Run:
         return int(self.tokens.shape[1])
 
 
-def target_attrs(target) -> dict[str, Any]:
+def target_attrs(target: Target) -> dict[str, Any]:
     """What a run records about its target: energy, temperature, template, free positions."""
     return dict(
-        energy=getattr(target, "energy", None),
-        temperature=getattr(target, "temperature", None),
+        energy=target.energy,
+        temperature=target.temperature,
         template=target.template.tolist(),
         free_positions=target.free_positions.tolist(),
     )
 
 
-def check_seed(seed) -> int:
-    """Seeds are plain ints (not bools, floats or None)."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
-    return seed
+def step_stats(info: StepInfo) -> dict[str, Tensor]:
+    """The per-draw statistics :data:`STAT_NAMES` of one step's info, each ``(C,)``.
 
-
-def make_kernel(name: str, target, **options):
-    """Build a kernel by name: ``"mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``."""
-    classes = {"mh": MetropolisHastings, "pseudo-gibbs": PseudoGibbs, "mask-predict": MaskPredict}
-    if name not in classes:
-        raise ValueError(f"unknown kernel {name!r}; choose one of {', '.join(map(repr, KERNELS))}")
-    try:
-        return classes[name](target, **options)
-    except TypeError as err:
-        raise TypeError(f"kernel {name!r}: {err}") from None
+    A kernel without an accept step (pseudo-Gibbs, mask-predict) always takes its move: its
+    draws are recorded as accepted with acceptance probability 1, as for a Gibbs step in
+    ArviZ's and Pyro's convention, so the novel-transition rate counts the steps that changed
+    the state.
+    """
+    n_changed = info.n_changed
+    is_accepted = getattr(info, "is_accepted", None)
+    if is_accepted is None:
+        is_accepted = torch.ones(n_changed.shape, dtype=torch.bool)
+    acceptance_rate = getattr(info, "acceptance_rate", None)
+    if acceptance_rate is None:
+        acceptance_rate = torch.ones(n_changed.shape)
+    return {"lp": info.lp, "is_accepted": is_accepted, "acceptance_rate": acceptance_rate, "n_changed": n_changed}
 
 
 @dataclass
@@ -89,7 +97,7 @@ class Checkpoint:
 
 
 def run_chains(
-    kernel,
+    kernel: Kernel,
     num_chains: int,
     num_samples: int,
     *,
@@ -106,7 +114,9 @@ def run_chains(
 
     Parameters
     ----------
-    kernel : MetropolisHastings, PseudoGibbs or MaskPredict
+    kernel : Kernel
+        :class:`~mlm_ppl.inference.MetropolisHastings`, :class:`~mlm_ppl.inference.PseudoGibbs`,
+        :class:`~mlm_ppl.inference.MaskPredict` or any kernel with the same contract.
     num_chains, num_samples : int
         Chains and kept draws per chain.
     warmup_steps : int
@@ -116,8 +126,8 @@ def run_chains(
     seed : int
         Seeds one ``torch.Generator``: same seed, same device, same chains.
     init : {"sample", "greedy", "uniform"} or Tensor
-        How the free positions are first filled (:func:`fill_template`), or starting tokens
-        ``(C, L)``. Ignored by mask-predict, which starts from the masked template.
+        How the free positions are first filled (:func:`~mlm_ppl.inference.fill_template`), or
+        starting tokens ``(C, L)``. Mask-predict starts from the masked template whatever it is given.
     progress : bool
         Progress bar with draws/s and acceptance so far.
     on_checkpoint : callable, optional
@@ -142,16 +152,7 @@ def run_chains(
         if draws.shape != (C, D, L):
             raise ValueError(f"checkpoint holds draws of shape {tuple(draws.shape)}, this run needs {(C, D, L)}")
     else:
-        if isinstance(kernel, MaskPredict):
-            state = kernel.init(C)
-        else:
-            if isinstance(init, Tensor):
-                tokens = init
-                if tokens.shape[0] != C:
-                    raise ValueError(f"init has {tokens.shape[0]} chains but num_chains={C}")
-            else:
-                tokens = fill_template(target, C, gen, init)
-            state = kernel.init(tokens)
+        state = kernel.init(initial_tokens(kernel, C, gen, init))
         step0, initial = 0, state.tokens.clone()
         draws = torch.zeros((C, D, L), dtype=torch.long)
         stats = {k: [] for k in STAT_NAMES}
@@ -177,15 +178,16 @@ def run_chains(
     try:
         for i in range(step0, total):
             new_state, info = kernel.step(state, gen)
+            step_record = step_stats(info)
             if i >= W and (i - W + 1) % thin == 0:
                 d = (i - W + 1) // thin - 1
                 draws[:, d] = new_state.tokens
-                for k in STAT_NAMES:
-                    stats[k].append(getattr(info, k))
+                for k, v in step_record.items():
+                    stats[k].append(v)
             state = new_state
             snap = (i + 1, state, gen.get_state(), len(stats["lp"]))
             if bar is not None:
-                accepted += float(info.is_accepted.float().mean())
+                accepted += float(step_record["is_accepted"].float().mean())
                 seen += 1
                 bar.set_postfix(draws=snap[3], accept=f"{accepted / seen:.2f}", refresh=False)
                 bar.update(1)
@@ -211,62 +213,19 @@ def run_chains(
     return Run(draws, {k: torch.stack(v, dim=1) for k, v in stats.items()}, attrs, initial)
 
 
-def draw_from_distribution(
-    dist,
-    n: int,
-    *,
-    num_steps: int | None = None,
-    seed: int | None = None,
-    init: str = "sample",
-    **mh_options,
-) -> Tensor:
-    """``(n, L)`` draws of ``dist``: the last states of ``n`` independent MH chains.
-
-    ``num_steps`` defaults to 20 sweeps (``20 * num_free`` single-site steps). Without a
-    ``seed`` one is drawn from torch's global RNG, so ``pyro.set_rng_seed`` makes it reproducible.
-    """
-    if seed is None:
-        seed = int(torch.randint(0, 2**62, ()).item())
-    steps = 20 * dist.num_free if num_steps is None else check_count(num_steps, "num_steps", 1)
-    kernel = MetropolisHastings(dist, **mh_options)
-    return run_chains(kernel, n, 1, warmup_steps=steps - 1, seed=seed, init=init).tokens[:, 0]
+_MOVED_TO_API = ("sample", "make_kernel", "KERNELS", "draw_from_distribution")
 
 
-def sample(
-    mlm,
-    template,
-    *,
-    kernel: str = "mh",
-    energy: str = "norm",
-    temperature: float = 1.0,
-    num_chains: int = 4,
-    num_samples: int = 100,
-    warmup_steps: int = 0,
-    thin: int = 1,
-    seed: int = 0,
-    init: str | Tensor = "sample",
-    log_factor=None,
-    progress: bool = False,
-    **kernel_options,
-) -> Run:
-    """Sample the masked positions of ``template`` with C batched chains in one call.
+def __getattr__(name: str) -> Any:
+    """The names that moved to :mod:`mlm_ppl.inference.api`, for one more release."""
+    if name in _MOVED_TO_API:
+        warnings.warn(
+            f"mlm_ppl.inference.runner.{name} moved to mlm_ppl.inference.api (also mlm_ppl.inference.{name}); "
+            "the old path will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from . import api  # deprecated re-export: the one lazy import back up the inference package
 
-    Builds ``MaskedLMDistribution(mlm, template, energy=..., temperature=...)`` (plus
-    ``log_factor``, a function ``tokens (N, L) -> (N,)`` of extra log-density terms, if given),
-    the kernel (``"mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``, with ``**kernel_options``),
-    and runs :func:`run_chains`. All arguments are checked before any forward pass.
-    """
-    from ..models.distribution import MaskedLMDistribution
-    from .kernels import ConstrainedTarget
-
-    check_seed(seed)
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(map(repr, KERNELS))}")
-    dist = MaskedLMDistribution(mlm, template, energy=energy, temperature=temperature)
-    target = dist if log_factor is None else ConstrainedTarget(dist, log_factor)
-    k = make_kernel(kernel, target, **kernel_options)
-    run = run_chains(
-        k, num_chains, num_samples, warmup_steps=warmup_steps, thin=thin, seed=seed, init=init, progress=progress
-    )
-    run.attrs.update(model=mlm.name, kernel=kernel, kernel_options=dict(kernel_options))
-    return run
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,23 +1,34 @@
-"""What the distribution is: the masked-LM wrapper, loading, energies, and derived pair joints."""
+"""What the distribution is: the token codec, the masked-LM engine, energies, the target
+contract, the Pyro distribution, and derived pair joints. Nothing here moves states: that is
+:mod:`mlm_ppl.inference`."""
 
-from .distribution import Evaluation, MaskedLMDistribution
+from .distribution import MaskedLMDistribution
 from .energy import ENERGIES, VARIANTS, EnergyTerms, energy_terms
 from .loading import antiberty_paths, load_mlm
-from .masked_lm import Encoding, MaskedConditionals, MaskedLM
+from .masked_lm import MaskedConditionals, MaskedLM
 from .pairs import PAIR_METHODS, PairConditionals, PairJoint, derive_pair_joint, pair_conditionals, pair_joint
+from .target import ConstrainedTarget, Evaluation, Target
+from .tokens import Encoding, TokenCodec
 
 __all__ = [
-    "MaskedLM",
-    "MaskedLMDistribution",
-    "Evaluation",
-    "Encoding",
-    "MaskedConditionals",
+    # the model
     "load_mlm",
     "antiberty_paths",
+    "MaskedLM",
+    "MaskedConditionals",
+    "Encoding",
+    "TokenCodec",
+    # energies
     "EnergyTerms",
     "energy_terms",
     "ENERGIES",
     "VARIANTS",
+    # targets
+    "Target",
+    "Evaluation",
+    "ConstrainedTarget",
+    "MaskedLMDistribution",
+    # pair joints
     "PAIR_METHODS",
     "PairConditionals",
     "PairJoint",

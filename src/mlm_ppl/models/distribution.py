@@ -12,36 +12,18 @@ unnormalised, as for Pyro's ``SpanningTree`` ("logits (aka negative energies)").
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from pyro.distributions import TorchDistribution, constraints
 from torch import Tensor
 
+from .._checks import check_positive
 from .energy import check_energy, token_scores
 from .masked_lm import MaskedLM
+from .target import Evaluation
 
-__all__ = ["Evaluation", "MaskedLMDistribution"]
-
-
-class Evaluation(NamedTuple):
-    """What one batched pass over masked copies of states gives.
-
-    Attributes
-    ----------
-    energy : Tensor
-        ``(N,)`` energy ``E(x)`` in nats.
-    log_factor : Tensor
-        ``(N,)`` extra log-density terms (constraints, likelihoods); zeros for a bare
-        distribution.
-    cond_logits : Tensor
-        ``(N, F, V)`` MLM logits at each free position with only that position masked:
-        the single-site proposal distributions of the next MH step.
-    """
-
-    energy: Tensor
-    log_factor: Tensor
-    cond_logits: Tensor
+__all__ = ["MaskedLMDistribution"]
 
 
 class MaskedLMDistribution(TorchDistribution):
@@ -91,7 +73,7 @@ class MaskedLMDistribution(TorchDistribution):
             raise TypeError(f"mlm must be a MaskedLM (see mlm_ppl.load_mlm), got {type(mlm).__name__}")
         self.mlm = mlm
         self.energy = check_energy(energy)
-        self.temperature = _check_temperature(temperature, "temperature")
+        self.temperature = check_positive(temperature, "temperature")
         self.sampler_options = dict(sampler_options or {})
         self.template = _template_ids(mlm, template)  # (L,)
         self.free = self.template == mlm.mask_id  # (L,) bool
@@ -156,9 +138,9 @@ class MaskedLMDistribution(TorchDistribution):
         rows, query = cond.batch_index, cond.position  # (M,), (M,)
         scores = token_scores(cond.logits, enc.input_ids[rows, query])  # (M, 2): logit, log-prob
         picked = scores[:, 1] if self.energy == "norm" else scores[:, 0]
-        energy = torch.zeros(N).index_add_(0, rows, -picked)  # (N,)
-        free_logits = cond.logits[self.free[query]].reshape(N, self.num_free, self.mlm.vocab_size)
-        return Evaluation(energy, torch.zeros(N), free_logits)
+        energy = torch.zeros(N, dtype=picked.dtype).index_add_(0, rows, -picked)  # (N,)
+        free_logits = cond.logits[self.free[query]].reshape(N, self.num_free, self.mlm.vocab_size)  # (N, F, V)
+        return Evaluation(energy, torch.zeros(N, dtype=energy.dtype), free_logits)
 
     @property
     def ordinary_mask(self) -> Tensor:
@@ -189,8 +171,11 @@ class MaskedLMDistribution(TorchDistribution):
         steps (default: 20 sweeps, ``20 * num_free`` single-site steps) from an MLM fill-in of
         the template. That is approximate for short chains, as for any MCMC-based sampler;
         use :func:`mlm_ppl.sample` with diagnostics when it matters.
+
+        This is the one place where :mod:`mlm_ppl.models` calls into :mod:`mlm_ppl.inference`
+        (a lazy import: the distribution describes the target, the sampling API moves states).
         """
-        from ..inference.runner import draw_from_distribution
+        from ..inference.api import draw_from_distribution  # the one lazy call from models/ into inference/
 
         shape = torch.Size(sample_shape) + self.batch_shape
         n = max(1, shape.numel())
@@ -216,14 +201,6 @@ def _rebuild(mlm, template, energy, temperature, sampler_options, batch_shape, v
         mlm, template, energy=energy, temperature=temperature, sampler_options=sampler_options,
         batch_shape=batch_shape, validate_args=validate_args,
     )
-
-
-def _check_temperature(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not (value > 0 and value < float("inf")):
-        raise ValueError(f"{name} must be > 0 and finite, got {value}")
-    return float(value)
 
 
 def _template_ids(mlm: MaskedLM, template: str | Tensor) -> Tensor:

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from .masked_lm import Encoding, MaskedLM
+from .tokens import Encoding
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .masked_lm import MaskedLM
 
 __all__ = ["ENERGIES", "VARIANTS", "EnergyTerms", "energy_terms", "check_energy"]
 
@@ -55,12 +57,12 @@ class EnergyTerms:
     encoding : Encoding
         The encoded batch the terms belong to.
     norm : Tensor
-        ``(B, T)`` float32, ``-log p(x_t | x_\\t)`` at scored positions, 0 elsewhere.
+        ``(B, T)`` float32 (float64 for a float64 model), ``-log p(x_t | x_\\t)`` at scored positions, 0 elsewhere.
     raw : Tensor
         ``(B, T)`` float32, ``-logit_t(x_t | x_\\t)`` at scored positions, 0 elsewhere.
     """
 
-    encoding: "Encoding"
+    encoding: Encoding
     norm: Tensor
     raw: Tensor
 
@@ -82,7 +84,7 @@ class EnergyTerms:
 
 def energy_terms(
     mlm: "MaskedLM",
-    sequences: str | Sequence[str] | "Encoding",
+    sequences: str | Sequence[str] | Encoding,
     *,
     variant: str = "pll",
     progress: bool = False,
@@ -104,8 +106,6 @@ def energy_terms(
     -------
     EnergyTerms
     """
-    from .masked_lm import Encoding
-
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(map(repr, VARIANTS))}")
     enc = sequences if isinstance(sequences, Encoding) else mlm.encode(sequences)
@@ -121,8 +121,8 @@ def energy_terms(
         right = torch.arange(T)[None, :] >= query[:, None]
         masks |= same_word & right
 
-    out = mlm._masked_reduce(enc, rows, masks, query, token_scores, progress=progress)  # (N, 2)
-    raw = torch.zeros(enc.input_ids.shape, dtype=torch.float32)
+    out = mlm.masked_reduce(enc, rows, masks, query, token_scores, progress=progress)  # (N, 2)
+    raw = torch.zeros(enc.input_ids.shape, dtype=out.dtype)
     norm = torch.zeros_like(raw)
     raw[rows, query] = -out[:, 0]
     norm[rows, query] = -out[:, 1]

@@ -1,0 +1,24 @@
+"""``mlm-ppl diagnose``: the summary of a run and its plots again."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TextIO
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    diag = sub.add_parser("diagnose", help="summary and plots of a run (DIR/run.nc)")
+    diag.add_argument("path", help="run.nc, or its run directory")
+    diag.add_argument("--plots", default=None, help="directory for the plots (default: next to run.nc)")
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    from ..diagnostics import plot_diagnostics, read_run, summary
+
+    idata = read_run(args.path)
+    path = os.path.join(args.path, "run.nc") if os.path.isdir(args.path) else args.path
+    out.write(str(summary(idata)) + "\n")
+    plots = plot_diagnostics(idata, args.plots or os.path.dirname(os.path.abspath(path)))
+    out.write(f"plots: {', '.join(plots)}\n")
+    return 0

@@ -1,0 +1,149 @@
+"""``mlm-ppl sample``: sample the masked positions of a template into a resumable run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from ..inference.api import KERNELS
+from ..inference.base import INITS
+from ..models.energy import ENERGIES
+from ._common import add_model_args, at_least
+
+_DEFAULTS: dict[str, Any] = dict(
+    model="antiberty", kernel="mh", energy="norm", temperature=1.0, chains=4, draws=100, warmup=0, thin=1,
+    seed=0, init="sample", dtype=None, device=None,
+)
+_KERNEL_FLAGS = {  # kernel option (= flag) -> the kernels it applies to
+    "scan": ("mh", "pseudo-gibbs"),
+    "block_size": ("mh",),
+    "proposal_temperature": ("mh",),
+    "top_k": ("mh", "pseudo-gibbs"),
+    "top_p": ("mh",),
+    "burnin": ("pseudo-gibbs",),
+    "iterations": ("mask-predict",),
+}
+_SETTINGS = tuple(_DEFAULTS) + ("template", "length") + tuple(_KERNEL_FLAGS)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    smp = sub.add_parser(
+        "sample",
+        help="sample the masked positions of a template (MH, pseudo-Gibbs or mask-predict)",
+        description="Run C chains on the masked positions of a template and write a run directory: "
+        "config.json, checkpoint.pt (as it goes), run.nc (ArviZ InferenceData), samples.txt, summary.txt, "
+        "plots. --resume DIR continues an interrupted run exactly.",
+    )
+    add_model_args(smp)
+    smp.set_defaults(model=None)
+    what = smp.add_mutually_exclusive_group()
+    what.add_argument("--template", help="sequence with mask tokens at the positions to sample, e.g. 'CAR[MASK][MASK]W'")
+    what.add_argument("--length", type=int, help="sample a whole sequence of N tokens")
+    smp.add_argument("--kernel", choices=KERNELS)
+    smp.add_argument("--energy", choices=ENERGIES)
+    smp.add_argument("--temperature", type=float, help="target temperature T (default 1)")
+    smp.add_argument("--chains", type=int, help="chains, advanced together (default 4)")
+    smp.add_argument("--draws", type=int, help="draws kept per chain (default 100)")
+    smp.add_argument("--warmup", type=int, help="steps discarded before the first draw (default 0)")
+    smp.add_argument("--thin", type=int, help="keep every k-th step (default 1)")
+    smp.add_argument("--seed", type=int, help="seed (default 0)")
+    smp.add_argument("--init", choices=INITS, help="how the masks are first filled")
+    smp.add_argument("--scan", help="random, random_sweep, left_to_right (pseudo-Gibbs also: parallel)")
+    smp.add_argument("--block-size", type=int, help="MH: positions proposed together")
+    smp.add_argument("--proposal-temperature", type=float, help="MH: proposal temperature")
+    smp.add_argument("--top-k", type=int, help="MH / pseudo-Gibbs: truncate proposals to the k most likely tokens")
+    smp.add_argument("--top-p", type=float, help="MH: nucleus truncation of proposals")
+    smp.add_argument("--burnin", type=int, help="pseudo-Gibbs: steps before --top-k applies")
+    smp.add_argument("--iterations", type=int, help="mask-predict: decoding iterations")
+    smp.add_argument("--out", help="run directory to create")
+    smp.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    smp.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
+    smp.add_argument("--checkpoint-seconds", type=float, default=30.0, help="checkpoint interval (default 30 s)")
+
+
+def config_from_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """Settings of a new run from the flags, checked before any work."""
+    config = {k: getattr(args, k) for k in _SETTINGS}
+    for k, v in _DEFAULTS.items():
+        if config[k] is None:
+            config[k] = v
+    if config["template"] is None and config["length"] is None:
+        raise ValueError("give --template TEXT (mask tokens at the positions to sample) or --length N")
+    if not args.out:
+        raise ValueError("give --out DIR for the run directory")
+    for flag, minimum in (("chains", 1), ("draws", 1), ("warmup", 0), ("thin", 1), ("length", 1)):
+        at_least(config[flag], flag, minimum)
+    for flag, kernels in _KERNEL_FLAGS.items():
+        if config[flag] is not None and config["kernel"] not in kernels:
+            raise ValueError(f"--{flag.replace('_', '-')} applies to --kernel {' or '.join(kernels)}, "
+                             f"not {config['kernel']}")
+    return config
+
+
+def build(config: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Model, target and kernel of a run configuration."""
+    from ..inference.api import make_kernel
+    from ..models.distribution import MaskedLMDistribution
+    from ..models.loading import load_mlm
+
+    mlm = load_mlm(config["model"], device=config["device"], dtype=config["dtype"])
+    template = config["template"]
+    if template is None:
+        mask = mlm.vocab[mlm.mask_id]
+        template = (mask * config["length"]) if mlm.residue_level else " ".join([mask] * config["length"])
+    dist = MaskedLMDistribution(mlm, template, energy=config["energy"], temperature=config["temperature"])
+    options = {flag: config[flag] for flag in _KERNEL_FLAGS if config[flag] is not None}
+    return mlm, dist, make_kernel(config["kernel"], dist, **options)
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    from .. import rundir
+    from ..inference.runner import run_chains
+
+    if args.resume:
+        config = rundir.read_config(args.resume)
+        given = {k: getattr(args, k) for k in _SETTINGS if getattr(args, k) is not None}
+        clash = {k: (v, config.get(k)) for k, v in given.items() if config.get(k) != v}
+        if clash:
+            detail = ", ".join(f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items())
+            raise ValueError(f"--resume {args.resume}: settings differ from the run's: {detail}; "
+                             "resume with the run's own settings, or start a new run")
+        if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
+            raise ValueError("--out and --resume name different directories; give only --resume DIR")
+        directory = args.resume
+        checkpoint = rundir.load_checkpoint(directory)
+        mlm, dist, kernel = build(config)
+    else:
+        config = config_from_flags(args)
+        mlm, dist, kernel = build(config)  # loads the model and checks template and options first
+        try:
+            directory = str(rundir.prepare(args.out, config, overwrite=args.overwrite))
+        except rundir.RunExistsError as err:
+            raise ValueError(f"{err.detail}; use --resume {err.path} to continue it, --overwrite to replace it, "
+                             "or another --out") from None
+        checkpoint = None
+    total = config["warmup"] + config["draws"] * config["thin"]
+    if checkpoint is not None and checkpoint.step >= total:
+        print(f"run in {directory} is already complete; writing its outputs", file=sys.stderr)
+    show = args.progress if args.progress is not None else True
+    try:
+        result = run_chains(
+            kernel, config["chains"], config["draws"], warmup_steps=config["warmup"], thin=config["thin"],
+            seed=config["seed"], init=config["init"], progress=show,
+            on_checkpoint=lambda cp: rundir.save_checkpoint(directory, cp),
+            checkpoint_seconds=args.checkpoint_seconds, resume=checkpoint,
+        )
+    except KeyboardInterrupt:
+        print(f"interrupted; checkpoint saved. Continue with: mlm-ppl sample --resume {directory}", file=sys.stderr)
+        return 130
+    result.attrs.update(model=mlm.name, kernel=config["kernel"], template_text=config["template"] or "",
+                        config=json.dumps(config, sort_keys=True))
+    report, paths = rundir.write_outputs(directory, result, mlm)
+    out.write(report + "\n\n")
+    last = mlm.decode(result.tokens[:, -1])
+    out.write("last draw of each chain:\n" + "".join(f"  chain {c}: {s}\n" for c, s in enumerate(last)))
+    out.write(f"\nwrote {paths[0]}, {', '.join(os.path.basename(p) for p in paths[1:])} in {directory}\n")
+    return 0

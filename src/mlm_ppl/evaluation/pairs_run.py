@@ -1,0 +1,156 @@
+"""A resumable pair-joint evaluation in a directory (``mlm-ppl pairs``).
+
+The directory holds ``config.json`` (the settings), ``pairs.csv`` (one row per pair and
+method, appended and flushed pair by pair), and at the end ``summary.csv``, ``summary.txt``
+and ``pairs.png``. Running the same settings again continues where an interrupted run stopped:
+a pair whose rows were cut off mid-write is dropped and recomputed. Other settings in the same
+directory are refused unless ``overwrite`` is given.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..models.masked_lm import MaskedLM
+from ..rundir import RunExistsError, write_text_atomic
+from .pairs import (
+    ROW_FIELDS,
+    evaluate_pairs,
+    format_differences,
+    format_summary,
+    paired_differences,
+    plot_pairs,
+    summarize_pairs,
+)
+
+__all__ = ["PAIRS_FORMAT", "PairsRun", "open_pairs_run", "run_pairs", "write_csv"]
+
+PAIRS_FORMAT = "mlm-ppl-pairs-1"
+_OUTPUTS = ("config.json", "pairs.csv", "summary.csv", "summary.txt", "pairs.png")
+
+
+def write_csv(path: Path, fields: Sequence[str], rows: Sequence[dict]) -> None:
+    """Write a CSV atomically (a temporary file, then a rename)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(path, buffer.getvalue())
+
+
+def open_pairs_run(directory: str | Path, config: dict[str, Any], *, overwrite: bool = False) -> list[dict]:
+    """Create ``directory`` for a pairs run, or reopen it to continue a run with the same settings.
+
+    Returns the rows already computed (complete pairs only; ``pairs.csv`` is rewritten without a
+    pair cut off mid-write). Raises :class:`~mlm_ppl.rundir.RunExistsError` for a directory that
+    holds something else or a run with other settings, unless ``overwrite``.
+    """
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{str(path)!r} is a file; give a directory")
+    rows: list[dict] = []
+    cfg_path, csv_path = path / "config.json", path / "pairs.csv"
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        try:
+            old = json.loads(cfg_path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            raise RunExistsError(path, f"{str(path)!r} exists and is not an mlm-ppl pairs run") from None
+        if old != config:
+            changed = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+            raise RunExistsError(path, f"{str(path)!r} holds a pairs run with other settings ({', '.join(changed)})")
+        if csv_path.exists():
+            with open(csv_path, newline="") as fh:
+                rows = list(csv.DictReader(fh))
+        per_pair = len(config["methods"]) + 1
+        rows = [r for r in rows if None not in r and None not in r.values()]  # a row cut off mid-write has gaps
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["pair"]] = counts.get(r["pair"], 0) + 1
+        rows = [r for r in rows if counts[r["pair"]] == per_pair]
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        for name in _OUTPUTS:
+            (path / name).unlink(missing_ok=True)
+        write_text_atomic(cfg_path, json.dumps(config, indent=1, sort_keys=True))
+    write_csv(csv_path, ROW_FIELDS, rows)  # drops a pair cut off mid-write
+    return rows
+
+
+@dataclass
+class PairsRun:
+    """A finished pairs run: its report (as printed) and the files written."""
+
+    directory: Path
+    report: str
+    paths: list[Path]
+
+
+def run_pairs(
+    mlm: MaskedLM,
+    sequences: Sequence[str],
+    pairs: Sequence[tuple[int, int, int]],
+    methods: Sequence[str],
+    directory: str | Path,
+    *,
+    config: dict[str, Any],
+    support: int | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    data_label: str = "",
+) -> PairsRun:
+    """Evaluate ``methods`` on ``pairs`` into ``directory``, resuming a run with the same ``config``.
+
+    ``pairs`` come from :func:`~mlm_ppl.evaluation.draw_pairs`; ``progress`` shows a bar over
+    the pairs (default: for 8 or more).
+    """
+    from tqdm.auto import tqdm
+
+    path = Path(directory)
+    rows = open_pairs_run(path, config, overwrite=overwrite)
+    done = {int(r["pair"]) for r in rows}
+    show = progress if progress is not None else len(pairs) >= 8
+    t0 = time.perf_counter()
+    with tqdm(total=len(pairs), unit=" pair", disable=not show, dynamic_ncols=True) as bar, \
+            open(path / "pairs.csv", "a", newline="") as fh:
+        bar.update(len(done))
+        writer = csv.DictWriter(fh, fieldnames=ROW_FIELDS, lineterminator="\n")
+        for pair_rows in evaluate_pairs(mlm, sequences, pairs, list(methods), support=support, skip=done):
+            writer.writerows(pair_rows)
+            fh.flush()
+            rows.extend(pair_rows)
+            bar.update(1)
+    elapsed = time.perf_counter() - t0
+    summary = summarize_pairs(rows)
+    write_csv(path / "summary.csv", ("method", "metric", "mean", "se", "n"), summary)
+    kind, seed = config.get("pairs", ""), config.get("seed", "")
+    lines = [
+        f"model {mlm.name}  |  data {data_label} ({len(sequences)} sequences)  |  {len(pairs)} {kind} pairs, "
+        f"seed {seed}  |  support {'all ordinary tokens' if support is None else f'K={support}'}",
+        "",
+        format_summary(summary),
+        "",
+        "pair_ppl, unary_ppl: exp(mean NLL) with delta-method SE; kl_fwd = KL(MLM || joint), kl_rev = KL(joint || MLM), "
+        "jsd: conditionals at the observed value (_gold) or averaged over all values (_all); "
+        "compatibility: Arnold-Press score of the MLM's conditionals (0 = compatible).",
+    ]
+    if "ag" in methods:
+        lines += ["", format_differences(paired_differences(rows, "ag"))]
+    ag = [r for r in rows if r["method"] == "ag"]
+    if ag:
+        iters = sorted(int(r["iterations"]) for r in ag)
+        conv = sum(str(r["converged"]) == "True" for r in ag)
+        lines.append(f"ag: converged on {conv}/{len(ag)} pairs, median {iters[len(iters) // 2]} iterations, "
+                     f"max {iters[-1]}")
+    compute = sum(float(r["seconds"]) for r in rows if r["method"] == "mlm")
+    lines.append(f"compute {compute:.1f} s over {len(pairs)} pairs ({compute / len(pairs):.2f} s/pair); "
+                 f"this invocation {elapsed:.1f} s")
+    report = "\n".join(lines)
+    write_text_atomic(path / "summary.txt", report + "\n")
+    plot_pairs(summary, str(path / "pairs.png"), title=f"{mlm.name}: {len(pairs)} {kind} pairs from {data_label}")
+    return PairsRun(path, report, [path / "pairs.csv", path / "summary.csv", path / "summary.txt", path / "pairs.png"])

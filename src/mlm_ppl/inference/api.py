@@ -1,0 +1,96 @@
+"""The sampling API: kernels by name, :func:`sample` in one call, and draws for a distribution.
+
+``mlm_ppl.sample(mlm, template, kernel="mh", ...)`` builds the target
+(:class:`~mlm_ppl.MaskedLMDistribution`, plus a :class:`~mlm_ppl.models.ConstrainedTarget` for
+log-factors), the kernel (:func:`make_kernel`) and runs :func:`~mlm_ppl.inference.run_chains`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from .._checks import check_choice, check_count, check_seed
+from ..models.distribution import MaskedLMDistribution
+from ..models.masked_lm import MaskedLM
+from ..models.target import ConstrainedTarget, Target
+from .base import Kernel
+from .mask_predict import MaskPredict
+from .mh import MetropolisHastings
+from .pseudo_gibbs import PseudoGibbs
+from .runner import Run, run_chains
+
+__all__ = ["KERNELS", "make_kernel", "sample", "draw_from_distribution"]
+
+KERNELS = ("mh", "pseudo-gibbs", "mask-predict")
+"""Kernel names of :func:`sample`, :func:`make_kernel`, :class:`~mlm_ppl.MLMKernel` and the CLI."""
+
+_CLASSES: dict[str, type] = {"mh": MetropolisHastings, "pseudo-gibbs": PseudoGibbs, "mask-predict": MaskPredict}
+
+
+def make_kernel(name: str, target: Target, **options: Any) -> Kernel:
+    """Build a kernel by name: ``"mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``."""
+    check_choice(name, "kernel", KERNELS)
+    try:
+        return _CLASSES[name](target, **options)
+    except TypeError as err:
+        raise TypeError(f"kernel {name!r}: {err}") from None
+
+
+def draw_from_distribution(
+    dist: MaskedLMDistribution,
+    n: int,
+    *,
+    num_steps: int | None = None,
+    seed: int | None = None,
+    init: str = "sample",
+    **mh_options: Any,
+) -> Tensor:
+    """``(n, L)`` draws of ``dist``: the last states of ``n`` independent MH chains.
+
+    ``num_steps`` defaults to 20 sweeps (``20 * num_free`` single-site steps). Without a
+    ``seed`` one is drawn from torch's global RNG, so ``pyro.set_rng_seed`` makes it reproducible.
+    """
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, ()).item())
+    steps = 20 * dist.num_free if num_steps is None else check_count(num_steps, "num_steps", 1)
+    kernel = MetropolisHastings(dist, **mh_options)
+    return run_chains(kernel, n, 1, warmup_steps=steps - 1, seed=seed, init=init).tokens[:, 0]
+
+
+def sample(
+    mlm: MaskedLM,
+    template: str | Tensor,
+    *,
+    kernel: str = "mh",
+    energy: str = "norm",
+    temperature: float = 1.0,
+    num_chains: int = 4,
+    num_samples: int = 100,
+    warmup_steps: int = 0,
+    thin: int = 1,
+    seed: int = 0,
+    init: str | Tensor = "sample",
+    log_factor: Callable[[Tensor], Tensor] | None = None,
+    progress: bool = False,
+    **kernel_options: Any,
+) -> Run:
+    """Sample the masked positions of ``template`` with C batched chains in one call.
+
+    Builds ``MaskedLMDistribution(mlm, template, energy=..., temperature=...)`` (plus
+    ``log_factor``, a function ``tokens (N, L) -> (N,)`` of extra log-density terms, if given),
+    the kernel (``"mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``, with ``**kernel_options``),
+    and runs :func:`run_chains`. All arguments are checked before any forward pass.
+    """
+    check_seed(seed)
+    check_choice(kernel, "kernel", KERNELS)
+    dist = MaskedLMDistribution(mlm, template, energy=energy, temperature=temperature)
+    target: Target = dist if log_factor is None else ConstrainedTarget(dist, log_factor)
+    k = make_kernel(kernel, target, **kernel_options)
+    run = run_chains(
+        k, num_chains, num_samples, warmup_steps=warmup_steps, thin=thin, seed=seed, init=init, progress=progress
+    )
+    run.attrs.update(model=mlm.name, kernel=kernel, kernel_options=dict(kernel_options))
+    return run

@@ -1,0 +1,232 @@
+"""What every kernel shares: the kernel contract, the one accept, proposal log-probabilities,
+scans over the free positions, starting states and annealing.
+
+A kernel holds configuration only. ``init(tokens) -> state`` and
+``step(state, generator) -> (state, info)``, with states and infos as NamedTuples; chains are
+the leading batch dimension of every tensor, so ``C`` chains advance in one batched forward
+pass. A kernel moves the states of a :class:`~mlm_ppl.models.Target` and relies on nothing
+else of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar, Protocol
+
+import torch
+from torch import Tensor
+
+from .._checks import check_choice, check_count, check_positive
+from ..models.target import Target
+
+__all__ = [
+    "SCANS",
+    "INITS",
+    "Kernel",
+    "StepInfo",
+    "accept",
+    "proposal_log_probs",
+    "sample_tokens",
+    "select_sites",
+    "num_blocks",
+    "check_states",
+    "check_init",
+    "fill_template",
+    "initial_tokens",
+    "geometric_annealing",
+]
+
+SCANS = ("random", "random_sweep", "left_to_right")
+"""How a kernel picks the free positions to update: one uniformly random block per step, a
+fresh random permutation per sweep, or left to right."""
+
+INITS = ("sample", "greedy", "uniform")
+"""How the free positions are first filled (:func:`fill_template`)."""
+
+
+class StepInfo(Protocol):
+    """What every kernel's Info reports about one step of C chains."""
+
+    @property
+    def lp(self) -> Tensor:
+        """``(C,)`` log target density after the step, NaN where the kernel does not compute it."""
+        ...
+
+    @property
+    def n_changed(self) -> Tensor:
+        """``(C,)`` positions the step changed."""
+        ...
+
+
+class Kernel(Protocol):
+    """The kernel contract.
+
+    Attributes
+    ----------
+    target : Target
+        What is sampled.
+    needs_complete_start : bool
+        True when :meth:`init` takes complete states (MH, pseudo-Gibbs: the template filled by
+        :func:`fill_template`); False when it starts from the masked template (mask-predict).
+    """
+
+    target: Target
+    needs_complete_start: ClassVar[bool]
+
+    def init(self, tokens: Tensor) -> Any:
+        """The state of chains starting at ``tokens`` ``(C, L)``."""
+        ...
+
+    def step(self, state: Any, generator: torch.Generator) -> tuple[Any, StepInfo]:
+        """One update of every chain."""
+        ...
+
+
+# ---------------------------------------------------------------------- accept and proposals
+def accept(log_ratio: Tensor, generator: torch.Generator) -> Tensor:
+    """The one Metropolis-Hastings accept: ``log(u) < log_ratio`` with ``u ~ U[0, 1)``.
+
+    A NaN ratio rejects; ``-inf`` rejects; a ratio ``>= 0`` always accepts.
+    """
+    log_u = torch.rand(log_ratio.shape, generator=generator).log()
+    return log_u < log_ratio  # NaN compares False: reject
+
+
+def proposal_log_probs(
+    logits: Tensor,
+    ordinary: Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> Tensor:
+    """Log-probabilities of a (possibly truncated) MLM proposal, ``-inf`` outside its support.
+
+    Parameters
+    ----------
+    logits : Tensor
+        ``(..., V)`` MLM logits.
+    ordinary : Tensor
+        ``(V,)`` bool: special tokens are never proposed.
+    temperature : float
+        ``q ∝ exp(logit / temperature)``.
+    top_k, top_p : optional
+        Keep the ``top_k`` most likely tokens (ties at the boundary kept), and/or the smallest
+        set whose probability reaches ``top_p`` (nucleus). Tokens outside get ``-inf``, so a
+        move whose reverse needs one of them is rejected.
+    """
+    lg = logits / temperature
+    lg = lg.masked_fill(~ordinary.to(lg.device), float("-inf"))
+    if top_k is not None:
+        k = min(int(top_k), int(ordinary.sum()))
+        kth = lg.topk(k, dim=-1).values[..., -1:]
+        lg = lg.masked_fill(lg < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        probs = torch.softmax(lg, -1)
+        sorted_p, order = probs.sort(-1, descending=True)
+        before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
+        keep_sorted = before < top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        lg = lg.masked_fill(~keep, float("-inf"))
+    return torch.log_softmax(lg, -1)
+
+
+def sample_tokens(log_probs: Tensor, generator: torch.Generator) -> Tensor:
+    """One categorical draw per row of ``log_probs`` ``(..., V)`` -> ``(...)``."""
+    flat = log_probs.reshape(-1, log_probs.shape[-1]).exp()
+    return torch.multinomial(flat, 1, generator=generator).reshape(log_probs.shape[:-1])
+
+
+# ---------------------------------------------------------------------- scans
+def num_blocks(num_free: int, block_size: int) -> int:
+    """Blocks of ``block_size`` in one sweep over ``num_free`` positions."""
+    return -(-num_free // block_size)
+
+
+def select_sites(
+    scan: str, step: int, order: Tensor, num_chains: int, num_free: int, block_size: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """Free-position indices ``(C, b)`` to update at ``step``, and the sweep order to keep.
+
+    ``order`` ``(C, F)`` is the current random-sweep permutation (empty for the other scans).
+    """
+    n_blocks = num_blocks(num_free, block_size)
+    j = step % n_blocks
+    if scan == "left_to_right":
+        sites = torch.arange(j * block_size, min(num_free, (j + 1) * block_size))
+        return sites.expand(num_chains, -1), order
+    if scan == "random":
+        keys = torch.rand((num_chains, num_free), generator=generator)
+        return keys.argsort(-1)[:, :block_size], order
+    # random_sweep: a fresh random permutation per chain at the start of every sweep
+    if j == 0 or order.numel() == 0:
+        order = torch.rand((num_chains, num_free), generator=generator).argsort(-1)
+    return order[:, j * block_size : (j + 1) * block_size], order
+
+
+# ---------------------------------------------------------------------- starting states
+def check_states(target: Target, tokens: Any) -> Tensor:
+    """Complete states ``(C, L)`` of ``target`` on the CPU, or a clear error."""
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"initial tokens must be a (C, L) torch.long tensor, got {type(tokens).__name__}")
+    if tokens.dim() != 2:
+        raise ValueError(f"initial tokens must have shape (C, L), got {tuple(tokens.shape)}")
+    target.validate_tokens(tokens)
+    return tokens.cpu()
+
+
+def check_init(method: str) -> str:
+    """A starting-state method name: one of :data:`INITS`."""
+    return check_choice(method, "init", INITS)
+
+
+def fill_template(target: Target, num_chains: int, generator: torch.Generator, method: str = "sample") -> Tensor:
+    """Complete starting states ``(C, L)``: fill the free positions left to right from the MLM.
+
+    Each position is drawn (``"sample"``) or taken as the argmax (``"greedy"``) from the MLM
+    conditional with the positions to its right still masked: one forward per free position,
+    all chains batched. These fill-in steps are warm-up, never MH draws. ``"uniform"`` draws
+    ordinary tokens uniformly (no forward).
+    """
+    check_init(method)
+    C = check_count(num_chains, "num_chains")
+    tokens = target.template.expand(C, -1).clone()
+    ordinary = target.ordinary_mask
+    if method == "uniform":
+        logq = proposal_log_probs(torch.zeros(C, target.num_free, target.vocab_size), ordinary)
+        return tokens.scatter(1, target.free_positions.expand(C, -1), sample_tokens(logq, generator))
+    for p in target.free_positions.tolist():
+        logits = target.site_logits(tokens, torch.full((C, 1), p))[:, 0]  # (C, V)
+        logq = proposal_log_probs(logits, ordinary)
+        tokens[:, p] = logq.argmax(-1) if method == "greedy" else sample_tokens(logq, generator)
+    return tokens
+
+
+def initial_tokens(kernel: Kernel, num_chains: int, generator: torch.Generator, init: str | Tensor) -> Tensor:
+    """The tokens ``(C, L)`` that ``kernel.init`` starts from.
+
+    Given tokens are used as they are; otherwise the template is filled with
+    :func:`fill_template` (``init`` names the method), or left masked for a kernel that does
+    not need a complete start.
+    """
+    C = check_count(num_chains, "num_chains")
+    if isinstance(init, Tensor):
+        if init.dim() == 2 and init.shape[0] != C:
+            raise ValueError(f"init has {init.shape[0]} chains but num_chains={C}")
+        return init
+    if not kernel.needs_complete_start:
+        check_init(init)
+        return kernel.target.template.expand(C, -1).clone()
+    return fill_template(kernel.target, C, generator, init)
+
+
+def geometric_annealing(start: float, end: float, num_steps: int) -> Callable[[int], float]:
+    """Temperature schedule ``step -> T`` from ``start`` to ``end`` geometrically over ``num_steps``
+    steps, then constant (Goyal et al. 2021, section 7: anneal towards the mode)."""
+    start, end = check_positive(start, "start"), check_positive(end, "end")
+    n = check_count(num_steps, "num_steps")
+
+    def schedule(step: int) -> float:
+        frac = min(step, n) / n
+        return start * (end / start) ** frac
+
+    return schedule

@@ -1,0 +1,95 @@
+"""Mask-predict parallel decoding (Ghazvininejad et al. 2019): a deterministic baseline decoder."""
+
+from __future__ import annotations
+
+import warnings
+from typing import ClassVar, NamedTuple
+
+import torch
+from torch import Tensor
+
+from .._checks import check_count
+from ..models.target import Target
+from .base import proposal_log_probs
+
+__all__ = ["MaskPredictState", "MaskPredictInfo", "MaskPredict"]
+
+
+class MaskPredictState(NamedTuple):
+    """State of C decodings."""
+
+    tokens: Tensor  # (C, L), mask ids at positions still to predict
+    probs: Tensor  # (C, F) probability of the current token at each free position
+    step: int
+
+
+class MaskPredictInfo(NamedTuple):
+    """Per-iteration statistics of C decodings. A decoder neither accepts nor has a density."""
+
+    lp: Tensor  # (C,) NaN: partially masked states have no log density
+    n_changed: Tensor  # (C,) positions predicted in this iteration (0 once decoding is done)
+
+
+class MaskPredict:
+    """Mask-predict parallel decoding (Ghazvininejad et al. 2019), a deterministic baseline.
+
+    **Target**: none; a greedy decoder. Starting with every free position masked, iteration
+    ``t`` (of ``iterations``) predicts all masked positions at once (argmax of the MLM, with
+    all of them masked), then re-masks the ``floor(F * (iterations - t - 1) / iterations)``
+    free positions with the lowest predicted probability. After ``iterations`` steps the state
+    is complete and further steps change nothing.
+
+    It draws no random numbers; ``step`` takes a generator only to share the kernel signature.
+    """
+
+    needs_complete_start: ClassVar[bool] = False
+
+    def __init__(self, target: Target, *, iterations: int = 10) -> None:
+        self.target = target
+        self.iterations = check_count(iterations, "iterations")
+
+    def init(self, tokens: Tensor) -> MaskPredictState:
+        """Decodings of ``tokens`` ``(C, L)``, every free position masked (whatever it held)."""
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            warnings.warn(
+                "MaskPredict.init(num_chains) is now init(tokens) like every kernel: pass "
+                "target.template.expand(num_chains, -1); the int form will be removed in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            tokens = self.target.template.expand(check_count(tokens, "num_chains"), -1)
+        if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.shape[1] != self.target.template.numel():
+            raise ValueError(f"tokens must be a (C, {self.target.template.numel()}) tensor of token ids")
+        C = tokens.shape[0]
+        free = self.target.free_positions
+        tokens = tokens.cpu().clone()
+        tokens[:, free] = self.target.template[free]  # the mask token
+        return MaskPredictState(tokens, torch.zeros((C, self.target.num_free)), 0)
+
+    def step(
+        self, state: MaskPredictState, generator: torch.Generator | None = None
+    ) -> tuple[MaskPredictState, MaskPredictInfo]:
+        """One decoding iteration of every chain."""
+        tokens, probs, t = state
+        C, F = probs.shape
+        free = self.target.free_positions
+        mask_id = int(self.target.template[free[0]])
+        masked = tokens[:, free] == mask_id  # (C, F): still to predict
+        n_masked = int(masked[0].sum())
+        nan = torch.full((C,), float("nan"))
+        if t >= self.iterations or n_masked == 0:
+            return state._replace(step=t + 1), MaskPredictInfo(nan, torch.zeros(C, dtype=torch.long))
+        sites = masked.nonzero()[:, 1].reshape(C, n_masked)  # (C, m) free indices, same count per chain
+        logits = self.target.site_logits(tokens, free[sites])  # (C, m, V)
+        logp = proposal_log_probs(logits, self.target.ordinary_mask)
+        best_lp, best = logp.max(-1)
+        tokens = tokens.scatter(1, free[sites], best)
+        probs = probs.scatter(1, sites, best_lp.exp())
+        n_next = (F * (self.iterations - t - 1)) // self.iterations
+        if n_next > 0:
+            remask = probs.argsort(-1)[:, :n_next]  # lowest-probability free positions
+            tokens = tokens.scatter(1, free[remask], mask_id)
+        return MaskPredictState(tokens, probs, t + 1), MaskPredictInfo(nan, torch.full((C,), n_masked))
+
+    def __repr__(self) -> str:
+        return f"MaskPredict(iterations={self.iterations})"

@@ -1,0 +1,205 @@
+"""Metropolis-Hastings with MLM-conditional proposals (Goyal, Dyer & Berg-Kirkpatrick 2021).
+
+The whole algorithm: :class:`MHState` caches the current state's single-site conditionals
+(they are the next proposals), :meth:`MetropolisHastings.step` proposes a block, scores the
+proposed state in one batched pass, and accepts with :func:`~mlm_ppl.inference.base.accept`;
+:meth:`MetropolisHastings.block_matrix` is the same step as an exact transition matrix.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, ClassVar, NamedTuple
+
+import torch
+from torch import Tensor
+
+from .._checks import check_choice, check_count, check_positive, check_probability
+from ..models.target import Evaluation, Target
+from .base import SCANS, accept, check_states, proposal_log_probs, sample_tokens, select_sites
+from .exact import block_moves
+
+__all__ = ["MHState", "MHInfo", "MetropolisHastings"]
+
+
+class MHState(NamedTuple):
+    """State of C Metropolis-Hastings chains.
+
+    ``cond_logits`` are the MLM conditionals of the current tokens at every free position
+    (each with only that position masked); they are the next single-site proposals, so an MH
+    step costs one pass over the proposed state's masked copies and nothing for the current one.
+    """
+
+    tokens: Tensor  # (C, L) long
+    energy: Tensor  # (C,) E(x)
+    log_factor: Tensor  # (C,) extra log terms
+    cond_logits: Tensor  # (C, F, V)
+    step: int  # steps taken (scan position, annealing)
+    order: Tensor  # (C, F) current random-sweep order (empty otherwise)
+
+
+class MHInfo(NamedTuple):
+    """Per-step statistics of C chains (ArviZ names)."""
+
+    lp: Tensor  # (C,) log target density after the step (at the target temperature)
+    is_accepted: Tensor  # (C,) bool
+    acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)); 1 for a proposal equal to the state
+    n_changed: Tensor  # (C,) positions that changed in this step
+
+
+class MetropolisHastings:
+    """Metropolis-Hastings with MLM-conditional proposals (Goyal, Dyer & Berg-Kirkpatrick 2021).
+
+    **Target**: ``p(x) ∝ exp(-E(x)/T + log_factor(x))`` of the target (a
+    :class:`~mlm_ppl.MaskedLMDistribution`, optionally a :class:`~mlm_ppl.models.ConstrainedTarget`);
+    the energy ``E_norm`` or ``E_raw`` and the temperature ``T`` are the target's.
+
+    **Proposal**: pick a block ``B`` of free positions (``scan``: uniformly at random, a random
+    permutation per sweep, or left to right; ``block_size`` positions). Mask ``B`` in the current
+    state ``x`` and propose ``x'_B ~ q(.|x_{\\B}) = prod_{i in B} q_i(x'_i | x_{\\B})``, where
+    ``q_i ∝ exp(logit_i / proposal_temperature)`` over ordinary tokens, optionally truncated to
+    ``top_k`` / ``top_p``. For ``block_size=1`` the conditional is the cached one of the state.
+
+    **Acceptance**: since ``x_{\\B} = x'_{\\B}``, the reverse proposal uses the same masked context:
+
+        log α = [log p(x') - log p(x)] + [log q(x_B | x_{\\B}) - log q(x'_B | x_{\\B})].
+
+    A truncated proposal gives ``log q(x_B) = -inf`` when the old tokens fall outside the
+    truncated set, so such a move is rejected, never silently accepted. The chain is exact for
+    its target (tests check the transition matrix by enumeration).
+
+    **Cost**: one pass over the proposed state's masked copies for each chain whose proposal
+    changed the state; nothing for the current state (its conditionals are cached in
+    :class:`MHState`), nothing for a proposal equal to the state.
+
+    Parameters
+    ----------
+    target : Target
+    scan : {"random", "random_sweep", "left_to_right"}
+    block_size : int
+    proposal_temperature : float
+    top_k : int, optional
+    top_p : float in (0, 1], optional
+    temperature_schedule : callable, optional
+        ``step -> T``: anneal the target temperature for mode seeking (Goyal et al. section 7);
+        the chain then no longer samples ``p``. See :func:`~mlm_ppl.inference.geometric_annealing`.
+    """
+
+    needs_complete_start: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        scan: str = "random",
+        block_size: int = 1,
+        proposal_temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature_schedule: Callable[[int], float] | None = None,
+    ) -> None:
+        self.target = target
+        self.scan = check_choice(scan, "scan", SCANS)
+        self.block_size = check_count(block_size, "block_size")
+        if self.block_size > target.num_free:
+            raise ValueError(
+                f"block_size={block_size} is larger than the {target.num_free} free positions of the template"
+            )
+        self.proposal_temperature = check_positive(proposal_temperature, "proposal_temperature")
+        self.top_k = None if top_k is None else check_count(top_k, "top_k")
+        self.top_p = None if top_p is None else check_probability(top_p, "top_p")
+        if temperature_schedule is not None and not callable(temperature_schedule):
+            raise TypeError("temperature_schedule must be a callable step -> temperature")
+        self.temperature_schedule = temperature_schedule
+
+    # -- state
+    def init(self, tokens: Tensor) -> MHState:
+        """Evaluate complete starting states ``(C, L)`` (see :func:`~mlm_ppl.inference.fill_template`)."""
+        tokens = check_states(self.target, tokens)
+        ev = self.target.evaluate(tokens)
+        return MHState(tokens, ev.energy, ev.log_factor, ev.cond_logits, 0, torch.empty(0, dtype=torch.long))
+
+    def log_density(self, energy: Tensor, log_factor: Tensor, step: int | None = None) -> Tensor:
+        """``-E/T + log_factor`` at the target temperature, or the annealed one at ``step``."""
+        T = self.target.temperature
+        if step is not None and self.temperature_schedule is not None:
+            T = float(self.temperature_schedule(step))
+        return -energy / T + log_factor
+
+    def _proposal(self, logits: Tensor) -> Tensor:
+        return proposal_log_probs(
+            logits, self.target.ordinary_mask, temperature=self.proposal_temperature, top_k=self.top_k,
+            top_p=self.top_p,
+        )
+
+    def _block_logits(self, tokens: Tensor, cond_logits: Tensor, sites: Tensor) -> Tensor:
+        """``(C, b, V)`` proposal logits: the cached conditionals for single sites, else one block pass."""
+        if sites.shape[1] == 1:
+            return cond_logits.gather(1, sites[:, :, None].expand(-1, -1, cond_logits.shape[-1]))
+        return self.target.site_logits(tokens, self.target.free_positions[sites])
+
+    # -- one step
+    def step(self, state: MHState, generator: torch.Generator) -> tuple[MHState, MHInfo]:
+        """One MH update of one block in every chain."""
+        tokens = state.tokens
+        C = tokens.shape[0]
+        sites, order = select_sites(
+            self.scan, state.step, state.order, C, self.target.num_free, self.block_size, generator
+        )
+        pos = self.target.free_positions[sites]  # (C, b)
+        logq = self._proposal(self._block_logits(tokens, state.cond_logits, sites))  # (C, b, V)
+        new = sample_tokens(logq, generator)  # (C, b)
+        old = tokens.gather(1, pos)  # (C, b)
+        log_fwd = logq.gather(-1, new[..., None]).sum((-1, -2))  # (C,) log q(x'_B | x_\B)
+        log_rev = logq.gather(-1, old[..., None]).sum((-1, -2))  # (C,) log q(x_B | x_\B)
+        proposed = tokens.scatter(1, pos, new)  # (C, L)
+        changed = (new != old).any(-1)  # (C,) a proposal equal to the state is a no-op: no forward
+
+        lp_old = self.log_density(state.energy, state.log_factor, state.step)
+        lp_new = lp_old.clone()
+        if changed.any():
+            ev = self.target.evaluate(proposed[changed])  # the step's one batched pass
+            lp_new[changed] = self.log_density(ev.energy, ev.log_factor, state.step)
+        log_ratio = torch.where(changed, lp_new - lp_old + log_rev - log_fwd, torch.zeros(C))
+        accepted = accept(log_ratio, generator)
+        take = accepted & changed
+        energy, factor, cond = state.energy.clone(), state.log_factor.clone(), state.cond_logits.clone()
+        if take.any():
+            kept = take[changed]  # which evaluated proposals were accepted
+            energy[take], factor[take], cond[take] = ev.energy[kept], ev.log_factor[kept], ev.cond_logits[kept]
+        new_state = MHState(torch.where(take[:, None], proposed, tokens), energy, factor, cond, state.step + 1, order)
+        info = MHInfo(
+            lp=self.log_density(new_state.energy, new_state.log_factor),
+            is_accepted=accepted,
+            acceptance_rate=torch.nan_to_num(log_ratio.clamp(max=0).exp(), nan=0.0),
+            n_changed=torch.where(take, (new != old).sum(-1), torch.zeros(C, dtype=torch.long)),
+        )
+        return new_state, info
+
+    # -- exact transition matrix of one block update (for exact enumeration)
+    def block_matrix(self, states: Tensor, evaluation: Evaluation, sites: tuple[int, ...], index) -> Tensor:
+        """``(S, S)`` transition matrix of updating the free-position block ``sites``.
+
+        ``states`` ``(S, L)`` are all states, ``evaluation`` their evaluation, ``index`` maps
+        states to rows. Uses the same proposal code as :meth:`step`.
+        """
+        S = states.shape[0]
+        site_t = torch.tensor(sites).expand(S, -1)
+        pos = self.target.free_positions[site_t]
+        logq = self._proposal(self._block_logits(states, evaluation.cond_logits, site_t))  # (S, b, V)
+        lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
+        old = states.gather(1, pos)
+        log_rev = logq.gather(-1, old[..., None]).sum((-1, -2)).double()
+        P = torch.zeros((S, S), dtype=torch.float64)
+        rows = torch.arange(S)
+        for log_fwd, dest in block_moves(self.target, states, pos, logq, index):
+            q = log_fwd.exp()
+            ratio = lp[dest] - lp + log_rev - log_fwd
+            a = torch.nan_to_num(ratio.clamp(max=0).exp(), nan=0.0)
+            a = torch.where(dest == rows, torch.ones_like(a), a)
+            P.index_put_((rows, dest), q * a, accumulate=True)
+            P.index_put_((rows, rows), q * (1 - a), accumulate=True)
+        return P
+
+    def __repr__(self) -> str:
+        return (f"MetropolisHastings(scan={self.scan!r}, block_size={self.block_size}, "
+                f"proposal_temperature={self.proposal_temperature}, top_k={self.top_k}, top_p={self.top_p})")

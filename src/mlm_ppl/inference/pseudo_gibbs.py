@@ -1,0 +1,156 @@
+"""Pseudo-Gibbs ("degenerate Gibbs") resampling from MLM conditionals (Wang & Cho 2019).
+
+No accept step and no guaranteed target: see :class:`PseudoGibbs`. Use
+:class:`~mlm_ppl.inference.MetropolisHastings` to sample an energy.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import ClassVar, NamedTuple
+
+import torch
+from torch import Tensor
+
+from .._checks import check_choice, check_count, check_positive
+from ..models.target import Evaluation, Target
+from .base import SCANS, check_states, proposal_log_probs, sample_tokens, select_sites
+from .exact import block_moves
+
+__all__ = ["PSEUDO_GIBBS_SCANS", "PseudoGibbsState", "PseudoGibbsInfo", "PseudoGibbs"]
+
+PSEUDO_GIBBS_SCANS = SCANS + ("parallel",)
+
+
+class PseudoGibbsState(NamedTuple):
+    """State of C pseudo-Gibbs chains."""
+
+    tokens: Tensor  # (C, L)
+    step: int
+    order: Tensor  # (C, F) random-sweep order (empty otherwise)
+
+
+class PseudoGibbsInfo(NamedTuple):
+    """Per-step statistics of C chains. Every update is taken: there is no acceptance."""
+
+    lp: Tensor  # (C,) log density of the energy after the step if compute_lp, else NaN
+    n_changed: Tensor  # (C,) positions whose token changed
+
+
+class PseudoGibbs:
+    """Pseudo-Gibbs ("degenerate Gibbs") resampling from MLM conditionals (Wang & Cho 2019).
+
+    **Target**: none guaranteed. Each update replaces a position by a draw from the MLM's
+    conditional there; because an MLM's conditionals are in general not those of any joint
+    distribution, the chain's stationary distribution depends on the scan order and differs
+    from the energy-based distribution ``exp(-E/T)`` (tests show both on enumerable cases).
+    Use :class:`~mlm_ppl.inference.MetropolisHastings` to sample the energy.
+
+    **Proposal**: ``x'_i ~ q_i ∝ exp(logit_i(x_{\\i}) / proposal_temperature)`` over ordinary
+    tokens, truncated to ``top_k`` once ``step >= burnin`` (bert-gen's "burn-in, then top-k").
+
+    **Acceptance**: none; every draw is taken.
+
+    Scans: ``"left_to_right"`` (sequential sweeps), ``"random"`` (one random position per
+    step), ``"random_sweep"``, and ``"parallel"`` (every free position at once, each from its
+    single-site conditional given the current state).
+
+    Parameters
+    ----------
+    target : Target
+    scan : str
+    top_k : int, optional
+    proposal_temperature : float
+        Temperature of the MLM conditionals that positions are redrawn from. (The target's own
+        temperature plays no part: pseudo-Gibbs does not sample ``exp(-E/T)``.)
+    burnin : int
+        Steps before ``top_k`` applies.
+    compute_lp : bool
+        Also evaluate the target's log density of each new state for ``info.lp`` (costs the L
+        masked copies that an MH step costs); otherwise ``info.lp`` is NaN.
+    temperature : float, optional
+        Deprecated name of ``proposal_temperature`` (removed in the next release).
+    """
+
+    needs_complete_start: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        scan: str = "random",
+        top_k: int | None = None,
+        proposal_temperature: float = 1.0,
+        burnin: int = 0,
+        compute_lp: bool = False,
+        temperature: float | None = None,
+    ) -> None:
+        if temperature is not None:
+            warnings.warn(
+                "PseudoGibbs(temperature=...) is now proposal_temperature=...: the old name read like the "
+                "target's temperature; it will be removed in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            proposal_temperature = temperature
+        self.target = target
+        self.scan = check_choice(scan, "scan", PSEUDO_GIBBS_SCANS)
+        self.top_k = None if top_k is None else check_count(top_k, "top_k")
+        self.proposal_temperature = check_positive(proposal_temperature, "proposal_temperature")
+        self.burnin = check_count(burnin, "burnin", 0)
+        self.compute_lp = bool(compute_lp)
+
+    def init(self, tokens: Tensor) -> PseudoGibbsState:
+        """Chains starting at complete states ``(C, L)``."""
+        return PseudoGibbsState(check_states(self.target, tokens), 0, torch.empty(0, dtype=torch.long))
+
+    def _proposal(self, logits: Tensor, step: int) -> Tensor:
+        top_k = self.top_k if step >= self.burnin else None
+        return proposal_log_probs(logits, self.target.ordinary_mask, temperature=self.proposal_temperature, top_k=top_k)
+
+    def _site_logits(self, tokens: Tensor, sites: Tensor) -> Tensor:
+        """``(C, k, V)`` single-site conditionals (each site masked alone) at free indices ``sites``."""
+        C, k = sites.shape
+        pos = self.target.free_positions[sites]
+        rows = tokens.repeat_interleave(k, 0)  # (C*k, L)
+        return self.target.site_logits(rows, pos.reshape(-1, 1)).reshape(C, k, -1)
+
+    def _sites(self, state: PseudoGibbsState, C: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        F = self.target.num_free
+        if self.scan == "parallel":
+            return torch.arange(F).expand(C, -1), state.order
+        return select_sites(self.scan, state.step, state.order, C, F, 1, generator)
+
+    def step(self, state: PseudoGibbsState, generator: torch.Generator) -> tuple[PseudoGibbsState, PseudoGibbsInfo]:
+        """Redraw the scan's positions in every chain from their MLM conditionals."""
+        tokens = state.tokens
+        C = tokens.shape[0]
+        sites, order = self._sites(state, C, generator)
+        pos = self.target.free_positions[sites]  # (C, k)
+        logq = self._proposal(self._site_logits(tokens, sites), state.step)  # (C, k, V)
+        new = sample_tokens(logq, generator)  # (C, k)
+        old = tokens.gather(1, pos)
+        new_tokens = tokens.scatter(1, pos, new)
+        if self.compute_lp:
+            ev = self.target.evaluate(new_tokens)
+            lp = -ev.energy / self.target.temperature + ev.log_factor
+        else:
+            lp = torch.full((C,), float("nan"))
+        return PseudoGibbsState(new_tokens, state.step + 1, order), PseudoGibbsInfo(lp, (new != old).sum(-1))
+
+    def block_matrix(self, states: Tensor, evaluation: Evaluation | None, sites: tuple[int, ...], index) -> Tensor:
+        """``(S, S)`` transition matrix of resampling the free positions ``sites`` (each from its
+        single-site conditional given the current state; all at once when there are several)."""
+        S = states.shape[0]
+        site_t = torch.tensor(sites).expand(S, -1)
+        pos = self.target.free_positions[site_t]
+        logq = self._proposal(self._site_logits(states, site_t), self.burnin)
+        P = torch.zeros((S, S), dtype=torch.float64)
+        rows = torch.arange(S)
+        for log_fwd, dest in block_moves(self.target, states, pos, logq, index):
+            P.index_put_((rows, dest), log_fwd.exp(), accumulate=True)
+        return P
+
+    def __repr__(self) -> str:
+        return (f"PseudoGibbs(scan={self.scan!r}, proposal_temperature={self.proposal_temperature}, "
+                f"top_k={self.top_k}, burnin={self.burnin})")

@@ -1,0 +1,278 @@
+"""Reading an MLM's conditionals at two positions: :class:`PairConditionals`.
+
+Mask two positions ``a`` and ``b`` of a sequence, keep the rest observed, and read the MLM's
+conditionals ``P_a(x_a | x_b)`` (only ``a`` masked, ``b`` set to ``x_b``) and
+``P_b(x_b | x_a)`` for every candidate of the other position, plus the marginals read with
+both masked (Torroba Hennigen & Kim 2023). The joints built from them are in
+:mod:`mlm_ppl.models.pairs.joints`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+from torch import Tensor
+
+from .joints import SIDES, PairJoint, build_joint, index_of, joint_options, pair_joint
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..masked_lm import MaskedLM
+
+__all__ = ["PairConditionals", "pair_conditionals", "derive_pair_joint", "candidate_sets"]
+
+
+@dataclass(frozen=True)
+class PairConditionals:
+    """An MLM's conditionals at two positions ``a`` and ``b`` of one sequence, over a support.
+
+    Rows index the candidates of ``a``, columns the candidates of ``b``. All logits are
+    float64 and restricted to the support.
+
+    Attributes
+    ----------
+    positions : tuple of int
+        ``(a, b)``, token positions in the encoded sequence (``[CLS]`` is 0).
+    candidates_a, candidates_b : Tensor
+        ``(K_a,)`` and ``(K_b,)`` long token ids, distinct ordinary tokens.
+    logits_a : Tensor
+        ``(K_a, K_b)``: entry ``[i, j]`` is the logit of ``candidates_a[i]`` at ``a``, read
+        with ``a`` masked and ``b`` set to ``candidates_b[j]``.
+    logits_b : Tensor
+        ``(K_a, K_b)``: entry ``[i, j]`` is the logit of ``candidates_b[j]`` at ``b``, read
+        with ``b`` masked and ``a`` set to ``candidates_a[i]``.
+    marginal_a, marginal_b : Tensor
+        ``(K_a,)``, ``(K_b,)`` logits read with both positions masked.
+    single_a, single_b : Tensor
+        ``(K_a,)``, ``(K_b,)`` logits read with only that position masked and the other at
+        its observed token.
+    observed : tuple of int
+        The observed token ids at ``a`` and ``b``.
+    copies : int
+        Masked copies of the sequence that went through the model.
+    """
+
+    positions: tuple[int, int]
+    candidates_a: Tensor
+    candidates_b: Tensor
+    logits_a: Tensor
+    logits_b: Tensor
+    marginal_a: Tensor
+    marginal_b: Tensor
+    single_a: Tensor
+    single_b: Tensor
+    observed: tuple[int, int]
+    copies: int = 0
+
+    @property
+    def log_cond_a(self) -> Tensor:
+        """``(K_a, K_b)`` ``log P_a(x_a | x_b)``: each column normalised over the candidates of ``a``."""
+        return torch.log_softmax(self.logits_a, dim=0)
+
+    @property
+    def log_cond_b(self) -> Tensor:
+        """``(K_a, K_b)`` ``log P_b(x_b | x_a)``: each row normalised over the candidates of ``b``."""
+        return torch.log_softmax(self.logits_b, dim=1)
+
+    @property
+    def observed_index(self) -> tuple[int, int] | None:
+        """Indices of the observed tokens among the candidates, or None if either is outside the support."""
+        i, j = index_of(self.candidates_a, self.observed[0]), index_of(self.candidates_b, self.observed[1])
+        return None if i is None or j is None else (i, j)
+
+    def joint(self, method: str, **options: Any) -> PairJoint:
+        """The joint of ``method`` (see :func:`~mlm_ppl.models.pairs.pair_joint`)."""
+        return pair_joint(self, method, **options)
+
+
+def candidate_sets(
+    observed: int, single: Tensor, marginal: Tensor, size: int, ordinary: Tensor
+) -> Tensor:
+    """Torroba Hennigen & Kim's restricted support of one position: ``size`` token ids.
+
+    The observed token first, then the ``(size - 1) // 2`` most likely other tokens of the
+    single-masked conditional ``single`` (V,), then the most likely remaining tokens of the
+    both-masked marginal ``marginal`` (V,); ordinary tokens only.
+    """
+    chosen = [int(observed)]
+    taken = ~ordinary.clone()
+    taken[int(observed)] = True
+    for logits, count in ((single, (size - 1) // 2), (marginal, size - 1 - (size - 1) // 2)):
+        if count == 0:
+            continue
+        order = torch.argsort(logits.masked_fill(taken, float("-inf")), descending=True, stable=True)[:count]
+        chosen.extend(order.tolist())
+        taken[order] = True
+    return torch.tensor(chosen, dtype=torch.long)
+
+
+def pair_conditionals(
+    mlm: "MaskedLM",
+    sequence: str | Tensor,
+    a: int,
+    b: int,
+    *,
+    support: int | tuple[Sequence[int], Sequence[int]] | None = None,
+    progress: bool = False,
+) -> PairConditionals:
+    """Read the MLM's conditionals at positions ``a`` and ``b`` of ``sequence`` over a support.
+
+    Parameters
+    ----------
+    mlm : MaskedLM
+    sequence : str or Tensor
+        A sequence (encoded with the model's special tokens) or its ``(L,)`` token ids.
+    a, b : int
+        Distinct ordinary token positions of the encoded sequence (``[CLS]`` is 0, so residue
+        ``i`` of an AntiBERTy sequence is position ``i + 1``).
+    support : None, int, or (list, list)
+        None: every ordinary token of the vocabulary at both positions (``2V + 1`` masked
+        copies). An int ``K``: ``K`` candidates per position chosen as in the paper (see
+        :func:`candidate_sets`). A pair of token-id lists: those candidates.
+    progress : bool
+        Progress bar over the masked copies.
+
+    Notes
+    -----
+    Copies are batched through :meth:`MaskedLM.masked_logits`; each distinct context is run
+    once (the context with one position masked and the other at its observed token serves
+    both the candidate selection and the conditional matrix).
+    """
+    ids = _sequence_ids(mlm, sequence)
+    L = ids.numel()
+    for name, p in (("a", a), ("b", b)):
+        if isinstance(p, bool) or not isinstance(p, int):
+            raise TypeError(f"position {name} must be an int, got {p!r}")
+        if not 0 <= p < L or not bool(mlm.ordinary_mask[ids[p]]):
+            ok = mlm.ordinary_mask[ids].nonzero().flatten().tolist()
+            raise ValueError(
+                f"position {name}={p} is not an ordinary token of the sequence; positions run from 0 ([CLS]) "
+                f"and the ordinary ones are {ok[0]}..{ok[-1]}"
+            )
+    if a == b:
+        raise ValueError(f"positions a and b must differ, got {a} twice")
+    ordinary = mlm.ordinary_mask.cpu()
+    n_ordinary = int(ordinary.sum())
+    fixed = _check_support(support, ordinary, n_ordinary)
+    obs_a, obs_b = int(ids[a]), int(ids[b])
+    both = torch.tensor([a, b])
+
+    def copy(mask_at: list[int], set_at: int | None = None, value: int | None = None) -> tuple[Tensor, Tensor]:
+        x = ids.clone()
+        if set_at is not None:
+            x[set_at] = value
+        m = torch.zeros(L, dtype=torch.bool)
+        m[mask_at] = True
+        return x, m
+
+    # stage 1: both masked, a alone masked, b alone masked (3 copies, each read at a and b)
+    first = [copy([a, b]), copy([a]), copy([b])]
+    x1 = torch.stack([c[0] for c in first])
+    m1 = torch.stack([c[1] for c in first])
+    out1 = mlm.masked_logits(x1, m1, both.expand(3, 2)).double()  # (3, 2, V)
+    marg_a, marg_b = out1[0, 0], out1[0, 1]
+    single_a, single_b = out1[1, 0], out1[2, 1]
+    if fixed is not None:
+        cand_a, cand_b = fixed
+    elif support is None:
+        cand_a = cand_b = ordinary.nonzero().flatten()
+    else:
+        cand_a = candidate_sets(obs_a, single_a, marg_a, int(support), ordinary)
+        cand_b = candidate_sets(obs_b, single_b, marg_b, int(support), ordinary)
+
+    # stage 2: a masked with b = each candidate, b masked with a = each candidate; skip the
+    # contexts equal to stage 1's single-masked copies
+    need_a = [j for j, t in enumerate(cand_b.tolist()) if t != obs_b]
+    need_b = [i for i, t in enumerate(cand_a.tolist()) if t != obs_a]
+    copies = [copy([a], b, int(cand_b[j])) for j in need_a] + [copy([b], a, int(cand_a[i])) for i in need_b]
+    V = mlm.vocab_size
+    col_a = single_a.expand(len(cand_b), V).clone()  # (K_b, V): logits at a for each b candidate
+    row_b = single_b.expand(len(cand_a), V).clone()  # (K_a, V): logits at b for each a candidate
+    if copies:
+        x2 = torch.stack([c[0] for c in copies])
+        m2 = torch.stack([c[1] for c in copies])
+        read = torch.tensor([a] * len(need_a) + [b] * len(need_b))[:, None]
+        out2 = mlm.masked_logits(x2, m2, read, progress=progress)[:, 0].double()  # (n, V)
+        col_a[need_a] = out2[: len(need_a)]
+        row_b[need_b] = out2[len(need_a):]
+    return PairConditionals(
+        positions=(a, b),
+        candidates_a=cand_a,
+        candidates_b=cand_b,
+        logits_a=col_a[:, cand_a].T.contiguous(),
+        logits_b=row_b[:, cand_b].contiguous(),
+        marginal_a=marg_a[cand_a],
+        marginal_b=marg_b[cand_b],
+        single_a=single_a[cand_a],
+        single_b=single_b[cand_b],
+        observed=(obs_a, obs_b),
+        copies=3 + len(copies),
+    )
+
+
+def derive_pair_joint(
+    mlm: "MaskedLM",
+    sequence: str | Tensor,
+    a: int,
+    b: int,
+    *,
+    method: str,
+    support: int | tuple[Sequence[int], Sequence[int]] | None = None,
+    pivot: str | int | None = None,
+    pivot_side: str | None = None,
+    tol: float | None = None,
+    max_iter: int | None = None,
+    accelerate: bool | None = None,
+    progress: bool = False,
+) -> PairJoint:
+    """An explicit, normalised joint over positions ``a`` and ``b`` of ``sequence``.
+
+    Reads the MLM's conditionals with :func:`pair_conditionals` and combines them with
+    ``method`` (see :mod:`mlm_ppl.models.pairs.joints`). To compare several
+    methods on the same pair, call :func:`pair_conditionals` once and then
+    :meth:`PairConditionals.joint` per method: the forward passes are the expensive part.
+
+    Examples
+    --------
+    >>> joint = derive_pair_joint(mlm, "EVQLVESGGG", 3, 4, method="ag")  # doctest: +SKIP
+    >>> joint.tokens(joint.sample((5,)))                                  # doctest: +SKIP
+    """
+    options = joint_options(method, pivot=pivot, pivot_side=pivot_side, tol=tol, max_iter=max_iter,
+                            accelerate=accelerate)  # checked once, before any forward pass
+    cond = pair_conditionals(mlm, sequence, a, b, support=support, progress=progress)
+    return build_joint(cond, method, options)
+
+
+def _sequence_ids(mlm: "MaskedLM", sequence: str | Tensor) -> Tensor:
+    if isinstance(sequence, str):
+        enc = mlm.encode(sequence)
+        return enc.input_ids[0, : int(enc.lengths[0])].clone()
+    ids = torch.as_tensor(sequence)
+    if ids.dim() != 1:
+        raise ValueError(f"token ids must have shape (L,), got {tuple(ids.shape)}")
+    return mlm.encoding_from_ids(ids[None]).input_ids[0].clone()
+
+
+def _check_support(support, ordinary: Tensor, n_ordinary: int):
+    if support is None:
+        return None
+    if isinstance(support, bool):
+        raise TypeError("support must be None, an int K or a pair of token-id lists, got a bool")
+    if isinstance(support, int):
+        if not 1 <= support <= n_ordinary:
+            raise ValueError(f"support K must be in [1, {n_ordinary}] (the ordinary tokens), got {support}")
+        return None
+    if not (isinstance(support, (tuple, list)) and len(support) == 2):
+        raise TypeError(f"support must be None, an int K or a pair of token-id lists, got {support!r}")
+    out = []
+    for name, tokens in zip(SIDES, support):
+        t = torch.as_tensor(list(tokens), dtype=torch.long)
+        if t.dim() != 1 or t.numel() == 0:
+            raise ValueError(f"support of position {name} must be a non-empty list of token ids")
+        if t.unique().numel() != t.numel():
+            raise ValueError(f"support of position {name} repeats a token id: {t.tolist()}")
+        if ((t < 0) | (t >= ordinary.numel())).any() or not bool(ordinary[t].all()):
+            raise ValueError(f"support of position {name} must hold ordinary token ids only, got {t.tolist()}")
+        out.append(t)
+    return tuple(out)

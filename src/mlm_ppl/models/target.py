@@ -1,0 +1,168 @@
+"""The target contract between the models and the kernels.
+
+A *target* is what a kernel samples: an unnormalised distribution over the free positions of
+a template,
+
+    log p(x) = -E(x) / T + log_factor(x),
+
+that can (1) evaluate complete states in one batched pass over masked copies, giving the
+energy, the extra log terms and the single-site conditionals at the free positions (the next
+MH step's proposals), and (2) read the MLM's logits at a block of positions masked together.
+:class:`Target` writes that down as a :class:`typing.Protocol`; every kernel in
+:mod:`mlm_ppl.inference` relies on it and on nothing else.
+
+Implementations: :class:`~mlm_ppl.models.distribution.MaskedLMDistribution` (the MLM),
+:class:`ConstrainedTarget` (a target plus log-factors: constraints, likelihood terms), and the
+table targets of :mod:`mlm_ppl.testing` (exactly solvable examples).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+__all__ = ["Evaluation", "Target", "ConstrainedTarget"]
+
+
+class Evaluation(NamedTuple):
+    """What one batched pass over masked copies of states gives.
+
+    Attributes
+    ----------
+    energy : Tensor
+        ``(N,)`` energy ``E(x)`` in nats.
+    log_factor : Tensor
+        ``(N,)`` extra log-density terms (constraints, likelihoods); zeros for a bare
+        distribution.
+    cond_logits : Tensor
+        ``(N, F, V)`` MLM logits at each free position with only that position masked:
+        the single-site proposal distributions of the next MH step.
+    """
+
+    energy: Tensor
+    log_factor: Tensor
+    cond_logits: Tensor
+
+
+@runtime_checkable
+class Target(Protocol):
+    """What a kernel needs of the distribution it samples.
+
+    Attributes
+    ----------
+    template : Tensor
+        ``(L,)`` long token ids; free positions hold the mask token.
+    free_positions : Tensor
+        ``(F,)`` long, the positions that are sampled, ascending.
+    num_free : int
+        ``F``.
+    temperature : float
+        ``T`` of ``-E/T``.
+    energy : str
+        Which energy ``E`` is (``"norm"`` or ``"raw"``), for the record.
+    ordinary_mask : Tensor
+        ``(V,)`` bool, the tokens that may fill a free position (never special tokens).
+    vocab_size : int
+        ``V``.
+    """
+
+    template: Tensor
+    free_positions: Tensor
+    temperature: float
+    energy: str
+
+    @property
+    def num_free(self) -> int: ...
+
+    @property
+    def ordinary_mask(self) -> Tensor: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def evaluate(self, tokens: Tensor) -> Evaluation:
+        """Energies, log-factors and free-position conditionals of complete states ``(N, L)``."""
+        ...
+
+    def site_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """``(N, k, V)`` logits at ``positions`` ``(N, k)`` of ``tokens`` ``(N, L)``, all k masked together."""
+        ...
+
+    def validate_tokens(self, tokens: Tensor) -> None:
+        """Raise a ValueError/TypeError unless ``tokens`` ``(..., L)`` are complete states of the target."""
+        ...
+
+
+class ConstrainedTarget:
+    """A target with extra log-density terms: ``log p(x) = -E(x)/T + log_factor(x)``.
+
+    Everything but :meth:`evaluate` is the base target's.
+
+    Parameters
+    ----------
+    base : Target
+        Usually a :class:`~mlm_ppl.MaskedLMDistribution`.
+    log_factor : callable
+        ``tokens (N, L) -> (N,)`` extra log-density (constraints, likelihood terms that depend
+        on the tokens); ``-inf`` forbids a state.
+    """
+
+    def __init__(self, base: Target, log_factor: Callable[[Tensor], Tensor]) -> None:
+        if not callable(log_factor):
+            raise TypeError("log_factor must be a callable tokens (N, L) -> (N,)")
+        self.base = base
+        self.log_factor = log_factor
+
+    # -- the base target's description, unchanged
+    @property
+    def template(self) -> Tensor:
+        return self.base.template
+
+    @property
+    def free_positions(self) -> Tensor:
+        return self.base.free_positions
+
+    @property
+    def num_free(self) -> int:
+        return self.base.num_free
+
+    @property
+    def temperature(self) -> float:
+        return self.base.temperature
+
+    @property
+    def energy(self) -> str:
+        return self.base.energy
+
+    @property
+    def ordinary_mask(self) -> Tensor:
+        return self.base.ordinary_mask
+
+    @property
+    def vocab_size(self) -> int:
+        return self.base.vocab_size
+
+    @property
+    def mlm(self):
+        """The base target's masked LM (None for targets without one)."""
+        return getattr(self.base, "mlm", None)
+
+    def site_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        return self.base.site_logits(tokens, positions)
+
+    def validate_tokens(self, tokens: Tensor) -> None:
+        self.base.validate_tokens(tokens)
+
+    # -- the one thing it changes
+    def evaluate(self, tokens: Tensor) -> Evaluation:
+        """The base evaluation with ``log_factor(tokens)`` added to its log-factors."""
+        ev = self.base.evaluate(tokens)
+        extra = torch.as_tensor(self.log_factor(tokens), dtype=ev.energy.dtype).reshape(-1)
+        if extra.shape != ev.energy.shape:
+            raise ValueError(f"log_factor must return shape ({tokens.shape[0]},), got {tuple(extra.shape)}")
+        return ev._replace(log_factor=ev.log_factor + extra)
+
+    def __repr__(self) -> str:
+        return f"ConstrainedTarget({self.base!r})"

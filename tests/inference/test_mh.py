@@ -1,0 +1,137 @@
+"""Metropolis-Hastings against exact enumeration of tiny state spaces."""
+
+import pytest
+import torch
+from exactness import TEMPLATE, after, check_fit, empirical, invariance_error
+
+from mlm_ppl import MaskedLMDistribution, sample
+from mlm_ppl.inference import (
+    SCANS,
+    MetropolisHastings,
+    PseudoGibbs,
+    exact,
+    geometric_annealing,
+    run_chains,
+)
+from mlm_ppl.models import ConstrainedTarget
+
+
+@pytest.mark.parametrize("energy", ["norm", "raw"])
+@pytest.mark.parametrize("scan", SCANS)
+@pytest.mark.parametrize("block_size", [1, 2])
+@pytest.mark.parametrize(
+    "options", [{}, dict(top_k=2), dict(top_p=0.6, proposal_temperature=1.5)], ids=["full", "top_k", "top_p"]
+)
+def test_mh_leaves_the_energy_distribution_invariant(tiny4_64, energy, scan, block_size, options):
+    # float64 model: the check is exact to rounding (~1e-15) on any CPU; in float32 the same
+    # conditional read in two batches differs by ~1e-7, which alone breaks detailed balance by ~1e-6
+    dist = MaskedLMDistribution(tiny4_64, TEMPLATE, energy=energy, temperature=0.7)
+    pi = exact.exact_log_probs(dist).exp()
+    assert invariance_error(MetropolisHastings(dist, scan=scan, block_size=block_size, **options), pi) < 1e-10
+
+
+def test_mh_with_a_constraint_factor_is_invariant(tiny4_64):
+    dist = MaskedLMDistribution(tiny4_64, TEMPLATE)
+    a = tiny4_64.vocab.index("A")
+    target = ConstrainedTarget(dist, lambda x: torch.where(x[:, 4] == a, 0.0, -3.0))
+    pi = exact.exact_log_probs(target).exp()
+    assert exact.total_variation(pi, exact.exact_log_probs(dist).exp()) > 0.05  # the factor matters
+    assert invariance_error(MetropolisHastings(target, scan="random", block_size=2, top_k=3), pi) < 1e-10
+
+
+def test_the_invariance_check_has_power(tiny4_64):
+    """Pseudo-Gibbs (no MH correction) fails the same check on the same target."""
+    dist = MaskedLMDistribution(tiny4_64, TEMPLATE)
+    pi = exact.exact_log_probs(dist).exp()
+    assert invariance_error(PseudoGibbs(dist, scan="random"), pi) > 1e-2
+
+
+@pytest.mark.parametrize("block_size", [1, 2])
+def test_long_batched_mh_runs_match_the_exact_target(tiny4, block_size):
+    dist = MaskedLMDistribution(tiny4, TEMPLATE, temperature=3.0)
+    pi = exact.exact_log_probs(dist).exp()
+    kernel = MetropolisHastings(dist, scan="random", block_size=block_size, proposal_temperature=3.0)
+    steps = 40
+    p_n = after(kernel, steps)
+    assert exact.total_variation(p_n, pi) < 0.01  # after 40 steps the chain is at its target
+    # 3000 independent chains from uniform starts, the state of each after 40 steps
+    run = run_chains(kernel, 3000, 1, warmup_steps=steps - 1, seed=11, init="uniform")
+    check_fit(p_n, empirical(dist, run.tokens[:, 0]), tv_bound=0.05)
+    check_fit(pi, empirical(dist, run.tokens[:, 0]), tv_bound=0.05)
+
+
+def test_sampling_code_matches_the_exact_transition_matrix_before_mixing(tiny4):
+    """With peaked proposals the chain mixes slowly; the draws still follow p0 P^n exactly."""
+    dist = MaskedLMDistribution(tiny4, TEMPLATE, temperature=1.0)
+    kernel = MetropolisHastings(dist, scan="random_sweep")
+    p_n = after(kernel, 4)  # transition_matrix of random_sweep is one sweep (3 steps)
+    assert exact.total_variation(p_n, exact.exact_log_probs(dist).exp()) > 0.1  # not mixed yet
+    run = run_chains(kernel, 3000, 1, warmup_steps=11, seed=3, init="uniform")
+    check_fit(p_n, empirical(dist, run.tokens[:, 0]), tv_bound=0.05)
+
+
+def test_single_site_mh_step_costs_one_pass_over_the_proposal(tiny4, monkeypatch):
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+    kernel = MetropolisHastings(dist, scan="random")
+    gen = torch.Generator().manual_seed(0)
+    state = kernel.init(run_chains(kernel, 6, 1, seed=0).tokens[:, 0])
+    rows, evaluated = [], []
+    real_logits, real_eval = tiny4.logits_at, dist.evaluate
+    monkeypatch.setattr(tiny4, "logits_at", lambda ids, attn, q: rows.append(ids.shape[0]) or real_logits(ids, attn, q))
+    monkeypatch.setattr(dist, "evaluate", lambda x: evaluated.append(x.shape[0]) or real_eval(x))
+    for _ in range(8):
+        rows.clear(), evaluated.clear()
+        state, info = kernel.step(state, gen)
+        n_proposed_changes = sum(evaluated)
+        assert n_proposed_changes <= 6
+        assert sum(rows) == 5 * n_proposed_changes  # 5 scored positions: A, 3 free, C; nothing for the current state
+    # at a fixed point of the argmax, top-1 proposals equal the state: no forward pass at all
+    greedy = PseudoGibbs(dist, scan="left_to_right", top_k=1)
+    pg = greedy.init(state.tokens)
+    for _ in range(30):
+        pg, _ = greedy.step(pg, gen)
+    before = pg.tokens.clone()
+    for _ in range(3):
+        pg, info = greedy.step(pg, gen)
+    assert torch.equal(pg.tokens, before)
+    peaked = MetropolisHastings(dist, scan="random", top_k=1)
+    st = peaked.init(pg.tokens)
+    rows.clear()
+    for _ in range(3):
+        st, info = peaked.step(st, gen)
+        assert (info.n_changed == 0).all() and info.is_accepted.all()
+    assert sum(rows) == 0
+
+
+def test_mh_step_is_reproducible_and_caches_conditionals(tiny4):
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+    a = sample(tiny4, TEMPLATE, num_chains=3, num_samples=10, seed=7)
+    b = sample(tiny4, TEMPLATE, num_chains=3, num_samples=10, seed=7)
+    c = sample(tiny4, TEMPLATE, num_chains=3, num_samples=10, seed=8)
+    assert torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
+    # the cached lp and conditionals are those of the final tokens
+    kernel = MetropolisHastings(dist)
+    state = kernel.init(a.tokens[:, 0])
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(10):
+        state, info = kernel.step(state, gen)
+    fresh = dist.evaluate(state.tokens)
+    assert torch.allclose(state.energy, fresh.energy, atol=1e-5)
+    assert torch.allclose(state.cond_logits, fresh.cond_logits, atol=1e-5)
+    assert torch.allclose(info.lp, dist.log_prob(state.tokens), atol=1e-5)
+
+
+def test_annealing_schedule_finds_the_mode_more_often(tiny4):
+    sched = geometric_annealing(3.0, 0.05, 80)
+    assert sched(0) == 3.0 and abs(sched(80) - 0.05) < 1e-12 and sched(500) == sched(80)
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+    logp = exact.exact_log_probs(dist)
+    mode = exact.enumerate_states(dist)[logp.argmax()]
+    assert logp.exp().max() < 0.6  # the mode is not the only likely state
+    kw = dict(warmup_steps=99, seed=0, init="uniform")
+    annealed = run_chains(MetropolisHastings(dist, proposal_temperature=3.0, temperature_schedule=sched), 16, 1, **kw)
+    plain = run_chains(MetropolisHastings(dist, proposal_temperature=3.0), 16, 1, **kw)
+    at_mode = lambda run: (run.tokens[:, 0] == mode).all(-1).float().mean()  # noqa: E731
+    assert at_mode(annealed) >= 0.8 > at_mode(plain)
+    # info.lp is reported at the target temperature, not the annealed one
+    assert torch.allclose(annealed.stats["lp"][:, 0], dist.log_prob(annealed.tokens[:, 0]), atol=1e-5)

@@ -1,0 +1,178 @@
+"""The package's shape, read from its imports: layers point one way, no circles, no private names
+across modules. A new back-reference fails here, not in a reader's head."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "mlm_ppl"
+
+# What each part of the package may import (besides itself). models/ describes targets,
+# inference/ moves states, diagnostics/evaluation/rundir present results, cli/ maps flags.
+ALLOWED = {
+    "_checks": set(),
+    "data": set(),
+    "models": {"_checks"},
+    "inference": {"_checks", "models"},
+    "testing": {"_checks", "models"},
+    "diagnostics": {"_checks", "models", "inference"},
+    "rundir": {"_checks", "models", "inference", "diagnostics"},
+    "evaluation": {"_checks", "data", "models", "inference", "diagnostics", "rundir"},
+    "cli": {"_checks", "data", "models", "inference", "diagnostics", "rundir", "evaluation"},
+    "": {"_checks", "data", "models", "inference", "diagnostics", "rundir", "evaluation", "cli", "testing"},
+}
+# Lazy imports that may close a loop, each documented where it is: MaskedLMDistribution.sample
+# runs MH chains (the one call from models/ into inference/), and runner's deprecated re-export of
+# the names that moved to api (removed in the next release).
+ALLOWED_LAZY = {
+    ("mlm_ppl.models.distribution", "mlm_ppl.inference.api"),
+    ("mlm_ppl.inference.runner", "mlm_ppl.inference.api"),
+}
+
+
+def _module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _graph(src: Path) -> dict[str, list]:
+    """Every module of the package under ``src`` and its internal imports."""
+    modules = {_module_name(p, src): p for p in src.rglob("*.py")}
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> list:
+    """``(target module, imported name, lazy)`` for every internal import outside TYPE_CHECKING blocks."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = []
+
+    def visit(node, lazy):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                continue
+            if isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (child.level - 1)]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                if target.split(".")[0] == "mlm_ppl":
+                    for alias in child.names:
+                        sub = f"{target}.{alias.name}"
+                        out.append((sub if sub in modules else target, alias.name, lazy))
+            elif isinstance(child, ast.Import):
+                for alias in child.names:
+                    if alias.name.split(".")[0] == "mlm_ppl":
+                        out.append((alias.name, None, lazy))
+            visit(child, lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(tree, False)
+    return out
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _layer_violations(graph: dict[str, list]) -> list[str]:
+    bad = []
+    for source, found in graph.items():
+        for target, _, lazy in found:
+            a, b = _part(source), _part(target)
+            if a != b and b not in ALLOWED.get(a, set()) and (source, target) not in ALLOWED_LAZY:
+                bad.append(f"{source} -> {target}" + (" (lazy)" if lazy else ""))
+    return bad
+
+
+def _cycle(graph: dict[str, list]) -> list[str]:
+    """One import cycle (module names, first repeated at the end), or [] when there is none.
+
+    An allowed lazy import is left out only while it is lazy."""
+    edges = {
+        s: {t for t, _, lazy in found if t in graph and t != s and not (lazy and (s, t) in ALLOWED_LAZY)}
+        for s, found in graph.items()
+    }
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def _private_names(graph: dict[str, list]) -> list[str]:
+    return [f"{s} imports {t}.{n}" for s, found in graph.items() for t, n, _ in found
+            if n and n.startswith("_") and not n.startswith("__") and t != s]
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return _graph(SRC)
+
+
+def test_layers_point_one_way(graph):
+    bad = _layer_violations(graph)
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def test_models_import_nothing_from_inference_at_module_level(graph):
+    back = [(s, t, lazy) for s, found in graph.items() for t, _, lazy in found
+            if _part(s) == "models" and _part(t) == "inference"]
+    assert [(s, t) for s, t, _ in back] == [("mlm_ppl.models.distribution", "mlm_ppl.inference.api")], back
+    assert all(lazy for _, _, lazy in back), back
+
+
+def test_no_import_cycles(graph):
+    cycle = _cycle(graph)
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_private_names_across_modules(graph):
+    bad = _private_names(graph)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checks_see_a_back_reference_a_cycle_and_a_private_name(tmp_path):
+    """The checks above have power: a planted back-reference, cycle and private import are found."""
+    pkg = tmp_path / "mlm_ppl"
+    for sub in ("models", "inference"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "a.py").write_text("from ..inference.b import thing\n")
+    (pkg / "inference" / "b.py").write_text("def f():\n    from ..models.a import _hidden\n")
+    planted = _graph(pkg)
+    assert _layer_violations(planted) == ["mlm_ppl.models.a -> mlm_ppl.inference.b"]
+    assert _cycle(planted) in (["mlm_ppl.inference.b", "mlm_ppl.models.a", "mlm_ppl.inference.b"],
+                               ["mlm_ppl.models.a", "mlm_ppl.inference.b", "mlm_ppl.models.a"])
+    assert _private_names(planted) == ["mlm_ppl.inference.b imports mlm_ppl.models.a._hidden"]
