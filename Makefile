@@ -1,4 +1,5 @@
 # Two commands on a fresh machine:  `make demo` (the main job on AntiBERTy: redesign a CDR-H3), `make test`.
+# `make lint`: ruff (lint and format check) and mypy on the package; CI runs it beside the tests.
 # Each creates .venv if missing: torch's CPU wheel first (pinned), then the project.
 PYTHON ?= python3
 VENV ?= .venv
@@ -6,7 +7,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo germlines test bench venv pairs reproductions
+.PHONY: demo germlines test lint bench venv pairs reproductions
 
 venv: $(VENV)/.installed
 
@@ -14,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[antibody,test]'
+	$(PY) -m pip install -q -e '.[antibody,test,lint]'
 	touch $@
 
 # IGHV3-23 + IGHJ4 human heavy chain (mlm_ppl.data.example_heavy_chain) with its 13-residue CDR-H3 masked
@@ -29,6 +30,12 @@ germlines: venv
 
 test: venv
 	$(PY) -m pytest -q
+
+LINTED := src tests benchmarks experiments docs/notebooks
+lint: venv
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
+	$(VENV)/bin/mypy
 
 bench: venv
 	$(PY) benchmarks/bench_score.py

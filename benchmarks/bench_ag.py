@@ -38,7 +38,8 @@ def main() -> None:
     mlm = load_mlm("antiberty")
     seqs = list(germline_sequences("human", "H", "V").values())
     pairs = draw_pairs(mlm, seqs, "contiguous", args.n // 2, args.seed) + draw_pairs(
-        mlm, seqs, "random", args.n - args.n // 2, args.seed)
+        mlm, seqs, "random", args.n - args.n // 2, args.seed
+    )
     t0 = time.perf_counter()
     conds = [pair_conditionals(mlm, seqs[s], a, b) for s, a, b in pairs]
     print(f"read {len(conds)} pairs in {time.perf_counter() - t0:.1f} s")
@@ -59,14 +60,18 @@ def main() -> None:
     best = [min(results[v][k][3] for v in variants) for k in range(len(conds))]
     width = len(conds[0].candidates_a) + len(conds[0].candidates_b)
     print(f"\n{len(conds)} pairs, tol {args.tol:g} (KKT residual), plain cap {args.cap}\n")
-    print(f"{'variant':<10} {'evals (median)':>15} {'seconds (median)':>17} {'converged':>10} "
-          f"{'J - J_best (median)':>20} {'(max)':>10} {'kl_fwd_all (median)':>20}")
+    print(
+        f"{'variant':<10} {'evals (median)':>15} {'seconds (median)':>17} {'converged':>10} "
+        f"{'J - J_best (median)':>20} {'(max)':>10} {'kl_fwd_all (median)':>20}"
+    )
     for name in variants:
         rows = results[name]
         gaps = [r[3] - b for r, b in zip(rows, best)]
-        print(f"{name:<10} {statistics.median(r[0] for r in rows):>15.0f} {statistics.median(r[1] for r in rows):>17.4f} "
-              f"{sum(r[2] for r in rows):>6}/{len(rows):<3} {statistics.median(gaps):>20.3g} {max(gaps):>10.3g} "
-              f"{statistics.median(r[3] for r in rows) / width:>20.3g}")
+        print(
+            f"{name:<10} {statistics.median(r[0] for r in rows):>15.0f} {statistics.median(r[1] for r in rows):>17.4f} "
+            f"{sum(r[2] for r in rows):>6}/{len(rows):<3} {statistics.median(gaps):>20.3g} {max(gaps):>10.3g} "
+            f"{statistics.median(r[3] for r in rows) / width:>20.3g}"
+        )
 
 
 if __name__ == "__main__":

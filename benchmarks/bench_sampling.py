@@ -85,14 +85,17 @@ def main() -> None:
     seq, cdr3 = example_heavy_chain()
     spread = sorted(range(2, 120, 4))[:30]
     templates = {
-        f"CDR-H3 masked ({cdr3.stop - cdr3.start} free)": seq[: cdr3.start] + "[MASK]" * (cdr3.stop - cdr3.start)
+        f"CDR-H3 masked ({cdr3.stop - cdr3.start} free)": seq[: cdr3.start]
+        + "[MASK]" * (cdr3.stop - cdr3.start)
         + seq[cdr3.stop :],
         "30 spread positions masked": "".join("[MASK]" if i in spread else c for i, c in enumerate(seq)),
     }
     counter = Counter(mlm)
     C = args.chains
-    print(f"# AntiBERTy, 120-residue heavy chain, {C} chains, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads\n")
+    print(
+        f"# AntiBERTy, 120-residue heavy chain, {C} chains, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads\n"
+    )
     for label, template in templates.items():
         dist = MaskedLMDistribution(mlm, template)
         gen = torch.Generator().manual_seed(0)
@@ -121,14 +124,15 @@ def mh_part(mlm, dist, start, counter, args, C):
         pure_t.append(pure_forward(mlm, state.tokens, counter.rows) if counter.rows else float("nan"))
     n_copies = sum(copies)
     steps_total = args.steps * args.repeats
-    print(f"MH step ({C} chains): median {statistics.median(mh_t) / args.steps:.2f} s/step; "
-          f"{n_copies / steps_total:.0f} masked copies per step on average (a step where every chain "
-          f"proposes a change costs {C} x {n_scored} "
-          f"copies; proposals equal to the state cost none)")
+    print(
+        f"MH step ({C} chains): median {statistics.median(mh_t) / args.steps:.2f} s/step; "
+        f"{n_copies / steps_total:.0f} masked copies per step on average (a step where every chain "
+        f"proposes a change costs {C} x {n_scored} "
+        f"copies; proposals equal to the state cost none)"
+    )
     ratios = [a / b for a, b in zip(mh_t, pure_t) if b == b and b > 0]
     if ratios:
-        print(f"MH step / pure forward over the same copies: median {statistics.median(ratios):.3f}x "
-              f"(target <= 1.10)")
+        print(f"MH step / pure forward over the same copies: median {statistics.median(ratios):.3f}x (target <= 1.10)")
 
 
 def pg_part(dist, start, args, C, parts):
@@ -193,9 +197,12 @@ def mcmc_part(dist, start, args, C):
             PseudoGibbs.step = real_step
         outside.append((via[-1] - inside[0]) / inside[0])
     wall = statistics.median(v / d for v, d in zip(via, direct)) - 1
-    print(f"pyro.infer.MCMC overhead: {100 * statistics.median(outside):.2f}% of the kernel's own time is spent "
-          f"outside it (MCMC set-up, model trace, hooks; target <= 5%); wall-clock ratio of separate direct and "
-          f"MCMC runs {100 * wall:+.1f}% (machine noise dominates that one)\n")
+    print(
+        f"pyro.infer.MCMC overhead: {100 * statistics.median(outside):.2f}% of the kernel's own time is spent "
+        f"outside it (MCMC set-up, model trace, hooks; target <= 5%); wall-clock ratio of separate direct and "
+        f"MCMC runs {100 * wall:+.1f}% (machine noise dominates that one)\n"
+    )
+
 
 if __name__ == "__main__":
     main()

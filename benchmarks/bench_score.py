@@ -74,8 +74,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=32, help="number of germline genes (default 32)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds the genes are split into (default 4)")
     ap.add_argument("--skip", default="", help="comma-separated methods to skip")
-    ap.add_argument("--minicons-python", default=sys.executable,
-                    help="python of an environment with minicons (0.3.x needs transformers<5)")
+    ap.add_argument(
+        "--minicons-python",
+        default=sys.executable,
+        help="python of an environment with minicons (0.3.x needs transformers<5)",
+    )
     ap.add_argument("--json", default=None, help="also write the raw figures to this file")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -84,9 +87,12 @@ def main() -> None:
     seqs = list(genes.values())[: args.n]
     rounds = [seqs[i :: args.rounds] for i in range(args.rounds)]
     n_copies = sum(len(s) for s in seqs)
-    print(f"# {len(seqs)} human IGHV genes, {n_copies} masked copies, lengths {min(map(len, seqs))}-"
-          f"{max(map(len, seqs))}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{platform.processor() or platform.machine()}", flush=True)
+    print(
+        f"# {len(seqs)} human IGHV genes, {n_copies} masked copies, lengths {min(map(len, seqs))}-"
+        f"{max(map(len, seqs))}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{platform.processor() or platform.machine()}",
+        flush=True,
+    )
 
     mlm = load_mlm("antiberty")
     methods: dict[str, callable] = {
@@ -101,8 +107,9 @@ def main() -> None:
         def run_minicons(batch):
             worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_minicons_worker.py")
             env = dict(os.environ, BENCH_THREADS=str(torch.get_num_threads()))
-            done = subprocess.run([args.minicons_python, worker], input=json.dumps(batch), env=env,
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [args.minicons_python, worker], input=json.dumps(batch), env=env, capture_output=True, text=True
+            )
             if done.returncode != 0:
                 raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
             result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -138,28 +145,43 @@ def main() -> None:
 
     ref = torch.cat(values["library"])
     print()
-    print("| method | total s | sequences/s | masked copies/s | time vs pure-forward (median over rounds) "
-          "| time vs library | max abs error vs library fp32 (nats) |")
+    print(
+        "| method | total s | sequences/s | masked copies/s | time vs pure-forward (median over rounds) "
+        "| time vs library | max abs error vs library fp32 (nats) |"
+    )
     print("|---|---|---|---|---|---|---|")
     results = {}
     for name in methods:
         total = sum(times[name])
-        vs_pure = statistics.median(a / b for a, b in zip(times[name], times["pure-forward"])) \
-            if "pure-forward" in times else float("nan")
+        vs_pure = (
+            statistics.median(a / b for a, b in zip(times[name], times["pure-forward"]))
+            if "pure-forward" in times
+            else float("nan")
+        )
         vs_lib = statistics.median(a / b for a, b in zip(times[name], times["library"]))
         vals = torch.cat(values[name])
         err = float((vals - ref).abs().max()) if vals.numel() == ref.numel() else float("nan")
         err_s = "-" if err != err else f"{err:.2e}"
-        results[name] = dict(total_s=total, seq_per_s=len(seqs) / total, copies_per_s=n_copies / total,
-                             vs_pure_forward=vs_pure, vs_library=vs_lib, max_abs_err=err)
-        print(f"| {name} | {total:.1f} | {len(seqs) / total:.2f} | {n_copies / total:.1f} | {vs_pure:.2f}x "
-              f"| {vs_lib:.2f}x | {err_s} |")
+        results[name] = dict(
+            total_s=total,
+            seq_per_s=len(seqs) / total,
+            copies_per_s=n_copies / total,
+            vs_pure_forward=vs_pure,
+            vs_library=vs_lib,
+            max_abs_err=err,
+        )
+        print(
+            f"| {name} | {total:.1f} | {len(seqs) / total:.2f} | {n_copies / total:.1f} | {vs_pure:.2f}x "
+            f"| {vs_lib:.2f}x | {err_s} |"
+        )
     if "bf16" in values:
         rel = (torch.cat(values["bf16"]) - ref).abs() / torch.tensor([len(s) for r in rounds for s in r])
         print(f"\nbf16 error per residue: max {float(rel.max()):.4f} nat")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(n=len(seqs), copies=n_copies, threads=torch.get_num_threads(), results=results), fh, indent=1)
+            json.dump(
+                dict(n=len(seqs), copies=n_copies, threads=torch.get_num_threads(), results=results), fh, indent=1
+            )
     sys.stdout.flush()
 
 

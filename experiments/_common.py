@@ -19,8 +19,9 @@ from mlm_ppl.data import HEAVY_CHAINS, heavy_chain
 
 def parser(doc: str, out: str) -> argparse.ArgumentParser:
     """Flags every experiment takes: --model, --out, --seed, and one of --smoke / --full."""
-    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=doc)
+    p = argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc
+    )
     p.add_argument("--model", default="antiberty", help="'antiberty' (default) or a model directory")
     p.add_argument("--out", default=out, help=f"output directory (default {out})")
     p.add_argument("--seed", type=int, default=0)
@@ -28,9 +29,12 @@ def parser(doc: str, out: str) -> argparse.ArgumentParser:
     size.add_argument("--smoke", action="store_true", help="tiny sizes: checks that the script runs (CI)")
     size.add_argument("--full", action="store_true", help="larger runs, whole chains (for a GPU)")
     p.add_argument("--device", default=None, help="cpu (default) or cuda")
-    p.add_argument("--dtype", default=None,
-                   help="float32 or bfloat16 (default: bfloat16, float32 with --full); MH is exact for the "
-                   "energy of the model in the dtype it runs")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="float32 or bfloat16 (default: bfloat16, float32 with --full); MH is exact for the "
+        "energy of the model in the dtype it runs",
+    )
     return p
 
 
@@ -47,10 +51,18 @@ def setup(args, settings: dict):
     mlm = load_mlm(args.model, device=args.device, dtype=dtype)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "model": args.model, "seed": args.seed,
-              "size": "smoke" if args.smoke else "full" if args.full else "default", **settings,
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-              "machine": platform.machine(), "device": str(mlm.device)}
+    config = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "model": args.model,
+        "seed": args.seed,
+        "size": "smoke" if args.smoke else "full" if args.full else "default",
+        **settings,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "device": str(mlm.device),
+    }
     (out / "config.json").write_text(json.dumps(config, indent=1, default=str))
     return mlm, out
 
@@ -66,8 +78,15 @@ def cdr3_tasks(n: int) -> list[dict]:
     tasks = []
     for v, body, j in HEAVY_CHAINS[:n]:
         seq, sl = heavy_chain(v, body, j)
-        tasks.append({"name": f"{v}/{j}", "sequence": seq, "cdr3": seq[sl], "cdr3_slice": sl,
-                      "template": seq[: sl.start] + "[MASK]" * (sl.stop - sl.start) + seq[sl.stop :]})
+        tasks.append(
+            {
+                "name": f"{v}/{j}",
+                "sequence": seq,
+                "cdr3": seq[sl],
+                "cdr3_slice": sl,
+                "template": seq[: sl.start] + "[MASK]" * (sl.stop - sl.start) + seq[sl.stop :],
+            }
+        )
     return tasks
 
 

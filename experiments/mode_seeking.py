@@ -22,8 +22,8 @@ mode_seeking.png.
 from __future__ import annotations
 
 import torch
-from _common import Clock, cdr3_tasks, decoded, parser, pyplot, setup, size, write_csv
 
+from _common import Clock, cdr3_tasks, decoded, parser, pyplot, setup, size, write_csv
 from mlm_ppl import MaskedLMDistribution, MaskPredict, MetropolisHastings, PseudoGibbs
 from mlm_ppl.inference import fill_template, geometric_annealing
 
@@ -81,9 +81,12 @@ def trace_mask_predict(target, iterations: int):
 
 def main() -> None:
     args = parser(__doc__, "docs/reproductions/mode_seeking").parse_args()
-    cfg = size(args, smoke=dict(tasks=1, chains=2, mh_steps=3, ascent_steps=3),
-               default=dict(tasks=2, chains=4, mh_steps=30, ascent_steps=30),
-               full=dict(tasks=4, chains=8, mh_steps=400, ascent_steps=400))
+    cfg = size(
+        args,
+        smoke=dict(tasks=1, chains=2, mh_steps=3, ascent_steps=3),
+        default=dict(tasks=2, chains=4, mh_steps=30, ascent_steps=30),
+        full=dict(tasks=4, chains=8, mh_steps=400, ascent_steps=400),
+    )
     mlm, out = setup(args, cfg)
     rows, lines = [], []
     traces = {}
@@ -99,8 +102,10 @@ def main() -> None:
             results[f"mask-predict-{it}"] = trace_mask_predict(target, it)
         results["annealed-mh"] = trace_mh(target, cfg, args.seed)
         traces[task["name"]] = {k: v[0] for k, v in results.items()}
-        lines.append(f"{task['name']}: CDR-H3 {task['cdr3']} ({F} masked), {len(task['sequence'])} residues; "
-                     f"E_norm of the original {original:.2f}")
+        lines.append(
+            f"{task['name']}: CDR-H3 {task['cdr3']} ({F} masked), {len(task['sequence'])} residues; "
+            f"E_norm of the original {original:.2f}"
+        )
         for name, (points, tokens) in results.items():
             for s, e in points:
                 rows.append({"chain": task["name"], "method": name, "seconds": s, "best_e_norm": e})

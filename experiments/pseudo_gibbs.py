@@ -22,8 +22,8 @@ from __future__ import annotations
 import warnings
 
 import torch
-from _common import Clock, cdr3_tasks, parser, pyplot, setup, size, write_csv
 
+from _common import Clock, cdr3_tasks, parser, pyplot, setup, size, write_csv
 from mlm_ppl import MaskedLMDistribution, MetropolisHastings, PseudoGibbs, run_chains, summary, to_inference_data
 from mlm_ppl.inference import exact, fill_template
 from mlm_ppl.testing import tiny_residue_bert
@@ -52,12 +52,24 @@ def exact_part(steps: int, out) -> list[dict]:
         p = torch.zeros(len(states), dtype=torch.float64)
         p[start] = 1.0
         for n in range(steps + 1):
-            rows.append({"sampler": name, "step": n, "tv_norm": exact.total_variation(p, pi["norm"]),
-                         "tv_raw": exact.total_variation(p, pi["raw"])})
+            rows.append(
+                {
+                    "sampler": name,
+                    "step": n,
+                    "tv_norm": exact.total_variation(p, pi["norm"]),
+                    "tv_raw": exact.total_variation(p, pi["raw"]),
+                }
+            )
             p = p @ P
         limit = exact.stationary_distribution(P)
-        rows.append({"sampler": name, "step": "stationary", "tv_norm": exact.total_variation(limit, pi["norm"]),
-                     "tv_raw": exact.total_variation(limit, pi["raw"])})
+        rows.append(
+            {
+                "sampler": name,
+                "step": "stationary",
+                "tv_norm": exact.total_variation(limit, pi["norm"]),
+                "tv_raw": exact.total_variation(limit, pi["raw"]),
+            }
+        )
     write_csv(out / "exact_tv.csv", rows)
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
@@ -81,7 +93,10 @@ def chains_part(mlm, cfg, seed: int, out) -> str:
     target = MaskedLMDistribution(mlm, task["template"], energy="norm")
     starts = fill_template(target, cfg["chains"], torch.Generator().manual_seed(seed), "sample")
     runs, seconds = {}, {}
-    for name, kernel in (("pseudo-gibbs", PseudoGibbs(target, compute_lp=True)), ("mh-norm", MetropolisHastings(target))):
+    for name, kernel in (
+        ("pseudo-gibbs", PseudoGibbs(target, compute_lp=True)),
+        ("mh-norm", MetropolisHastings(target)),
+    ):
         with Clock() as clock:
             runs[name] = run_chains(kernel, cfg["chains"], cfg["steps"], seed=seed, init=starts.clone())
         seconds[name] = clock.seconds
@@ -93,14 +108,21 @@ def chains_part(mlm, cfg, seed: int, out) -> str:
             for d in range(run.num_draws):
                 rows.append({"sampler": name, "chain": c, "step": d + 1, "e_norm": float(-run.stats["lp"][c, d])})
     write_csv(out / "energies.csv", rows)
-    lines = [f"{task['name']}, CDR-H3 {task['cdr3']} masked ({len(task['sequence'])} residues); "
-             f"{cfg['chains']} chains x {cfg['steps']} steps per sampler from the same starts", ""]
+    lines = [
+        f"{task['name']}, CDR-H3 {task['cdr3']} masked ({len(task['sequence'])} residues); "
+        f"{cfg['chains']} chains x {cfg['steps']} steps per sampler from the same starts",
+        "",
+    ]
     for name, run in runs.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # ArviZ warns on short chains; the verdicts say it
             report = summary(to_inference_data(run, mlm=mlm))
-        lines += [f"== {name}: {seconds[name]:.1f} s; final E_norm per chain "
-                  + ", ".join(f"{-float(v):.2f}" for v in run.stats["lp"][:, -1]), str(report), ""]
+        lines += [
+            f"== {name}: {seconds[name]:.1f} s; final E_norm per chain "
+            + ", ".join(f"{-float(v):.2f}" for v in run.stats["lp"][:, -1]),
+            str(report),
+            "",
+        ]
     text = "\n".join(lines)
     (out / "diagnostics.txt").write_text(text + "\n")
 
@@ -112,8 +134,13 @@ def chains_part(mlm, cfg, seed: int, out) -> str:
             pts = [r for r in mine if r["chain"] == c]
             ax.plot([r["step"] for r in pts], [r["e_norm"] for r in pts], color=colour, alpha=0.35, lw=0.8)
         steps = sorted({r["step"] for r in mine})
-        ax.plot(steps, [sum(r["e_norm"] for r in mine if r["step"] == s) / cfg["chains"] for s in steps],
-                color=colour, lw=2, label=f"{name} (mean of {cfg['chains']})")
+        ax.plot(
+            steps,
+            [sum(r["e_norm"] for r in mine if r["step"] == s) / cfg["chains"] for s in steps],
+            color=colour,
+            lw=2,
+            label=f"{name} (mean of {cfg['chains']})",
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("E_norm of the state (nats)")
     ax.set_title(f"{mlm.name}: {task['name']} CDR-H3, same starts", fontsize=9)
@@ -125,16 +152,21 @@ def chains_part(mlm, cfg, seed: int, out) -> str:
 
 def main() -> None:
     args = parser(__doc__, "docs/reproductions/pseudo_gibbs").parse_args()
-    cfg = size(args, smoke=dict(exact_steps=10, chains=2, steps=3),
-               default=dict(exact_steps=1000, chains=4, steps=20),
-               full=dict(exact_steps=2000, chains=8, steps=400))
+    cfg = size(
+        args,
+        smoke=dict(exact_steps=10, chains=2, steps=3),
+        default=dict(exact_steps=1000, chains=4, steps=20),
+        full=dict(exact_steps=2000, chains=8, steps=400),
+    )
     mlm, out = setup(args, cfg)
     rows = exact_part(cfg["exact_steps"], out)
     print("exact TV after the last step and of the stationary distribution:")
     for name in dict.fromkeys(r["sampler"] for r in rows):
         last = [r for r in rows if r["sampler"] == name]
-        print(f"  {name:<14} step {last[-2]['step']}: TV to E_norm {last[-2]['tv_norm']:.4f}, to E_raw "
-              f"{last[-2]['tv_raw']:.4f}   stationary: {last[-1]['tv_norm']:.4f}, {last[-1]['tv_raw']:.4f}")
+        print(
+            f"  {name:<14} step {last[-2]['step']}: TV to E_norm {last[-2]['tv_norm']:.4f}, to E_raw "
+            f"{last[-2]['tv_raw']:.4f}   stationary: {last[-1]['tv_norm']:.4f}, {last[-1]['tv_raw']:.4f}"
+        )
     print()
     print(chains_part(mlm, cfg, args.seed, out))
     print(f"wrote {out}/exact_tv.csv, exact_tv.png, energies.csv, energies.png, diagnostics.txt")

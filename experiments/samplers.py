@@ -29,9 +29,7 @@ from __future__ import annotations
 import statistics
 
 from _common import Clock, cdr3_tasks, decoded, parser, pyplot, reference_cdr3s, setup, size, write_csv
-
 from mlm_ppl import MaskedLMDistribution, run_chains
-from mlm_ppl.inference import make_kernel
 from mlm_ppl.data import germline_sequences
 from mlm_ppl.evaluation import (
     corpus_bleu,
@@ -42,6 +40,7 @@ from mlm_ppl.evaluation import (
     transition_rates,
     unique_ngrams,
 )
+from mlm_ppl.inference import make_kernel
 
 SAMPLERS = {
     "pseudo-gibbs": ("pseudo-gibbs", {}),
@@ -50,17 +49,33 @@ SAMPLERS = {
     "block-mh": ("mh", {"energy": "norm", "block_size": 2}),
     "mask-predict": ("mask-predict", {}),
 }
-METRICS = ("e_norm", "e_raw", "bleu", "self_bleu", "unique2_ref", "unique3_ref", "unique4_ref", "unique2_self",
-           "unique3_self", "unique4_self", "acceptance_rate", "novel_transition_rate", "germline_identity",
-           "pairwise_identity", "seconds")
+METRICS = (
+    "e_norm",
+    "e_raw",
+    "bleu",
+    "self_bleu",
+    "unique2_ref",
+    "unique3_ref",
+    "unique4_ref",
+    "unique2_self",
+    "unique3_self",
+    "unique4_self",
+    "acceptance_rate",
+    "novel_transition_rate",
+    "germline_identity",
+    "pairwise_identity",
+    "seconds",
+)
 
 
 def main() -> None:
     args = parser(__doc__, "docs/reproductions/samplers").parse_args()
-    cfg = size(args,
-               smoke=dict(tasks=1, temperatures=[1.0], chains=2, draws=2, warmup=1, thin=1),
-               default=dict(tasks=2, temperatures=[1.0, 0.8], chains=4, draws=2, warmup=8, thin=2),
-               full=dict(tasks=4, temperatures=[1.0, 0.8], chains=8, draws=20, warmup=100, thin=5))
+    cfg = size(
+        args,
+        smoke=dict(tasks=1, temperatures=[1.0], chains=2, draws=2, warmup=1, thin=1),
+        default=dict(tasks=2, temperatures=[1.0, 0.8], chains=4, draws=2, warmup=8, thin=2),
+        full=dict(tasks=4, temperatures=[1.0, 0.8], chains=8, draws=20, warmup=100, thin=5),
+    )
     mlm, out = setup(args, cfg)
     refs = reference_cdr3s()
     germlines = germline_sequences("human", "H", "V")
@@ -80,32 +95,60 @@ def main() -> None:
                 else:
                     draws, warmup, thin = cfg["draws"], cfg["warmup"], cfg["thin"]
                 with Clock() as clock, total:
-                    target = MaskedLMDistribution(mlm, task["template"], energy=energy,
-                                                  temperature=T if kernel == "mh" else 1.0)
-                    run = run_chains(make_kernel(kernel, target, **opts), cfg["chains"], draws, warmup_steps=warmup,
-                                     thin=thin, seed=args.seed)
+                    target = MaskedLMDistribution(
+                        mlm, task["template"], energy=energy, temperature=T if kernel == "mh" else 1.0
+                    )
+                    run = run_chains(
+                        make_kernel(kernel, target, **opts),
+                        cfg["chains"],
+                        draws,
+                        warmup_steps=warmup,
+                        thin=thin,
+                        seed=args.seed,
+                    )
                 seqs = decoded(mlm, run.tokens.reshape(-1, run.tokens.shape[-1]))
                 cdr3s = [s[sl] for s in seqs]
-                samples += [{"chain": task["name"], "temperature": T, "sampler": name, "mcmc_chain": i // draws,
-                             "draw": i % draws, "cdr3": c} for i, c in enumerate(cdr3s)]
-                row = {"chain": task["name"], "temperature": T, "sampler": name, "samples": len(seqs),
-                       "steps": warmup + draws * thin, **sample_energies(mlm, seqs),
-                       "bleu": 100 * corpus_bleu(cdr3s, refs), "self_bleu": 100 * self_bleu(cdr3s)}
+                samples += [
+                    {
+                        "chain": task["name"],
+                        "temperature": T,
+                        "sampler": name,
+                        "mcmc_chain": i // draws,
+                        "draw": i % draws,
+                        "cdr3": c,
+                    }
+                    for i, c in enumerate(cdr3s)
+                ]
+                row = {
+                    "chain": task["name"],
+                    "temperature": T,
+                    "sampler": name,
+                    "samples": len(seqs),
+                    "steps": warmup + draws * thin,
+                    **sample_energies(mlm, seqs),
+                    "bleu": 100 * corpus_bleu(cdr3s, refs),
+                    "self_bleu": 100 * self_bleu(cdr3s),
+                }
                 for n in (2, 3, 4):
                     row[f"unique{n}_ref"] = unique_ngrams(cdr3s, refs, n=n)
                     row[f"unique{n}_self"] = unique_ngrams(cdr3s, n=n)
-                rates = transition_rates(run) if kernel != "mask-predict" else {
-                    "acceptance_rate": float("nan"), "novel_transition_rate": float("nan")}
+                rates = (
+                    transition_rates(run)
+                    if kernel != "mask-predict"
+                    else {"acceptance_rate": float("nan"), "novel_transition_rate": float("nan")}
+                )
                 row.update(rates)
-                row["germline_identity"] = statistics.mean(
-                    nearest_germline(s[: sl.stop], germlines)[1] for s in seqs)
+                row["germline_identity"] = statistics.mean(nearest_germline(s[: sl.stop], germlines)[1] for s in seqs)
                 row["pairwise_identity"] = mean_pairwise_identity(cdr3s)
                 row["seconds"] = clock.seconds
                 row["example"] = cdr3s[0]
                 rows.append(row)
-                print(f"{task['name']:<18} T={T:<4} {name:<13} E_norm {row['e_norm']:8.2f}  E_raw {row['e_raw']:9.2f}  "
-                      f"BLEU {row['bleu']:5.1f}  self-BLEU {row['self_bleu']:5.1f}  "
-                      f"novel {row['novel_transition_rate']:.2f}  {clock.seconds:6.1f} s  {cdr3s[0]}", flush=True)
+                print(
+                    f"{task['name']:<18} T={T:<4} {name:<13} E_norm {row['e_norm']:8.2f}  E_raw {row['e_raw']:9.2f}  "
+                    f"BLEU {row['bleu']:5.1f}  self-BLEU {row['self_bleu']:5.1f}  "
+                    f"novel {row['novel_transition_rate']:.2f}  {clock.seconds:6.1f} s  {cdr3s[0]}",
+                    flush=True,
+                )
     write_csv(out / "runs.csv", rows)
     write_csv(out / "samples.csv", samples)
 
@@ -113,25 +156,34 @@ def main() -> None:
     for T in cfg["temperatures"]:
         for name in SAMPLERS:
             mine = [r for r in rows if r["temperature"] == T and r["sampler"] == name]
-            summary.append({"temperature": T, "sampler": name,
-                            **{m: statistics.mean(r[m] for r in mine) for m in METRICS}})
+            summary.append(
+                {"temperature": T, "sampler": name, **{m: statistics.mean(r[m] for r in mine) for m in METRICS}}
+            )
     write_csv(out / "summary.csv", summary)
-    header = (f"{'T':<4} {'sampler':<13} {'E_norm':>8} {'E_raw':>9} {'BLEU':>6} {'sBLEU':>6} {'u2ref':>6} {'u4ref':>6} "
-              f"{'u4self':>6} {'acc':>5} {'novel':>5} {'germ.id':>7} {'pair.id':>7} {'sec':>7}")
+    header = (
+        f"{'T':<4} {'sampler':<13} {'E_norm':>8} {'E_raw':>9} {'BLEU':>6} {'sBLEU':>6} {'u2ref':>6} {'u4ref':>6} "
+        f"{'u4self':>6} {'acc':>5} {'novel':>5} {'germ.id':>7} {'pair.id':>7} {'sec':>7}"
+    )
     lines = [f"means over {cfg['tasks']} heavy chain(s); {cfg['chains']} chains each; see runs.csv", "", header]
     for s in summary:
-        lines.append(f"{s['temperature']:<4} {s['sampler']:<13} {s['e_norm']:8.2f} {s['e_raw']:9.2f} {s['bleu']:6.1f} "
-                     f"{s['self_bleu']:6.1f} {s['unique2_ref']:6.1f} {s['unique4_ref']:6.1f} {s['unique4_self']:6.1f} "
-                     f"{s['acceptance_rate']:5.2f} {s['novel_transition_rate']:5.2f} {s['germline_identity']:7.3f} "
-                     f"{s['pairwise_identity']:7.3f} {s['seconds']:7.1f}")
+        lines.append(
+            f"{s['temperature']:<4} {s['sampler']:<13} {s['e_norm']:8.2f} {s['e_raw']:9.2f} {s['bleu']:6.1f} "
+            f"{s['self_bleu']:6.1f} {s['unique2_ref']:6.1f} {s['unique4_ref']:6.1f} {s['unique4_self']:6.1f} "
+            f"{s['acceptance_rate']:5.2f} {s['novel_transition_rate']:5.2f} {s['germline_identity']:7.3f} "
+            f"{s['pairwise_identity']:7.3f} {s['seconds']:7.1f}"
+        )
     lines.append(f"\ntotal sampling wall time {total.seconds:.0f} s")
     text = "\n".join(lines)
     (out / "summary.txt").write_text(text + "\n")
     print("\n" + text)
 
     plt = pyplot()
-    panels = [("e_norm", "mean E_norm (nats)"), ("bleu", "BLEU vs references"), ("self_bleu", "self-BLEU"),
-              ("novel_transition_rate", "novel-transition rate")]
+    panels = [
+        ("e_norm", "mean E_norm (nats)"),
+        ("bleu", "BLEU vs references"),
+        ("self_bleu", "self-BLEU"),
+        ("novel_transition_rate", "novel-transition rate"),
+    ]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
     names = list(SAMPLERS)
     width = 0.8 / len(cfg["temperatures"])
@@ -139,8 +191,13 @@ def main() -> None:
         for k, T in enumerate(cfg["temperatures"]):
             vals = [next(s[metric] for s in summary if s["sampler"] == n and s["temperature"] == T) for n in names]
             ax.bar([i + k * width for i in range(len(names))], vals, width, label=f"T={T}")
-        ax.set_xticks([i + width * (len(cfg["temperatures"]) - 1) / 2 for i in range(len(names))], names,
-                      rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(
+            [i + width * (len(cfg["temperatures"]) - 1) / 2 for i in range(len(names))],
+            names,
+            rotation=30,
+            ha="right",
+            fontsize=8,
+        )
         ax.set_title(title, fontsize=9)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"CDR-H3 infilling, {mlm.name}", fontsize=10)

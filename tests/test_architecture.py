@@ -113,7 +113,7 @@ def _cycle(graph: dict[str, list]) -> list[str]:
         stack.append(node)
         for nxt in sorted(edges[node]):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -131,8 +131,12 @@ def _cycle(graph: dict[str, list]) -> list[str]:
 
 
 def _private_names(graph: dict[str, list]) -> list[str]:
-    return [f"{s} imports {t}.{n}" for s, found in graph.items() for t, n, _ in found
-            if n and n.startswith("_") and not n.startswith("__") and t != s]
+    return [
+        f"{s} imports {t}.{n}"
+        for s, found in graph.items()
+        for t, n, _ in found
+        if n and n.startswith("_") and not n.startswith("__") and t != s
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +150,12 @@ def test_layers_point_one_way(graph):
 
 
 def test_models_import_nothing_from_inference_at_module_level(graph):
-    back = [(s, t, lazy) for s, found in graph.items() for t, _, lazy in found
-            if _part(s) == "models" and _part(t) == "inference"]
+    back = [
+        (s, t, lazy)
+        for s, found in graph.items()
+        for t, _, lazy in found
+        if _part(s) == "models" and _part(t) == "inference"
+    ]
     assert [(s, t) for s, t, _ in back] == [("mlm_ppl.models.distribution", "mlm_ppl.inference.api")], back
     assert all(lazy for _, _, lazy in back), back
 
@@ -173,6 +181,8 @@ def test_the_checks_see_a_back_reference_a_cycle_and_a_private_name(tmp_path):
     (pkg / "inference" / "b.py").write_text("def f():\n    from ..models.a import _hidden\n")
     planted = _graph(pkg)
     assert _layer_violations(planted) == ["mlm_ppl.models.a -> mlm_ppl.inference.b"]
-    assert _cycle(planted) in (["mlm_ppl.inference.b", "mlm_ppl.models.a", "mlm_ppl.inference.b"],
-                               ["mlm_ppl.models.a", "mlm_ppl.inference.b", "mlm_ppl.models.a"])
+    assert _cycle(planted) in (
+        ["mlm_ppl.inference.b", "mlm_ppl.models.a", "mlm_ppl.inference.b"],
+        ["mlm_ppl.models.a", "mlm_ppl.inference.b", "mlm_ppl.models.a"],
+    )
     assert _private_names(planted) == ["mlm_ppl.inference.b imports mlm_ppl.models.a._hidden"]

@@ -18,13 +18,24 @@ TEMPLATE = "A[MASK]C[MASK][MASK]"
 @pytest.fixture(scope="module")
 def mixing_run(tiny4):
     # hot target and proposals: the chains mix in a few steps
-    return mlm_ppl.sample(tiny4, TEMPLATE, temperature=3.0, proposal_temperature=3.0, num_chains=4,
-                          num_samples=600, thin=3, warmup_steps=50, seed=0, init="uniform")
+    return mlm_ppl.sample(
+        tiny4,
+        TEMPLATE,
+        temperature=3.0,
+        proposal_temperature=3.0,
+        num_chains=4,
+        num_samples=600,
+        thin=3,
+        warmup_steps=50,
+        seed=0,
+        init="uniform",
+    )
 
 
 def test_inference_data_layout(tiny4, mixing_run, tmp_path):
-    idata = to_inference_data(mixing_run, mlm=tiny4, reference="ADCEE", indicators=[(2, "D")],
-                              functions={"n_alanine": lambda s: s.count("A")})
+    idata = to_inference_data(
+        mixing_run, mlm=tiny4, reference="ADCEE", indicators=[(2, "D")], functions={"n_alanine": lambda s: s.count("A")}
+    )
     post = idata.posterior
     assert post["tokens"].dims == ("chain", "draw", "position") and post["tokens"].dtype.kind == "i"
     assert post["tokens"].shape == (4, 600, 7)
@@ -82,8 +93,9 @@ def test_chains_started_far_apart_with_few_draws_are_not_converged(tiny4):
     states = mlm_ppl.inference.exact.enumerate_states(dist)
     logp = mlm_ppl.inference.exact.exact_log_probs(dist)
     far = torch.stack([states[logp.argmax()], states[logp.argmin()]])  # the mode and the least likely state
-    run = mlm_ppl.sample(tiny4, TEMPLATE, temperature=2.0, proposal_temperature=2.0, num_chains=2,
-                         num_samples=12, seed=0, init=far)
+    run = mlm_ppl.sample(
+        tiny4, TEMPLATE, temperature=2.0, proposal_temperature=2.0, num_chains=2, num_samples=12, seed=0, init=far
+    )
     assert (run.stats["n_changed"].sum(1) > 0).all()  # both chains move: not stuck, just too short
     s = summary(to_inference_data(run))
     assert s.chains == [NOT_CONVERGED, NOT_CONVERGED]
@@ -120,8 +132,9 @@ def test_from_a_pyro_mcmc_run(tiny4):
     idata = to_inference_data(run, mlm=tiny4)
     assert idata.posterior["tokens"].shape == (3, 12, 7)
     assert idata.attrs["warmup_steps"] == 2
-    assert torch.allclose(torch.as_tensor(idata.sample_stats["lp"].values[1, -1]).float(),
-                          dist.log_prob(run.tokens[1, -1]), atol=1e-4)
+    assert torch.allclose(
+        torch.as_tensor(idata.sample_stats["lp"].values[1, -1]).float(), dist.log_prob(run.tokens[1, -1]), atol=1e-4
+    )
 
 
 def test_bad_functional_arguments(tiny4, mixing_run):

@@ -21,8 +21,13 @@ def model_dir(tmp_path_factory, tiny_models):
 
 def _run(script, model_dir, out):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "error::DeprecationWarning:mlm_ppl"}
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / script), "--smoke", "--model", model_dir,
-                           "--out", str(out)], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / script), "--smoke", "--model", model_dir, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out / "config.json").read_text())["size"] == "smoke"
     return proc.stdout
@@ -57,7 +62,9 @@ def test_pseudo_gibbs_experiment(model_dir, tmp_path):
     energies = _rows(tmp_path / "energies.csv")
     starts = {(r["sampler"], r["chain"]): r["e_norm"] for r in energies if r["step"] == "0"}
     assert starts["pseudo-gibbs", "0"] == starts["mh-norm", "0"]  # same starts
-    assert "R-hat" in (tmp_path / "diagnostics.txt").read_text() or "r_hat" in (tmp_path / "diagnostics.txt").read_text()
+    assert (
+        "R-hat" in (tmp_path / "diagnostics.txt").read_text() or "r_hat" in (tmp_path / "diagnostics.txt").read_text()
+    )
 
 
 def test_mode_seeking_experiment(model_dir, tmp_path):

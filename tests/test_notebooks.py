@@ -24,5 +24,8 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
 
 def test_all_four_notebooks_exist():
     assert [p.stem for p in NOTEBOOKS] == [
-        "01_quickstart", "02_mh_vs_pseudo_gibbs", "03_diagnosing_chains", "04_constraints"
+        "01_quickstart",
+        "02_mh_vs_pseudo_gibbs",
+        "03_diagnosing_chains",
+        "04_constraints",
     ]

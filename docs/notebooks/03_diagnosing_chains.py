@@ -31,8 +31,18 @@ TEMPLATE = "A[MASK]C[MASK][MASK]"
 # A hot target with matching proposals mixes quickly.
 
 # %%
-good = mlm_ppl.sample(mlm, TEMPLATE, temperature=3.0, proposal_temperature=3.0, num_chains=4,
-                      num_samples=150 if SMOKE else 600, thin=3, warmup_steps=50, seed=0, init="uniform")
+good = mlm_ppl.sample(
+    mlm,
+    TEMPLATE,
+    temperature=3.0,
+    proposal_temperature=3.0,
+    num_chains=4,
+    num_samples=150 if SMOKE else 600,
+    thin=3,
+    warmup_steps=50,
+    seed=0,
+    init="uniform",
+)
 idata = mlm_ppl.to_inference_data(good, mlm=mlm, indicators=[(2, "D")])
 print(mlm_ppl.summary(idata))
 print(az.rhat(idata.sample_stats, var_names=["lp"]))
@@ -45,8 +55,9 @@ print(az.rhat(idata.sample_stats, var_names=["lp"]))
 dist = mlm_ppl.MaskedLMDistribution(mlm, TEMPLATE, temperature=2.0)
 states, logp = exact.enumerate_states(dist), exact.exact_log_probs(dist)
 far = torch.stack([states[logp.argmax()], states[logp.argmin()]])
-short = mlm_ppl.sample(mlm, TEMPLATE, temperature=2.0, proposal_temperature=2.0, num_chains=2,
-                       num_samples=12, seed=0, init=far)
+short = mlm_ppl.sample(
+    mlm, TEMPLATE, temperature=2.0, proposal_temperature=2.0, num_chains=2, num_samples=12, seed=0, init=far
+)
 print(mlm_ppl.summary(mlm_ppl.to_inference_data(short)))
 
 # %% [markdown]
@@ -56,8 +67,7 @@ print(mlm_ppl.summary(mlm_ppl.to_inference_data(short)))
 # them stuck.
 
 # %%
-stuck = mlm_ppl.sample(mlm, TEMPLATE, num_chains=2, num_samples=20, seed=0, init="greedy", top_k=1,
-                       warmup_steps=10)
+stuck = mlm_ppl.sample(mlm, TEMPLATE, num_chains=2, num_samples=20, seed=0, init="greedy", top_k=1, warmup_steps=10)
 print(mlm_ppl.summary(mlm_ppl.to_inference_data(stuck)))
 
 # %%

@@ -4,22 +4,22 @@ Importing the package loads no model and changes no global state.
 """
 
 from .diagnostics import plot_diagnostics, summary, to_inference_data
-from .inference import MetropolisHastings, MLMKernel, MaskPredict, PseudoGibbs, Run, run_chains, sample
+from .inference import MaskPredict, MetropolisHastings, MLMKernel, PseudoGibbs, Run, run_chains, sample
 from .models import (
     ENERGIES,
+    PAIR_METHODS,
     VARIANTS,
     Encoding,
     EnergyTerms,
     MaskedConditionals,
     MaskedLM,
-    PAIR_METHODS,
     MaskedLMDistribution,
     PairConditionals,
     PairJoint,
     derive_pair_joint,
     energy_terms,
-    pair_conditionals,
     load_mlm,
+    pair_conditionals,
 )
 
 __version__ = "0.1.0"

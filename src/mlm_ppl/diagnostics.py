@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -83,8 +84,9 @@ def to_inference_data(
     arviz.InferenceData
         ``posterior``: ``tokens`` (int, dims chain, draw, position), ``hamming_start`` (to each
         chain's own start: shows chains leaving their starts, but depends on the start, so it
-        is left out of convergence verdicts), ``hamming_reference`` and the other functionals; ``sample_stats``: ``lp``, ``is_accepted``, ``acceptance_rate``,
-        ``n_changed``; attributes record model, kernel, energy, temperature, template, seed.
+        is left out of convergence verdicts), ``hamming_reference`` and the other functionals;
+        ``sample_stats``: ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed``; attributes
+        record model, kernel, energy, temperature, template, seed.
     """
     az = _arviz()
     tokens = run.tokens  # (C, D, L)
@@ -141,7 +143,7 @@ def read_run(path: str) -> "arviz.InferenceData":
         idata = _arviz().from_netcdf(path)
         if "tokens" not in idata.posterior or "is_accepted" not in idata.sample_stats:
             raise ValueError("no tokens or is_accepted")
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same error to the user
+    except Exception as err:
         raise ValueError(f"{path} is not an mlm-ppl run file ({err})") from None
     return idata
 
@@ -177,7 +179,9 @@ class Summary:
 
     def __str__(self) -> str:
         lines = [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
-        lines.append(f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}")
+        lines.append(
+            f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}"
+        )
         for c, (verdict, why) in enumerate(zip(self.chains, self.reasons)):
             lines.append(f"chain {c}: {verdict} ({why})")
         return "\n".join(lines)
@@ -256,7 +260,11 @@ def summary(
         if not varying:
             problems.append("no functional varies")
         verdicts.append(NOT_CONVERGED if problems else CONVERGED)
-        reasons.append("; ".join(dict.fromkeys(problems)) if problems else f"R-hat <= {rhat_max}, ESS >= {ess_min_per_chain * n_chains}")
+        reasons.append(
+            "; ".join(dict.fromkeys(problems))
+            if problems
+            else f"R-hat <= {rhat_max}, ESS >= {ess_min_per_chain * n_chains}"
+        )
     acceptance, novel = acceptance_rates(accepted, n_changed)
     return Summary(
         table if table is not None else _empty_table(),

@@ -22,13 +22,28 @@ from .inference.pseudo_gibbs import PseudoGibbsState
 from .inference.runner import STAT_NAMES, Checkpoint
 
 __all__ = [
-    "CONFIG", "CHECKPOINT", "OUTPUTS", "RunExistsError", "prepare", "read_config", "save_checkpoint",
-    "load_checkpoint", "write_outputs", "write_text_atomic",
+    "CONFIG",
+    "CHECKPOINT",
+    "OUTPUTS",
+    "RunExistsError",
+    "prepare",
+    "read_config",
+    "save_checkpoint",
+    "load_checkpoint",
+    "write_outputs",
+    "write_text_atomic",
 ]
 
 CONFIG, CHECKPOINT = "config.json", "checkpoint.pt"
-OUTPUTS = ("run.nc", "samples.txt", "summary.txt", "trace_lp.png", "rank_lp.png", "acceptance.png",
-           "token_frequency.png")
+OUTPUTS = (
+    "run.nc",
+    "samples.txt",
+    "summary.txt",
+    "trace_lp.png",
+    "rank_lp.png",
+    "acceptance.png",
+    "token_frequency.png",
+)
 _FORMAT = "mlm-ppl-run-1"
 _STATES = {cls.__name__: cls for cls in (MHState, PseudoGibbsState, MaskPredictState)}
 
@@ -110,9 +125,10 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
         return None
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same error to the user
-        raise ValueError(f"{path} is corrupt or not an mlm-ppl checkpoint ({type(err).__name__}); "
-                         "start the run again (overwrite it)") from None
+    except Exception as err:
+        raise ValueError(
+            f"{path} is corrupt or not an mlm-ppl checkpoint ({type(err).__name__}); start the run again (overwrite it)"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT or payload.get("state_type") not in _STATES:
         raise ValueError(f"{path} is not an mlm-ppl checkpoint")
     state = _STATES[payload["state_type"]](**payload["state"])

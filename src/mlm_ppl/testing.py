@@ -17,8 +17,8 @@ from __future__ import annotations
 import functools
 import json
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -99,9 +99,26 @@ def tiny_roberta(seed: int = 0, *, std: float = 0.5, max_length: int = 64) -> Ma
     for c in letters + ["Ġ" + c for c in letters]:
         vocab[c] = len(vocab)
     merges = []
-    for a, b in [("Ġ", "t"), ("Ġt", "h"), ("Ġth", "e"), ("t", "h"), ("th", "e"), ("Ġ", "c"), ("Ġc", "a"),
-                 ("Ġca", "t"), ("a", "t"), ("Ġ", "s"), ("Ġs", "at"), ("Ġ", "m"), ("Ġm", "at"), ("o", "n"),
-                 ("Ġ", "on"), ("Ġ", "d"), ("Ġd", "o"), ("Ġdo", "g")]:
+    for a, b in [
+        ("Ġ", "t"),
+        ("Ġt", "h"),
+        ("Ġth", "e"),
+        ("t", "h"),
+        ("th", "e"),
+        ("Ġ", "c"),
+        ("Ġc", "a"),
+        ("Ġca", "t"),
+        ("a", "t"),
+        ("Ġ", "s"),
+        ("Ġs", "at"),
+        ("Ġ", "m"),
+        ("Ġm", "at"),
+        ("o", "n"),
+        ("Ġ", "on"),
+        ("Ġ", "d"),
+        ("Ġd", "o"),
+        ("Ġdo", "g"),
+    ]:
         merges.append(f"{a} {b}")
         vocab.setdefault(a + b, len(vocab))
     vocab["<mask>"] = len(vocab)
@@ -270,8 +287,12 @@ def table_pair_conditionals(target: TableTarget, observed: tuple[int, int] = (0,
         raise ValueError("table_pair_conditionals needs a two-token TableTarget")
     values = torch.arange(K)
     masked = torch.full((K,), K)
-    given_b = torch.as_tensor(target.conditional(torch.stack([masked, values], 1), 0), dtype=torch.float64)  # (K_b, K_a)
-    given_a = torch.as_tensor(target.conditional(torch.stack([values, masked], 1), 1), dtype=torch.float64)  # (K_a, K_b)
+    given_b = torch.as_tensor(
+        target.conditional(torch.stack([masked, values], 1), 0), dtype=torch.float64
+    )  # (K_b, K_a)
+    given_a = torch.as_tensor(
+        target.conditional(torch.stack([values, masked], 1), 1), dtype=torch.float64
+    )  # (K_a, K_b)
     logits_a, logits_b = given_b.T.log(), given_a.log()
     if marginals is None:
         marg_a = marg_b = torch.zeros(K, dtype=torch.float64)
@@ -279,8 +300,15 @@ def table_pair_conditionals(target: TableTarget, observed: tuple[int, int] = (0,
         marg_a, marg_b = (torch.as_tensor(m, dtype=torch.float64).log() for m in marginals)
     i, j = observed
     return PairConditionals(
-        positions=(0, 1), candidates_a=values, candidates_b=values, logits_a=logits_a, logits_b=logits_b,
-        marginal_a=marg_a, marginal_b=marg_b, single_a=logits_a[:, j], single_b=logits_b[i],
+        positions=(0, 1),
+        candidates_a=values,
+        candidates_b=values,
+        logits_a=logits_a,
+        logits_b=logits_b,
+        marginal_a=marg_a,
+        marginal_b=marg_b,
+        single_a=logits_a[:, j],
+        single_b=logits_b[i],
         observed=(int(i), int(j)),
     )
 

@@ -28,8 +28,25 @@ def model_dir(tmp_path_factory):
 
 
 def _args(model_dir, out, *extra):
-    return ["sample", "--model", model_dir, "--template", TEMPLATE, "--chains", "3", "--draws", "300",
-            "--warmup", "5", "--seed", "7", "--out", str(out), "--no-progress", *extra]
+    return [
+        "sample",
+        "--model",
+        model_dir,
+        "--template",
+        TEMPLATE,
+        "--chains",
+        "3",
+        "--draws",
+        "300",
+        "--warmup",
+        "5",
+        "--seed",
+        "7",
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def _tokens(directory):
@@ -80,8 +97,17 @@ def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "acceptance rate" in printed and "chain 2:" in printed
     names = set(os.listdir(out))
-    assert {"config.json", "checkpoint.pt", "run.nc", "samples.txt", "summary.txt", "trace_lp.png",
-            "rank_lp.png", "acceptance.png", "token_frequency.png"} <= names
+    assert {
+        "config.json",
+        "checkpoint.pt",
+        "run.nc",
+        "samples.txt",
+        "summary.txt",
+        "trace_lp.png",
+        "rank_lp.png",
+        "acceptance.png",
+        "token_frequency.png",
+    } <= names
     lines = (out / "samples.txt").read_text().splitlines()
     assert lines[0] == "chain\tdraw\tlp\tsequence" and len(lines) == 1 + 3 * 300
     assert lines[1].split("\t")[3].startswith("A")
@@ -138,7 +164,7 @@ def test_bad_templates_and_directories(model_dir, tmp_path, capsys):
     assert "corrupt" in capsys.readouterr().err
     foreign = tmp_path / "foreign"
     foreign.mkdir()
-    (foreign / "config.json").write_text("{\"hello\": 1}")
+    (foreign / "config.json").write_text('{"hello": 1}')
     assert main(["sample", "--resume", str(foreign)]) == 2
     assert "not an mlm-ppl run configuration" in capsys.readouterr().err
     (foreign / "run.nc").write_text("not netcdf")

@@ -42,8 +42,7 @@ def test_bleu_equals_nltk_with_wang_and_cho_settings():
     tok = [s.split() for s in samples]
     expected = nltk_bleu([[r.split() for r in refs]] * 3, tok, weights=(0.25, 0.25, 0.25, 0.25))
     assert corpus_bleu(samples, refs, unit="word") == pytest.approx(expected)
-    expected_self = nltk_bleu([[t for j, t in enumerate(tok) if j != i] for i in range(3)], tok,
-                              weights=(0.25,) * 4)
+    expected_self = nltk_bleu([[t for j, t in enumerate(tok) if j != i] for i in range(3)], tok, weights=(0.25,) * 4)
     assert self_bleu(samples, unit="word") == pytest.approx(expected_self)
 
 

@@ -31,7 +31,8 @@ def test_kl_and_jsd_hand_values():
     assert float(kl_divergence(p, q)) == pytest.approx(0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1))
     m = [0.7, 0.3]
     jsd = 0.5 * (0.5 * math.log(0.5 / m[0]) + 0.5 * math.log(0.5 / m[1])) + 0.5 * (
-        0.9 * math.log(0.9 / m[0]) + 0.1 * math.log(0.1 / m[1]))
+        0.9 * math.log(0.9 / m[0]) + 0.1 * math.log(0.1 / m[1])
+    )
     assert float(js_divergence(p, q)) == pytest.approx(jsd)
     assert float(js_divergence(q, p)) == pytest.approx(jsd)
     # 0 log 0 = 0; mass where q has none is infinite
@@ -82,7 +83,9 @@ def test_summary_hand_values():
     assert got["ag", "pair_ppl"]["mean"] == pytest.approx(math.exp(2.0))
     assert got["ag", "pair_ppl"]["se"] == pytest.approx(math.exp(2.0) * se)
     assert got["ag", "unary_ppl"]["mean"] == pytest.approx(math.exp(1.0))
-    assert got["ag", "kl_fwd_gold"]["mean"] == pytest.approx(2.0) and got["ag", "kl_fwd_gold"]["se"] == pytest.approx(se)
+    assert got["ag", "kl_fwd_gold"]["mean"] == pytest.approx(2.0) and got["ag", "kl_fwd_gold"]["se"] == pytest.approx(
+        se
+    )
     assert got["mlm", "unary_ppl"]["n"] == 1 and math.isnan(got["mlm", "unary_ppl"]["se"])
     assert ("mlm", "compatibility") not in got and ("mlm", "pair_ppl") not in got
     text = format_summary(summarize_pairs(rows))
@@ -95,9 +98,11 @@ def test_paired_differences_hand_values():
 
     rows = []
     for pair, (ag, mrf, mlm) in enumerate([(1.0, 3.0, 2.0), (2.0, 2.5, 1.0), (1.5, 1.0, 1.5)]):
-        rows += [{"pair": pair, "method": "mlm", "unary_nll": mlm, "kl_fwd_all": ""},
-                 {"pair": pair, "method": "mrf", "unary_nll": mrf, "kl_fwd_all": mrf / 10},
-                 {"pair": pair, "method": "ag", "unary_nll": ag, "kl_fwd_all": ag / 10}]
+        rows += [
+            {"pair": pair, "method": "mlm", "unary_nll": mlm, "kl_fwd_all": ""},
+            {"pair": pair, "method": "mrf", "unary_nll": mrf, "kl_fwd_all": mrf / 10},
+            {"pair": pair, "method": "ag", "unary_nll": ag, "kl_fwd_all": ag / 10},
+        ]
     got = {(d["method"], d["metric"]): d for d in paired_differences(rows, "ag", metrics=("unary_nll", "kl_fwd_all"))}
     d = got["mrf", "unary_nll"]  # differences 2, 0.5, -0.5
     assert d["mean"] == pytest.approx(2 / 3) and d["n"] == 3
@@ -111,10 +116,18 @@ def test_paired_differences_hand_values():
 
 
 def test_parse_methods():
-    assert parse_methods("naive, hcb:one,ag") == [("naive", "naive", {}), ("hcb:one", "hcb", {"pivot": "one"}),
-                                                  ("ag", "ag", {})]
-    for bad, match in (("mrf,gibbs", "unknown method"), ("ag:one", "only hcb"), ("hcb:x", "only hcb"),
-                       ("ag,ag", "twice"), ("", "unknown method")):
+    assert parse_methods("naive, hcb:one,ag") == [
+        ("naive", "naive", {}),
+        ("hcb:one", "hcb", {"pivot": "one"}),
+        ("ag", "ag", {}),
+    ]
+    for bad, match in (
+        ("mrf,gibbs", "unknown method"),
+        ("ag:one", "only hcb"),
+        ("hcb:x", "only hcb"),
+        ("ag,ag", "twice"),
+        ("", "unknown method"),
+    ):
         with pytest.raises(ValueError, match=match):
             parse_methods(bad)
 
@@ -171,8 +184,26 @@ def test_pairs_command_writes_outputs_and_resumes(model_dir, tmp_path, capsys):
     data = tmp_path / "seqs.txt"
     data.write_text("ACDEFGHIKLMN\nMNPQRSTVWYAC\n")
     out = tmp_path / "run"
-    argv = ["pairs", "--model", model_dir, "--data", str(data), "--pairs", "random", "--n", "5",
-            "--methods", "naive,mrf,ag", "--support", "8", "--seed", "1", "--out", str(out), "--no-progress"]
+    argv = [
+        "pairs",
+        "--model",
+        model_dir,
+        "--data",
+        str(data),
+        "--pairs",
+        "random",
+        "--n",
+        "5",
+        "--methods",
+        "naive,mrf,ag",
+        "--support",
+        "8",
+        "--seed",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "pair_ppl" in printed and "ag: converged on 5/5" in printed

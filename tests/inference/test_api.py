@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from exactness import TEMPLATE
 
+from exactness import TEMPLATE
 from mlm_ppl import sample
 
 

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 import torch
-from exactness import TEMPLATE
 
+from exactness import TEMPLATE
 from mlm_ppl import MaskedLMDistribution
 from mlm_ppl.inference import (
     MaskPredict,
@@ -33,8 +33,10 @@ def test_targets_implement_the_protocol(tiny4):
         assert ev.energy.shape == (2,) and ev.cond_logits.shape == (2, target.num_free, target.vocab_size)
 
 
-@pytest.mark.parametrize("kernel_cls, info_cls", [(MetropolisHastings, MHInfo), (PseudoGibbs, PseudoGibbsInfo),
-                                                  (MaskPredict, MaskPredictInfo)])
+@pytest.mark.parametrize(
+    "kernel_cls, info_cls",
+    [(MetropolisHastings, MHInfo), (PseudoGibbs, PseudoGibbsInfo), (MaskPredict, MaskPredictInfo)],
+)
 def test_every_kernel_inits_from_tokens_and_steps_with_a_generator(tiny4, kernel_cls, info_cls):
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
     kernel = kernel_cls(dist)

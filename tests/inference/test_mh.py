@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from exactness import TEMPLATE, after, check_fit, empirical, invariance_error
 
+from exactness import TEMPLATE, after, check_fit, empirical, invariance_error
 from mlm_ppl import MaskedLMDistribution, sample
 from mlm_ppl.inference import (
     SCANS,
@@ -131,7 +131,7 @@ def test_annealing_schedule_finds_the_mode_more_often(tiny4):
     kw = dict(warmup_steps=99, seed=0, init="uniform")
     annealed = run_chains(MetropolisHastings(dist, proposal_temperature=3.0, temperature_schedule=sched), 16, 1, **kw)
     plain = run_chains(MetropolisHastings(dist, proposal_temperature=3.0), 16, 1, **kw)
-    at_mode = lambda run: (run.tokens[:, 0] == mode).all(-1).float().mean()  # noqa: E731
+    at_mode = lambda run: (run.tokens[:, 0] == mode).all(-1).float().mean()
     assert at_mode(annealed) >= 0.8 > at_mode(plain)
     # info.lp is reported at the target temperature, not the annealed one
     assert torch.allclose(annealed.stats["lp"][:, 0], dist.log_prob(annealed.tokens[:, 0]), atol=1e-5)

@@ -1,8 +1,8 @@
 """Pseudo-Gibbs against its own exact transition matrix (and not the energy's)."""
 
 import torch
-from exactness import TEMPLATE, after, check_fit, empirical
 
+from exactness import TEMPLATE, after, check_fit, empirical
 from mlm_ppl import MaskedLMDistribution
 from mlm_ppl.inference import (
     SCANS,

@@ -17,8 +17,12 @@ def test_antiberty_energies_match_naive_reference(antiberty, human_heavy_v):
         raw, norm = naive_terms(antiberty, ids)
         pos = sorted(norm)
         assert len(pos) == len(seqs[b])
-        assert torch.allclose(terms.norm[b, pos].double(), torch.tensor([norm[t] for t in pos], dtype=torch.float64), atol=1e-5)
-        assert torch.allclose(terms.raw[b, pos].double(), torch.tensor([raw[t] for t in pos], dtype=torch.float64), atol=1e-5)
+        assert torch.allclose(
+            terms.norm[b, pos].double(), torch.tensor([norm[t] for t in pos], dtype=torch.float64), atol=1e-5
+        )
+        assert torch.allclose(
+            terms.raw[b, pos].double(), torch.tensor([raw[t] for t in pos], dtype=torch.float64), atol=1e-5
+        )
 
 
 def test_germlines_score_lower_than_their_shuffles(antiberty, human_heavy_v):

@@ -13,8 +13,14 @@ def test_energies_match_naive_reference(tiny):
         raw, norm = naive_terms(mlm, ids)
         positions = sorted(raw)
         assert positions == terms.scored[b].nonzero().flatten().tolist()
-        assert torch.allclose(terms.raw[b, positions].double(), torch.tensor([raw[t] for t in positions], dtype=torch.float64), atol=1e-5)
-        assert torch.allclose(terms.norm[b, positions].double(), torch.tensor([norm[t] for t in positions], dtype=torch.float64), atol=1e-5)
+        assert torch.allclose(
+            terms.raw[b, positions].double(), torch.tensor([raw[t] for t in positions], dtype=torch.float64), atol=1e-5
+        )
+        assert torch.allclose(
+            terms.norm[b, positions].double(),
+            torch.tensor([norm[t] for t in positions], dtype=torch.float64),
+            atol=1e-5,
+        )
         assert abs(float(mlm.score([text], energy="raw")[0]) - sum(raw.values())) < 1e-4
         assert abs(float(mlm.score([text], energy="norm")[0]) - sum(norm.values())) < 1e-4
     # terms are zero where nothing is scored (special tokens, padding)
@@ -33,8 +39,14 @@ def test_within_word_l2r_matches_naive_reference(tiny):
             words = mlm.tokenizer(text).word_ids()
         raw, norm = naive_terms(mlm, ids, words)
         positions = sorted(norm)
-        assert torch.allclose(terms.norm[b, positions].double(), torch.tensor([norm[t] for t in positions], dtype=torch.float64), atol=1e-5)
-        assert torch.allclose(terms.raw[b, positions].double(), torch.tensor([raw[t] for t in positions], dtype=torch.float64), atol=1e-5)
+        assert torch.allclose(
+            terms.norm[b, positions].double(),
+            torch.tensor([norm[t] for t in positions], dtype=torch.float64),
+            atol=1e-5,
+        )
+        assert torch.allclose(
+            terms.raw[b, positions].double(), torch.tensor([raw[t] for t in positions], dtype=torch.float64), atol=1e-5
+        )
 
 
 def test_within_word_l2r_differs_only_for_multi_token_words(tiny_models):

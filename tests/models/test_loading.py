@@ -37,7 +37,10 @@ def test_model_id_from_the_hugging_face_cache(tmp_path, monkeypatch, tiny_models
 @pytest.mark.parametrize(
     "name, match",
     [
-        ("bert-base-uncased", "not found: it is not 'antiberty', not a local directory, and not in the Hugging Face cache"),
+        (
+            "bert-base-uncased",
+            "not found: it is not 'antiberty', not a local directory, and not in the Hugging Face cache",
+        ),
         ("./no/such/dir", "model directory './no/such/dir' does not exist"),
         ("", "empty"),
     ],

@@ -26,8 +26,9 @@ def random_conditionals(ka, kb, seed, scale=2.0):
     la = torch.randn(ka, kb, generator=g, dtype=torch.float64) * scale
     lb = torch.randn(ka, kb, generator=g, dtype=torch.float64) * scale
     zeros_a, zeros_b = torch.zeros(ka, dtype=torch.float64), torch.zeros(kb, dtype=torch.float64)
-    return PairConditionals((1, 2), torch.arange(ka), torch.arange(kb), la, lb, zeros_a, zeros_b,
-                            la[:, 0], lb[0], (0, 0))
+    return PairConditionals(
+        (1, 2), torch.arange(ka), torch.arange(kb), la, lb, zeros_a, zeros_b, la[:, 0], lb[0], (0, 0)
+    )
 
 
 # ---------------------------------------------------------------------- Goyal's example
@@ -128,8 +129,9 @@ def test_ag_fixed_point_is_a_stationary_point_of_the_summed_kl(shape, seed):
 def test_ag_minimises_the_forward_kl_among_the_methods():
     for seed in range(5):
         cond = random_conditionals(6, 5, seed)
-        objective = {m: float(summed_kl(pair_joint(cond, m).log_joint, cond.log_cond_a, cond.log_cond_b))
-                     for m in PAIR_METHODS}
+        objective = {
+            m: float(summed_kl(pair_joint(cond, m).log_joint, cond.log_cond_a, cond.log_cond_b)) for m in PAIR_METHODS
+        }
         assert objective["ag"] == min(objective.values())
 
 
@@ -199,8 +201,10 @@ def test_top_k_support_follows_the_paper(bert):
     cond = pair_conditionals(bert, SENTENCE, 3, 4, support=K)
     ordinary = bert.ordinary_mask
     ma, mb = naive_both_masked(bert, ids, 3, 4)
-    for cands, obs, pos, other, marg in ((cond.candidates_a, int(ids[3]), 3, 4, ma),
-                                         (cond.candidates_b, int(ids[4]), 4, 3, mb)):
+    for cands, obs, pos, marg in (
+        (cond.candidates_a, int(ids[3]), 3, ma),
+        (cond.candidates_b, int(ids[4]), 4, mb),
+    ):
         assert len(cands) == K and len(set(cands.tolist())) == K and bool(ordinary[cands].all())
         assert int(cands[0]) == obs  # gold first
         x = ids.clone()

@@ -19,15 +19,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "pairs.png. Rerunning the same command continues an interrupted run.",
     )
     add_model_args(prs)
-    prs.add_argument("--data", default="germlines:human:H",
-                     help="a text file with one sequence per line, or germlines:SPECIES:CHAIN[:SEGMENT] "
-                     "(anarci; default germlines:human:H, the human heavy V genes)")
+    prs.add_argument(
+        "--data",
+        default="germlines:human:H",
+        help="a text file with one sequence per line, or germlines:SPECIES:CHAIN[:SEGMENT] "
+        "(anarci; default germlines:human:H, the human heavy V genes)",
+    )
     prs.add_argument("--pairs", choices=("contiguous", "random"), default="contiguous")
     prs.add_argument("--n", type=int, default=200, help="number of pairs (default 200), cycling through the sequences")
-    prs.add_argument("--methods", default="naive,mrf,mrf_logit,hcb,ag",
-                     help="comma-separated: naive, mrf, mrf_logit, hcb (= hcb:both), hcb:one, ag")
-    prs.add_argument("--support", type=int, default=None,
-                     help="K candidates per position as in the paper (default: every ordinary token)")
+    prs.add_argument(
+        "--methods",
+        default="naive,mrf,mrf_logit,hcb,ag",
+        help="comma-separated: naive, mrf, mrf_logit, hcb (= hcb:both), hcb:one, ag",
+    )
+    prs.add_argument(
+        "--support",
+        type=int,
+        default=None,
+        help="K candidates per position as in the paper (default: every ordinary token)",
+    )
     prs.add_argument("--seed", type=int, default=0, help="seed of the pair positions")
     prs.add_argument("--out", default=None, help="output directory (default runs/pairs_<pairs>)")
     prs.add_argument("--overwrite", action="store_true", help="replace an existing directory with other settings")
@@ -59,12 +69,30 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.support is not None and args.support > n_ordinary:
         raise ValueError(f"--support {args.support} exceeds the {n_ordinary} ordinary tokens")
     pairs = draw_pairs(mlm, sequences, args.pairs, args.n, args.seed)  # validates the sequences
-    config = {"format": PAIRS_FORMAT, "model": args.model, "dtype": args.dtype, "data": args.data,
-              "pairs": args.pairs, "n": args.n, "methods": methods, "support": args.support, "seed": args.seed}
+    config = {
+        "format": PAIRS_FORMAT,
+        "model": args.model,
+        "dtype": args.dtype,
+        "data": args.data,
+        "pairs": args.pairs,
+        "n": args.n,
+        "methods": methods,
+        "support": args.support,
+        "seed": args.seed,
+    }
     try:
-        result = run_pairs(mlm, sequences, pairs, methods, args.out or f"runs/pairs_{args.pairs}", config=config,
-                           support=args.support, overwrite=args.overwrite, progress=args.progress,
-                           data_label=args.data)
+        result = run_pairs(
+            mlm,
+            sequences,
+            pairs,
+            methods,
+            args.out or f"runs/pairs_{args.pairs}",
+            config=config,
+            support=args.support,
+            overwrite=args.overwrite,
+            progress=args.progress,
+            data_label=args.data,
+        )
     except RunExistsError as err:
         raise ValueError(f"{err.detail}; use --overwrite to replace it or another --out") from None
     out.write(result.report + "\n")

@@ -14,8 +14,18 @@ from ..models.energy import ENERGIES
 from ._common import add_model_args, at_least
 
 _DEFAULTS: dict[str, Any] = dict(
-    model="antiberty", kernel="mh", energy="norm", temperature=1.0, chains=4, draws=100, warmup=0, thin=1,
-    seed=0, init="sample", dtype=None, device=None,
+    model="antiberty",
+    kernel="mh",
+    energy="norm",
+    temperature=1.0,
+    chains=4,
+    draws=100,
+    warmup=0,
+    thin=1,
+    seed=0,
+    init="sample",
+    dtype=None,
+    device=None,
 )
 _KERNEL_FLAGS = {  # kernel option (= flag) -> the kernels it applies to
     "scan": ("mh", "pseudo-gibbs"),
@@ -40,7 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_args(smp)
     smp.set_defaults(model=None)
     what = smp.add_mutually_exclusive_group()
-    what.add_argument("--template", help="sequence with mask tokens at the positions to sample, e.g. 'CAR[MASK][MASK]W'")
+    what.add_argument(
+        "--template", help="sequence with mask tokens at the positions to sample, e.g. 'CAR[MASK][MASK]W'"
+    )
     what.add_argument("--length", type=int, help="sample a whole sequence of N tokens")
     smp.add_argument("--kernel", choices=KERNELS)
     smp.add_argument("--energy", choices=ENERGIES)
@@ -78,8 +90,9 @@ def config_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         at_least(config[flag], flag, minimum)
     for flag, kernels in _KERNEL_FLAGS.items():
         if config[flag] is not None and config["kernel"] not in kernels:
-            raise ValueError(f"--{flag.replace('_', '-')} applies to --kernel {' or '.join(kernels)}, "
-                             f"not {config['kernel']}")
+            raise ValueError(
+                f"--{flag.replace('_', '-')} applies to --kernel {' or '.join(kernels)}, not {config['kernel']}"
+            )
     return config
 
 
@@ -109,8 +122,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         clash = {k: (v, config.get(k)) for k, v in given.items() if config.get(k) != v}
         if clash:
             detail = ", ".join(f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items())
-            raise ValueError(f"--resume {args.resume}: settings differ from the run's: {detail}; "
-                             "resume with the run's own settings, or start a new run")
+            raise ValueError(
+                f"--resume {args.resume}: settings differ from the run's: {detail}; "
+                "resume with the run's own settings, or start a new run"
+            )
         if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
             raise ValueError("--out and --resume name different directories; give only --resume DIR")
         directory = args.resume
@@ -122,8 +137,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         try:
             directory = str(rundir.prepare(args.out, config, overwrite=args.overwrite))
         except rundir.RunExistsError as err:
-            raise ValueError(f"{err.detail}; use --resume {err.path} to continue it, --overwrite to replace it, "
-                             "or another --out") from None
+            raise ValueError(
+                f"{err.detail}; use --resume {err.path} to continue it, --overwrite to replace it, or another --out"
+            ) from None
         checkpoint = None
     total = config["warmup"] + config["draws"] * config["thin"]
     if checkpoint is not None and checkpoint.step >= total:
@@ -131,16 +147,27 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     show = args.progress if args.progress is not None else True
     try:
         result = run_chains(
-            kernel, config["chains"], config["draws"], warmup_steps=config["warmup"], thin=config["thin"],
-            seed=config["seed"], init=config["init"], progress=show,
+            kernel,
+            config["chains"],
+            config["draws"],
+            warmup_steps=config["warmup"],
+            thin=config["thin"],
+            seed=config["seed"],
+            init=config["init"],
+            progress=show,
             on_checkpoint=lambda cp: rundir.save_checkpoint(directory, cp),
-            checkpoint_seconds=args.checkpoint_seconds, resume=checkpoint,
+            checkpoint_seconds=args.checkpoint_seconds,
+            resume=checkpoint,
         )
     except KeyboardInterrupt:
         print(f"interrupted; checkpoint saved. Continue with: mlm-ppl sample --resume {directory}", file=sys.stderr)
         return 130
-    result.attrs.update(model=mlm.name, kernel=config["kernel"], template_text=config["template"] or "",
-                        config=json.dumps(config, sort_keys=True))
+    result.attrs.update(
+        model=mlm.name,
+        kernel=config["kernel"],
+        template_text=config["template"] or "",
+        config=json.dumps(config, sort_keys=True),
+    )
     report, paths = rundir.write_outputs(directory, result, mlm)
     out.write(report + "\n\n")
     last = mlm.decode(result.tokens[:, -1])

@@ -17,7 +17,6 @@ from .generation import (
     transition_rates,
     unique_ngrams,
 )
-
 from .pairs import (
     PAIR_KINDS,
     PAIR_METRICS,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -94,7 +94,7 @@ def self_bleu(samples: Sequence[str], *, unit: str = "residue", max_n: int = 4) 
     hyps = _tokens(samples, unit, "samples")
     if len(hyps) < 2:
         raise ValueError("self-BLEU needs at least two samples")
-    refs = [hyps[:i] + hyps[i + 1:] for i in range(len(hyps))]
+    refs = [hyps[:i] + hyps[i + 1 :] for i in range(len(hyps))]
     return _nltk_corpus_bleu(refs, hyps, _weights(max_n))
 
 
@@ -158,8 +158,14 @@ def _aligner():
         raise ModuleNotFoundError("sequence identity uses Biopython: pip install 'mlm-ppl[antibody]'") from None
     # semi-global (end gaps free); mismatches cost nothing, so the alignment maximises identical
     # pairs less internal gap penalties and never prefers an empty overlap to a partial match
-    return PairwiseAligner(mode="global", match_score=1.0, mismatch_score=0.0, open_gap_score=-2.0,
-                           extend_gap_score=-1.0, end_gap_score=0.0)
+    return PairwiseAligner(
+        mode="global",
+        match_score=1.0,
+        mismatch_score=0.0,
+        open_gap_score=-2.0,
+        extend_gap_score=-1.0,
+        end_gap_score=0.0,
+    )
 
 
 def identity(a: str, b: str, *, aligner=None) -> float:

@@ -55,12 +55,15 @@ class GermlineComparison:
             "E_norm = negative pseudo-log-likelihood (nats, lower = more likely)",
             "",
         ]
-        header = (f"{'gene':<12} {'len':>4} {'E_norm real':>12} {'E_norm shuf':>12} {'per res real':>13} "
-                  f"{'per res shuf':>13}")
+        header = (
+            f"{'gene':<12} {'len':>4} {'E_norm real':>12} {'E_norm shuf':>12} {'per res real':>13} {'per res shuf':>13}"
+        )
         lines += [header, "-" * len(header)]
         for name, seq, e_real, e_shuf in zip(self.names, self.sequences, self.real, self.shuffled):
-            lines.append(f"{name:<12} {len(seq):>4} {e_real:>12.2f} {e_shuf:>12.2f} "
-                         f"{e_real / len(seq):>13.3f} {e_shuf / len(seq):>13.3f}")
+            lines.append(
+                f"{name:<12} {len(seq):>4} {e_real:>12.2f} {e_shuf:>12.2f} "
+                f"{e_real / len(seq):>13.3f} {e_shuf / len(seq):>13.3f}"
+            )
         n = len(self.names)
         n_copies = 2 * sum(len(s) for s in self.sequences)
         lines += [
@@ -101,6 +104,13 @@ def compare_germlines(
             e_shuf.extend(e[half:])
             bar.update(len(batch))
     return GermlineComparison(
-        mlm.name, str(mlm.dtype).replace("torch.", ""), species, chain, names, real, e_real, e_shuf,
+        mlm.name,
+        str(mlm.dtype).replace("torch.", ""),
+        species,
+        chain,
+        names,
+        real,
+        e_real,
+        e_shuf,
         time.perf_counter() - t0,
     )

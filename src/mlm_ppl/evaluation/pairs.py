@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -54,14 +54,28 @@ PAIR_KINDS = ("contiguous", "random")
 _DIVERGENCES = ("kl_fwd", "kl_rev", "jsd")
 #: Metrics in the summary table, in order.
 PAIR_METRICS = (
-    "pair_ppl", "unary_ppl",
-    *(f"{d}_gold" for d in _DIVERGENCES), *(f"{d}_all" for d in _DIVERGENCES),
+    "pair_ppl",
+    "unary_ppl",
+    *(f"{d}_gold" for d in _DIVERGENCES),
+    *(f"{d}_all" for d in _DIVERGENCES),
     "compatibility",
 )
 #: Columns of the per-pair CSV (one row per pair and method, plus the ``mlm`` baseline row).
 ROW_FIELDS = (
-    "pair", "sequence", "a", "b", "token_a", "token_b", "method",
-    "pair_nll", "unary_nll", *PAIR_METRICS[2:], "converged", "iterations", "copies", "seconds",
+    "pair",
+    "sequence",
+    "a",
+    "b",
+    "token_a",
+    "token_b",
+    "method",
+    "pair_nll",
+    "unary_nll",
+    *PAIR_METRICS[2:],
+    "converged",
+    "iterations",
+    "copies",
+    "seconds",
 )
 
 
@@ -98,7 +112,11 @@ def compatibility_score(log_cond_a: Tensor, log_cond_b: Tensor) -> Tensor:
 def _divergences(log_p_a, log_q_a, log_p_b, log_q_b, i: int, j: int) -> dict[str, float]:
     """Gold and all-values averages of the three divergences between two conditional families."""
     out = {}
-    for name, fn, swap in (("kl_fwd", kl_divergence, False), ("kl_rev", kl_divergence, True), ("jsd", js_divergence, False)):
+    for name, fn, swap in (
+        ("kl_fwd", kl_divergence, False),
+        ("kl_rev", kl_divergence, True),
+        ("jsd", js_divergence, False),
+    ):
         pa, qa, pb, qb = (log_q_a, log_p_a, log_q_b, log_p_b) if swap else (log_p_a, log_q_a, log_p_b, log_q_b)
         da = fn(pa, qa, 0)  # (K_b,): one per conditioning value of b
         db = fn(pb, qb, 1)  # (K_a,)
@@ -223,8 +241,15 @@ def evaluate_pairs(
         rows = [{**base, "method": "mlm", **mlm_pair_metrics(cond), "copies": cond.copies}]
         for label, method, options in parsed:
             joint = cond.joint(method, **options)
-            rows.append({**base, "method": label, **pair_metrics(joint, cond),
-                         "converged": joint.converged, "iterations": joint.iterations})
+            rows.append(
+                {
+                    **base,
+                    "method": label,
+                    **pair_metrics(joint, cond),
+                    "converged": joint.converged,
+                    "iterations": joint.iterations,
+                }
+            )
         rows[0]["seconds"] = time.perf_counter() - t0  # reads and all the methods
         yield rows
 
@@ -254,7 +279,9 @@ def summarize_pairs(rows: Sequence[dict]) -> list[dict]:
         mine = [r for r in rows if r["method"] == m]
         for metric in PAIR_METRICS:
             column = {"pair_ppl": "pair_nll", "unary_ppl": "unary_nll"}.get(metric, metric)
-            values = [float(r[column]) for r in mine if r.get(column) not in (None, "") and not math.isnan(float(r[column]))]
+            values = [
+                float(r[column]) for r in mine if r.get(column) not in (None, "") and not math.isnan(float(r[column]))
+            ]
             if not values:
                 continue
             mean, se = _mean_se(values)
@@ -264,8 +291,11 @@ def summarize_pairs(rows: Sequence[dict]) -> list[dict]:
     return out
 
 
-def paired_differences(rows: Sequence[dict], reference: str = "ag",
-                       metrics: Sequence[str] = ("unary_nll", "kl_fwd_all", "jsd_all", "kl_fwd_gold")) -> list[dict]:
+def paired_differences(
+    rows: Sequence[dict],
+    reference: str = "ag",
+    metrics: Sequence[str] = ("unary_nll", "kl_fwd_all", "jsd_all", "kl_fwd_gold"),
+) -> list[dict]:
     """Per-pair differences ``method - reference`` of each metric: mean, standard error, and
     the fraction of pairs where the reference is lower (strictly).
 
@@ -291,8 +321,17 @@ def paired_differences(rows: Sequence[dict], reference: str = "ag",
             if not diffs:
                 continue
             mean, se = _mean_se(diffs)
-            out.append({"method": m, "reference": reference, "metric": metric, "mean": mean, "se": se,
-                        "reference_lower": sum(d > 0 for d in diffs) / len(diffs), "n": len(diffs)})
+            out.append(
+                {
+                    "method": m,
+                    "reference": reference,
+                    "metric": metric,
+                    "mean": mean,
+                    "se": se,
+                    "reference_lower": sum(d > 0 for d in diffs) / len(diffs),
+                    "n": len(diffs),
+                }
+            )
     return out
 
 
@@ -303,8 +342,10 @@ def format_differences(diffs: Sequence[dict]) -> str:
     ref = diffs[0]["reference"]
     lines = [f"paired differences (method - {ref}, mean ± se over pairs; share of pairs where {ref} is lower)"]
     for d in diffs:
-        lines.append(f"  {d['method']:<10} {d['metric']:<12} {d['mean']:+.4g} ± {d['se']:.2g}   "
-                     f"{100 * d['reference_lower']:.0f}%")
+        lines.append(
+            f"  {d['method']:<10} {d['metric']:<12} {d['mean']:+.4g} ± {d['se']:.2g}   "
+            f"{100 * d['reference_lower']:.0f}%"
+        )
     return "\n".join(lines)
 
 
@@ -338,14 +379,19 @@ def plot_pairs(summary: Sequence[dict], path: str, *, title: str = "") -> str:
     for ax, metric in zip(axes.flat, metrics):
         here = [r for r in summary if r["metric"] == metric]
         names = [r["method"] for r in here]
-        ax.bar(range(len(here)), [r["mean"] for r in here], yerr=[0 if math.isnan(r["se"]) else r["se"] for r in here],
-               color=[colours[methods.index(n) % len(colours)] for n in names], capsize=3)
+        ax.bar(
+            range(len(here)),
+            [r["mean"] for r in here],
+            yerr=[0 if math.isnan(r["se"]) else r["se"] for r in here],
+            color=[colours[methods.index(n) % len(colours)] for n in names],
+            capsize=3,
+        )
         ax.set_xticks(range(len(here)), names, rotation=30, ha="right", fontsize=8)
         ax.set_title(metric, fontsize=9)
         if metric.endswith("ppl"):
             low = min(r["mean"] - (0 if math.isnan(r["se"]) else r["se"]) for r in here)
             ax.set_ylim(bottom=max(0.0, 0.9 * low))
-    for ax in list(axes.flat)[len(metrics):]:
+    for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)

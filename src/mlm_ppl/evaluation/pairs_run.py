@@ -13,9 +13,10 @@ import csv
 import io
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..models.masked_lm import MaskedLM
 from ..rundir import RunExistsError, write_text_atomic
@@ -116,8 +117,10 @@ def run_pairs(
     done = {int(r["pair"]) for r in rows}
     show = progress if progress is not None else len(pairs) >= 8
     t0 = time.perf_counter()
-    with tqdm(total=len(pairs), unit=" pair", disable=not show, dynamic_ncols=True) as bar, \
-            open(path / "pairs.csv", "a", newline="") as fh:
+    with (
+        tqdm(total=len(pairs), unit=" pair", disable=not show, dynamic_ncols=True) as bar,
+        open(path / "pairs.csv", "a", newline="") as fh,
+    ):
         bar.update(len(done))
         writer = csv.DictWriter(fh, fieldnames=ROW_FIELDS, lineterminator="\n")
         for pair_rows in evaluate_pairs(mlm, sequences, pairs, list(methods), support=support, skip=done):
@@ -135,9 +138,9 @@ def run_pairs(
         "",
         format_summary(summary),
         "",
-        "pair_ppl, unary_ppl: exp(mean NLL) with delta-method SE; kl_fwd = KL(MLM || joint), kl_rev = KL(joint || MLM), "
-        "jsd: conditionals at the observed value (_gold) or averaged over all values (_all); "
-        "compatibility: Arnold-Press score of the MLM's conditionals (0 = compatible).",
+        "pair_ppl, unary_ppl: exp(mean NLL) with delta-method SE; kl_fwd = KL(MLM || joint), "
+        "kl_rev = KL(joint || MLM), jsd: conditionals at the observed value (_gold) or averaged over all values "
+        "(_all); compatibility: Arnold-Press score of the MLM's conditionals (0 = compatible).",
     ]
     if "ag" in methods:
         lines += ["", format_differences(paired_differences(rows, "ag"))]
@@ -145,11 +148,14 @@ def run_pairs(
     if ag:
         iters = sorted(int(r["iterations"]) for r in ag)
         conv = sum(str(r["converged"]) == "True" for r in ag)
-        lines.append(f"ag: converged on {conv}/{len(ag)} pairs, median {iters[len(iters) // 2]} iterations, "
-                     f"max {iters[-1]}")
+        lines.append(
+            f"ag: converged on {conv}/{len(ag)} pairs, median {iters[len(iters) // 2]} iterations, max {iters[-1]}"
+        )
     compute = sum(float(r["seconds"]) for r in rows if r["method"] == "mlm")
-    lines.append(f"compute {compute:.1f} s over {len(pairs)} pairs ({compute / len(pairs):.2f} s/pair); "
-                 f"this invocation {elapsed:.1f} s")
+    lines.append(
+        f"compute {compute:.1f} s over {len(pairs)} pairs ({compute / len(pairs):.2f} s/pair); "
+        f"this invocation {elapsed:.1f} s"
+    )
     report = "\n".join(lines)
     write_text_atomic(path / "summary.txt", report + "\n")
     plot_pairs(summary, str(path / "pairs.png"), title=f"{mlm.name}: {len(pairs)} {kind} pairs from {data_label}")

@@ -8,6 +8,8 @@ exact enumeration of tiny state spaces.
 * :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``.
 """
 
+# Importable from here for one more release; it lives in mlm_ppl.models now.
+from ..models.target import ConstrainedTarget
 from . import exact
 from .api import KERNELS, draw_from_distribution, make_kernel, sample
 from .base import (
@@ -26,9 +28,6 @@ from .mh import MetropolisHastings, MHInfo, MHState
 from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsState
 from .pyro_kernel import MLMKernel, run_from_mcmc
 from .runner import STAT_NAMES, Checkpoint, Run, run_chains, step_stats
-
-# Importable from here for one more release; it lives in mlm_ppl.models now.
-from ..models.target import ConstrainedTarget  # noqa: E402  (re-export)
 
 __all__ = [
     # running chains

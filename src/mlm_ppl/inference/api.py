@@ -7,7 +7,8 @@ log-factors), the kernel (:func:`make_kernel`) and runs :func:`~mlm_ppl.inferenc
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor

@@ -10,7 +10,8 @@ else of it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Protocol
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor

@@ -8,7 +8,8 @@ and checking a sampler before trusting it on a real model.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -16,8 +17,16 @@ from torch import Tensor
 from ..models.target import Target
 from .base import num_blocks
 
-__all__ = ["enumerate_states", "state_index", "exact_log_probs", "transition_matrix", "stationary_distribution",
-           "total_variation", "scan_cycles", "block_moves"]
+__all__ = [
+    "enumerate_states",
+    "state_index",
+    "exact_log_probs",
+    "transition_matrix",
+    "stationary_distribution",
+    "total_variation",
+    "scan_cycles",
+    "block_moves",
+]
 
 _MAX_STATES = 200_000
 
@@ -119,9 +128,7 @@ def scan_cycles(scan: str, num_free: int, block_size: int) -> list[tuple[float, 
     if scan == "left_to_right":
         return [(1.0, [tuple(range(j * block_size, min(num_free, (j + 1) * block_size))) for j in range(n)])]
     perms = list(itertools.permutations(range(num_free)))
-    return [
-        (1.0 / len(perms), [tuple(p[j * block_size : (j + 1) * block_size]) for j in range(n)]) for p in perms
-    ]
+    return [(1.0 / len(perms), [tuple(p[j * block_size : (j + 1) * block_size]) for j in range(n)]) for p in perms]
 
 
 def block_moves(

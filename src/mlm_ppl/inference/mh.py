@@ -8,7 +8,8 @@ proposed state in one batched pass, and accepts with :func:`~mlm_ppl.inference.b
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, NamedTuple
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -127,7 +128,10 @@ class MetropolisHastings:
 
     def _proposal(self, logits: Tensor) -> Tensor:
         return proposal_log_probs(
-            logits, self.target.ordinary_mask, temperature=self.proposal_temperature, top_k=self.top_k,
+            logits,
+            self.target.ordinary_mask,
+            temperature=self.proposal_temperature,
+            top_k=self.top_k,
             top_p=self.top_p,
         )
 
@@ -201,5 +205,7 @@ class MetropolisHastings:
         return P
 
     def __repr__(self) -> str:
-        return (f"MetropolisHastings(scan={self.scan!r}, block_size={self.block_size}, "
-                f"proposal_temperature={self.proposal_temperature}, top_k={self.top_k}, top_p={self.top_p})")
+        return (
+            f"MetropolisHastings(scan={self.scan!r}, block_size={self.block_size}, "
+            f"proposal_temperature={self.proposal_temperature}, top_k={self.top_k}, top_p={self.top_p})"
+        )

@@ -152,5 +152,7 @@ class PseudoGibbs:
         return P
 
     def __repr__(self) -> str:
-        return (f"PseudoGibbs(scan={self.scan!r}, proposal_temperature={self.proposal_temperature}, "
-                f"top_k={self.top_k}, burnin={self.burnin})")
+        return (
+            f"PseudoGibbs(scan={self.scan!r}, proposal_temperature={self.proposal_temperature}, "
+            f"top_k={self.top_k}, burnin={self.burnin})"
+        )

@@ -23,7 +23,8 @@ Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyro.poutine as poutine
 import torch
@@ -42,7 +43,7 @@ from .runner import STAT_NAMES, Run, step_stats, target_attrs
 __all__ = ["MLMKernel", "run_from_mcmc"]
 
 
-def _is_sample(site: dict) -> bool:
+def _is_sample(site: Any) -> bool:
     """A real sample site (not a plate's subsample site)."""
     return site["type"] == "sample" and not site_is_subsample(site)
 
@@ -109,11 +110,12 @@ class MLMKernel(MCMCKernel):
         self._reset()
 
     def _reset(self) -> None:
-        self.site: str | None = None
-        self.target = None
-        self.kernel = None
-        self._state = None
-        self._gen: torch.Generator | None = None
+        # what setup() finds and builds; typed Any because it is empty until setup() runs
+        self.site: Any = None
+        self.target: Any = None
+        self.kernel: Any = None
+        self._state: Any = None
+        self._gen: Any = None
         self._warmup_steps = 0
         self._t = 0
         self._accepted = 0.0
@@ -141,9 +143,7 @@ class MLMKernel(MCMCKernel):
             )
         self.site = sites[0]
         other_latent = [
-            name
-            for name, s in trace.nodes.items()
-            if _is_sample(s) and not s["is_observed"] and name != self.site
+            name for name, s in trace.nodes.items() if _is_sample(s) and not s["is_observed"] and name != self.site
         ]
         if other_latent:
             raise ValueError(
@@ -151,6 +151,7 @@ class MLMKernel(MCMCKernel):
                 f"{other_latent}; observe them or integrate them out"
             )
         dist = trace.nodes[self.site]["fn"]
+        assert isinstance(dist, MaskedLMDistribution)  # the site was chosen for it
         if dist.batch_shape != torch.Size():
             raise ValueError(
                 f"site {self.site!r} has batch shape {tuple(dist.batch_shape)}; do not wrap it in pyro.plate. "

@@ -128,7 +128,9 @@ class MaskedLMDistribution(TorchDistribution):
         if (v[..., fixed] != self.template[fixed]).any():
             raise ValueError("tokens change a fixed position of the template; only its mask positions may vary")
         if not self.mlm.ordinary_mask[v[..., self.free]].all():
-            raise ValueError("a free position holds a special token (e.g. [MASK], [PAD]); fill it with an ordinary token")
+            raise ValueError(
+                "a free position holds a special token (e.g. [MASK], [PAD]); fill it with an ordinary token"
+            )
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """Energies and free-position conditionals of complete states ``(N, L)``, one batched pass."""
@@ -164,7 +166,7 @@ class MaskedLMDistribution(TorchDistribution):
         energy = self.evaluate(flat).energy
         return (-energy / self.temperature).reshape(value.shape[:-1]).to(value.device)
 
-    def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> Tensor:
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> Tensor:
         """Draw by running independent Metropolis-Hastings chains (one per draw) on the energy.
 
         Each draw is the last state of its own chain after ``sampler_options["num_steps"]``
@@ -185,8 +187,15 @@ class MaskedLMDistribution(TorchDistribution):
     def __reduce__(self):
         return (
             _rebuild,
-            (self.mlm, self.template, self.energy, self.temperature, self.sampler_options, tuple(self.batch_shape),
-             self._validate_args),
+            (
+                self.mlm,
+                self.template,
+                self.energy,
+                self.temperature,
+                self.sampler_options,
+                tuple(self.batch_shape),
+                self._validate_args,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -198,8 +207,13 @@ class MaskedLMDistribution(TorchDistribution):
 
 def _rebuild(mlm, template, energy, temperature, sampler_options, batch_shape, validate_args):
     return MaskedLMDistribution(
-        mlm, template, energy=energy, temperature=temperature, sampler_options=sampler_options,
-        batch_shape=batch_shape, validate_args=validate_args,
+        mlm,
+        template,
+        energy=energy,
+        temperature=temperature,
+        sampler_options=sampler_options,
+        batch_shape=batch_shape,
+        validate_args=validate_args,
     )
 
 
@@ -209,11 +223,15 @@ def _template_ids(mlm: MaskedLM, template: str | Tensor) -> Tensor:
     if isinstance(template, Tensor):
         ids = template.detach().cpu()
         if ids.dtype != torch.long or ids.dim() != 1:
-            raise TypeError(f"a template tensor must be 1-D torch.long ids, got {ids.dtype} of shape {tuple(ids.shape)}")
+            raise TypeError(
+                f"a template tensor must be 1-D torch.long ids, got {ids.dtype} of shape {tuple(ids.shape)}"
+            )
         if ((ids < 0) | (ids >= mlm.vocab_size)).any():
             raise ValueError(f"template ids must lie in [0, {mlm.vocab_size})")
         if ids.numel() > mlm.max_length:
-            raise ValueError(f"template has {ids.numel()} tokens but model {mlm.name!r} accepts at most {mlm.max_length}")
+            raise ValueError(
+                f"template has {ids.numel()} tokens but model {mlm.name!r} accepts at most {mlm.max_length}"
+            )
         if (ids == mlm.pad_id).any():
             raise ValueError("template contains padding; give one unpadded sequence")
         return ids.clone()

@@ -15,8 +15,9 @@ for residue-level models every residue is a word and it equals the plain PLL.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor

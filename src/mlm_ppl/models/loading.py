@@ -124,9 +124,7 @@ def load_mlm(
     _check_head(name, info)
     model = model.to(torch_device).eval()
     budget = memory_budget_mb if memory_budget_mb is not None else (64.0 if torch_device.type == "cpu" else 2048.0)
-    return MaskedLM(
-        model, tokenizer, name=name, residue_level=residue_level, memory_budget_mb=budget, compile=compile
-    )
+    return MaskedLM(model, tokenizer, name=name, residue_level=residue_level, memory_budget_mb=budget, compile=compile)
 
 
 def _resolve(name: str) -> str:
@@ -142,7 +140,7 @@ def _resolve(name: str) -> str:
             from huggingface_hub import snapshot_download
 
             return snapshot_download(name, local_files_only=True, cache_dir=os.environ.get("HF_HUB_CACHE"))
-        except Exception:  # noqa: BLE001 - any failure means "not in the cache"
+        except Exception:
             pass
     if looks_like_path:
         raise ValueError(f"model directory {name!r} does not exist; give an existing directory or 'antiberty'")

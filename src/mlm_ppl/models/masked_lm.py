@@ -13,8 +13,9 @@ decoding come from :class:`~mlm_ppl.models.tokens.TokenCodec`; energies from
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor

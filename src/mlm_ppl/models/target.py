@@ -18,7 +18,8 @@ table targets of :mod:`mlm_ppl.testing` (exactly solvable examples).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -68,10 +69,17 @@ class Target(Protocol):
         ``V``.
     """
 
-    template: Tensor
-    free_positions: Tensor
-    temperature: float
-    energy: str
+    @property
+    def template(self) -> Tensor: ...
+
+    @property
+    def free_positions(self) -> Tensor: ...
+
+    @property
+    def temperature(self) -> float: ...
+
+    @property
+    def energy(self) -> str: ...
 
     @property
     def num_free(self) -> int: ...

@@ -9,8 +9,9 @@ is a codec plus the forward-pass engine.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -50,7 +51,6 @@ class Encoding:
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
-
 
 
 class TokenCodec:
@@ -209,7 +209,9 @@ class TokenCodec:
         ids = list(enc["input_ids"])
         # Byte-level BPE without a byte fallback silently drops characters it cannot encode:
         # the content tokens then cover fewer characters than the text has.
-        covered = sum(max(0, end - start) for (start, end), w in zip(enc["offset_mapping"], enc.word_ids()) if w is not None)
+        covered = sum(
+            max(0, end - start) for (start, end), w in zip(enc["offset_mapping"], enc.word_ids()) if w is not None
+        )
         if covered < sum(not ch.isspace() for ch in text):
             where_ch = next(
                 ((k, ch) for k, ch in enumerate(text) if not ch.isspace() and not self._char_representable(ch)), None

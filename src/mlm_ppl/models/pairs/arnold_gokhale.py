@@ -140,5 +140,3 @@ def summed_kl(log_joint: Tensor, log_cond_a: Tensor, log_cond_b: Tensor) -> Tens
     kl_a = (log_cond_a.exp() * (log_cond_a - qa)).sum()
     kl_b = (log_cond_b.exp() * (log_cond_b - qb)).sum()
     return kl_a + kl_b
-
-

@@ -9,8 +9,9 @@ both masked (Torroba Hennigen & Kim 2023). The joints built from them are in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -86,9 +87,7 @@ class PairConditionals:
         return pair_joint(self, method, **options)
 
 
-def candidate_sets(
-    observed: int, single: Tensor, marginal: Tensor, size: int, ordinary: Tensor
-) -> Tensor:
+def candidate_sets(observed: int, single: Tensor, marginal: Tensor, size: int, ordinary: Tensor) -> Tensor:
     """Torroba Hennigen & Kim's restricted support of one position: ``size`` token ids.
 
     The observed token first, then the ``(size - 1) // 2`` most likely other tokens of the
@@ -158,7 +157,7 @@ def pair_conditionals(
     obs_a, obs_b = int(ids[a]), int(ids[b])
     both = torch.tensor([a, b])
 
-    def copy(mask_at: list[int], set_at: int | None = None, value: int | None = None) -> tuple[Tensor, Tensor]:
+    def copy(mask_at: list[int], set_at: int | None = None, value: int = 0) -> tuple[Tensor, Tensor]:
         x = ids.clone()
         if set_at is not None:
             x[set_at] = value
@@ -178,8 +177,9 @@ def pair_conditionals(
     elif support is None:
         cand_a = cand_b = ordinary.nonzero().flatten()
     else:
-        cand_a = candidate_sets(obs_a, single_a, marg_a, int(support), ordinary)
-        cand_b = candidate_sets(obs_b, single_b, marg_b, int(support), ordinary)
+        assert isinstance(support, int)  # _check_support returned None: an int K
+        cand_a = candidate_sets(obs_a, single_a, marg_a, support, ordinary)
+        cand_b = candidate_sets(obs_b, single_b, marg_b, support, ordinary)
 
     # stage 2: a masked with b = each candidate, b masked with a = each candidate; skip the
     # contexts equal to stage 1's single-masked copies
@@ -195,7 +195,7 @@ def pair_conditionals(
         read = torch.tensor([a] * len(need_a) + [b] * len(need_b))[:, None]
         out2 = mlm.masked_logits(x2, m2, read, progress=progress)[:, 0].double()  # (n, V)
         col_a[need_a] = out2[: len(need_a)]
-        row_b[need_b] = out2[len(need_a):]
+        row_b[need_b] = out2[len(need_a) :]
     return PairConditionals(
         positions=(a, b),
         candidates_a=cand_a,
@@ -238,8 +238,9 @@ def derive_pair_joint(
     >>> joint = derive_pair_joint(mlm, "EVQLVESGGG", 3, 4, method="ag")  # doctest: +SKIP
     >>> joint.tokens(joint.sample((5,)))                                  # doctest: +SKIP
     """
-    options = joint_options(method, pivot=pivot, pivot_side=pivot_side, tol=tol, max_iter=max_iter,
-                            accelerate=accelerate)  # checked once, before any forward pass
+    options = joint_options(
+        method, pivot=pivot, pivot_side=pivot_side, tol=tol, max_iter=max_iter, accelerate=accelerate
+    )  # checked once, before any forward pass
     cond = pair_conditionals(mlm, sequence, a, b, support=support, progress=progress)
     return build_joint(cond, method, options)
 

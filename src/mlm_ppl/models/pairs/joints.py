@@ -21,8 +21,9 @@ on the per-context offsets of the logits, which the conditionals do not fix.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pyro.distributions as dist
 import torch
@@ -180,8 +181,13 @@ class _NoOptions:
     """The methods without options."""
 
 
-_OPTIONS: dict[str, type] = {"naive": _NoOptions, "mrf": _NoOptions, "mrf_logit": _NoOptions,
-                             "hcb": HCBOptions, "ag": AGOptions}
+_OPTIONS: dict[str, type] = {
+    "naive": _NoOptions,
+    "mrf": _NoOptions,
+    "mrf_logit": _NoOptions,
+    "hcb": HCBOptions,
+    "ag": AGOptions,
+}
 
 
 def joint_options(method: str, **options: Any) -> Any:
@@ -226,10 +232,20 @@ def hcb_joint(cond: "PairConditionals", options: HCBOptions = HCBOptions()) -> t
     pivot, side = options.pivot, options.pivot_side
     if side == "a":
         lead, other, candidates, marginal, single = (
-            cond.log_cond_a, cond.log_cond_b, cond.candidates_a, cond.marginal_a, cond.single_a)
+            cond.log_cond_a,
+            cond.log_cond_b,
+            cond.candidates_a,
+            cond.marginal_a,
+            cond.single_a,
+        )
     else:  # transpose so that rows index the pivot side
         lead, other, candidates, marginal, single = (
-            cond.log_cond_b.T, cond.log_cond_a.T, cond.candidates_b, cond.marginal_b, cond.single_b)
+            cond.log_cond_b.T,
+            cond.log_cond_a.T,
+            cond.candidates_b,
+            cond.marginal_b,
+            cond.single_b,
+        )
     if isinstance(pivot, str):
         k = int(torch.argmax(marginal if pivot == "both" else single))
     else:
@@ -273,7 +289,10 @@ def build_joint(cond: "PairConditionals", method: str, options: Any) -> PairJoin
         logq, extra["converged"], extra["iterations"] = ag_joint(cond, options)
     else:
         simple: dict[str, Callable[[PairConditionals], Tensor]] = {
-            "naive": naive_joint, "mrf": mrf_joint, "mrf_logit": mrf_logit_joint}
+            "naive": naive_joint,
+            "mrf": mrf_joint,
+            "mrf_logit": mrf_logit_joint,
+        }
         logq = simple[method](cond)
     logq = logq - torch.logsumexp(logq.reshape(-1), 0)
     return PairJoint(logq, cond.candidates_a, cond.candidates_b, positions=cond.positions, method=method, **extra)
