@@ -88,7 +88,7 @@ def main() -> None:
                 opts = dict(opts)
                 energy = opts.pop("energy", "norm")
                 if kernel == "pseudo-gibbs":
-                    opts["temperature"] = T
+                    opts["proposal_temperature"] = T
                 if kernel == "mask-predict":
                     opts["iterations"] = sl.stop - sl.start
                     draws, warmup, thin = 1, sl.stop - sl.start - 1, 1

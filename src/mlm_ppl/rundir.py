@@ -55,10 +55,12 @@ class RunExistsError(ValueError):
     its own terms (the CLI names its flags).
     """
 
-    def __init__(self, path: Path, detail: str) -> None:
-        super().__init__(f"{detail}; resume it, overwrite it, or choose another directory")
+    def __init__(self, path: Path, detail: str, *, ours: bool = True) -> None:
+        hint = "resume it, overwrite it, or choose another directory" if ours else "choose another directory"
+        super().__init__(f"{detail}; {hint}")
         self.path = path
         self.detail = detail
+        self.ours = ours  # False: the directory holds something this library did not write
 
 
 def prepare(directory: str | os.PathLike, config: dict[str, Any], *, overwrite: bool = False) -> Path:
@@ -127,7 +129,8 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise ValueError(
-            f"{path} is corrupt or not an mlm-ppl checkpoint ({type(err).__name__}); start the run again (overwrite it)"
+            f"{path} is corrupt or not an mlm-ppl checkpoint ({type(err).__name__}); "
+            "start the run again, overwriting it"
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT or payload.get("state_type") not in _STATES:
         raise ValueError(f"{path} is not an mlm-ppl checkpoint")

@@ -63,6 +63,10 @@ def test_deprecated_names_warn_and_still_work(tiny4):
     with pytest.warns(DeprecationWarning, match="proposal_temperature"):
         pg = PseudoGibbs(dist, temperature=2.0)
     assert pg.proposal_temperature == 2.0
+    with pytest.warns(DeprecationWarning, match="proposal_temperature"):
+        assert pg.temperature == 2.0
+    with pytest.raises(TypeError, match="proposal_temperature only"):
+        PseudoGibbs(dist, temperature=2.0, proposal_temperature=3.0)
     with pytest.warns(DeprecationWarning, match="init\\(tokens\\)"):
         state = MaskPredict(dist).init(2)
     assert (state.tokens[:, dist.free_positions] == tiny4.mask_id).all()
@@ -76,3 +80,21 @@ def test_deprecated_names_warn_and_still_work(tiny4):
         assert runner.make_kernel is api.make_kernel
     with pytest.raises(AttributeError):
         runner.no_such_name  # noqa: B018
+    import mlm_ppl.inference
+
+    with pytest.warns(DeprecationWarning, match="moved to mlm_ppl.models"):
+        assert mlm_ppl.inference.ConstrainedTarget is ConstrainedTarget
+
+
+def test_mask_predict_starts_from_the_masked_template(tiny4):
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+    kernel = MaskPredict(dist)
+    filled = exact.enumerate_states(dist)[:2]
+    state = kernel.init(filled)  # whatever the free positions held, decoding starts masked
+    assert torch.equal(state.tokens, dist.template.expand(2, -1))
+    with pytest.raises(TypeError, match="torch.long tensor"):
+        kernel.init([1, 2, 3])
+    with pytest.raises(ValueError, match="shape"):
+        kernel.init(filled[:, :3])
+    with pytest.raises(ValueError, match="fixed position"):
+        kernel.init(filled.roll(1, dims=1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TextIO
 
 from ._common import add_model_args, at_least, load, read_lines
@@ -63,6 +64,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     methods = [label for label, _, _ in parse_methods(args.methods)]
     at_least(args.support, "support", 1)
+    out_dir = args.out or f"runs/pairs_{args.pairs}"
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"--out {out_dir!r} is a file; give a directory")
     sequences = pair_data(args.data)
     mlm = load(args)
     n_ordinary = int(mlm.ordinary_mask.sum())
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             sequences,
             pairs,
             methods,
-            args.out or f"runs/pairs_{args.pairs}",
+            out_dir,
             config=config,
             support=args.support,
             overwrite=args.overwrite,
@@ -94,7 +98,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             data_label=args.data,
         )
     except RunExistsError as err:
-        raise ValueError(f"{err.detail}; use --overwrite to replace it or another --out") from None
+        hint = "use --overwrite to replace it or another --out" if err.ours else "use another --out"
+        raise ValueError(f"{err.detail}; {hint}") from None
     out.write(result.report + "\n")
     out.write(f"\nwrote {', '.join(str(p) for p in result.paths)}\n")
     return 0

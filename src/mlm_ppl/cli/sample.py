@@ -86,6 +86,8 @@ def config_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("give --template TEXT (mask tokens at the positions to sample) or --length N")
     if not args.out:
         raise ValueError("give --out DIR for the run directory")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(f"--out {args.out!r} is a file; give a directory")
     for flag, minimum in (("chains", 1), ("draws", 1), ("warmup", 0), ("thin", 1), ("length", 1)):
         at_least(config[flag], flag, minimum)
     for flag, kernels in _KERNEL_FLAGS.items():

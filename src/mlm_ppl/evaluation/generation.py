@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from .._checks import check_count
 from ..diagnostics import acceptance_rates
 
 __all__ = [
@@ -67,8 +68,7 @@ def _tokens(sequences: Sequence[str], unit: str, what: str) -> list[list[str]]:
 
 
 def _weights(max_n: int) -> tuple[float, ...]:
-    if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
-        raise ValueError(f"max_n must be an integer >= 1, got {max_n!r}")
+    max_n = check_count(max_n, "max_n")
     return (1.0 / max_n,) * max_n
 
 

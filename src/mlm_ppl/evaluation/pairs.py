@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
+from .._checks import check_count
 from ..models.pairs import PAIR_METHODS, PIVOTS, PairConditionals, PairJoint, pair_conditionals
 
 __all__ = [
@@ -189,8 +190,7 @@ def draw_pairs(mlm, sequences: Sequence[str], kind: str, n: int, seed: int) -> l
     """
     if kind not in PAIR_KINDS:
         raise ValueError(f"pairs must be one of {PAIR_KINDS}, got {kind!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    check_count(n, "n")
     if not sequences:
         raise ValueError("no sequences to draw pairs from")
     enc = mlm.encode(list(sequences))  # validates every sequence first

@@ -61,7 +61,7 @@ def open_pairs_run(directory: str | Path, config: dict[str, Any], *, overwrite: 
         try:
             old = json.loads(cfg_path.read_text())
         except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-            raise RunExistsError(path, f"{str(path)!r} exists and is not an mlm-ppl pairs run") from None
+            raise RunExistsError(path, f"{str(path)!r} exists and is not an mlm-ppl pairs run", ours=False) from None
         if old != config:
             changed = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
             raise RunExistsError(path, f"{str(path)!r} holds a pairs run with other settings ({', '.join(changed)})")

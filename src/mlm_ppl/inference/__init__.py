@@ -8,8 +8,6 @@ exact enumeration of tiny state spaces.
 * :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``.
 """
 
-# Importable from here for one more release; it lives in mlm_ppl.models now.
-from ..models.target import ConstrainedTarget
 from . import exact
 from .api import KERNELS, draw_from_distribution, make_kernel, sample
 from .base import (
@@ -28,6 +26,24 @@ from .mh import MetropolisHastings, MHInfo, MHState
 from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsState
 from .pyro_kernel import MLMKernel, run_from_mcmc
 from .runner import STAT_NAMES, Checkpoint, Run, run_chains, step_stats
+
+
+def __getattr__(name: str) -> object:
+    """``ConstrainedTarget`` moved to :mod:`mlm_ppl.models`; importable from here for one more release."""
+    if name == "ConstrainedTarget":
+        import warnings
+
+        from ..models.target import ConstrainedTarget
+
+        warnings.warn(
+            "mlm_ppl.inference.ConstrainedTarget moved to mlm_ppl.models; the old path will be removed in the "
+            "next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ConstrainedTarget
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     # running chains
@@ -60,7 +76,6 @@ __all__ = [
     "fill_template",
     "initial_tokens",
     "geometric_annealing",
-    "ConstrainedTarget",
     "SCANS",
     "PSEUDO_GIBBS_SCANS",
     "INITS",

@@ -68,6 +68,7 @@ class Kernel(Protocol):
     needs_complete_start : bool
         True when :meth:`init` takes complete states (MH, pseudo-Gibbs: the template filled by
         :func:`fill_template`); False when it starts from the masked template (mask-predict).
+        A kernel without the attribute is taken to need complete states.
     """
 
     target: Target
@@ -214,7 +215,7 @@ def initial_tokens(kernel: Kernel, num_chains: int, generator: torch.Generator, 
         if init.dim() == 2 and init.shape[0] != C:
             raise ValueError(f"init has {init.shape[0]} chains but num_chains={C}")
         return init
-    if not kernel.needs_complete_start:
+    if not getattr(kernel, "needs_complete_start", True):  # a kernel that does not say takes complete states
         check_init(init)
         return kernel.target.template.expand(C, -1).clone()
     return fill_template(kernel.target, C, generator, init)

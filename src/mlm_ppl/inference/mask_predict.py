@@ -58,11 +58,18 @@ class MaskPredict:
                 stacklevel=2,
             )
             tokens = self.target.template.expand(check_count(tokens, "num_chains"), -1)
-        if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.shape[1] != self.target.template.numel():
-            raise ValueError(f"tokens must be a (C, {self.target.template.numel()}) tensor of token ids")
+        L = self.target.template.numel()
+        if not isinstance(tokens, Tensor):
+            raise TypeError(f"tokens must be a (C, {L}) torch.long tensor, got {type(tokens).__name__}")
+        if tokens.dim() != 2 or tokens.shape[1] != L:
+            raise ValueError(f"tokens must have shape (C, {L}), got {tuple(tokens.shape)}")
         C = tokens.shape[0]
         free = self.target.free_positions
         tokens = tokens.cpu().clone()
+        fixed = torch.ones(L, dtype=torch.bool)
+        fixed[free] = False
+        if (tokens[:, fixed] != self.target.template[fixed]).any():
+            raise ValueError("tokens change a fixed position of the template; only its mask positions may vary")
         tokens[:, free] = self.target.template[free]  # the mask token
         return MaskPredictState(tokens, torch.zeros((C, self.target.num_free)), 0)
 

@@ -86,6 +86,8 @@ class PseudoGibbs:
         temperature: float | None = None,
     ) -> None:
         if temperature is not None:
+            if proposal_temperature != 1.0:
+                raise TypeError("give proposal_temperature only (temperature is its deprecated name)")
             warnings.warn(
                 "PseudoGibbs(temperature=...) is now proposal_temperature=...: the old name read like the "
                 "target's temperature; it will be removed in the next release",
@@ -99,6 +101,12 @@ class PseudoGibbs:
         self.proposal_temperature = check_positive(proposal_temperature, "proposal_temperature")
         self.burnin = check_count(burnin, "burnin", 0)
         self.compute_lp = bool(compute_lp)
+
+    @property
+    def temperature(self) -> float:
+        """Deprecated name of :attr:`proposal_temperature` (removed in the next release)."""
+        warnings.warn("PseudoGibbs.temperature is now proposal_temperature", DeprecationWarning, stacklevel=2)
+        return self.proposal_temperature
 
     def init(self, tokens: Tensor) -> PseudoGibbsState:
         """Chains starting at complete states ``(C, L)``."""

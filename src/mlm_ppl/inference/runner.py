@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._checks import check_count, check_seed  # check_seed: importable from here for one more release
+from .._checks import check_count, check_seed
 from ..models.target import Target
 from .base import Kernel, StepInfo, initial_tokens
 

@@ -58,9 +58,10 @@ class EnergyTerms:
     encoding : Encoding
         The encoded batch the terms belong to.
     norm : Tensor
-        ``(B, T)`` float32 (float64 for a float64 model), ``-log p(x_t | x_\\t)`` at scored positions, 0 elsewhere.
+        ``(B, T)`` ``-log p(x_t | x_\\t)`` at scored positions, 0 elsewhere; float32 (float64 for a
+        float64 model).
     raw : Tensor
-        ``(B, T)`` float32, ``-logit_t(x_t | x_\\t)`` at scored positions, 0 elsewhere.
+        ``(B, T)`` ``-logit_t(x_t | x_\\t)`` at scored positions, 0 elsewhere; same dtype.
     """
 
     encoding: Encoding

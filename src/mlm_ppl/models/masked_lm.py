@@ -38,7 +38,7 @@ class MaskedConditionals:
     position : Tensor
         ``(N,)`` long, the token position (in the encoded sequence) that was masked.
     logits : Tensor
-        ``(N, V)`` float32 logits over the whole vocabulary.
+        ``(N, V)`` logits over the whole vocabulary (:attr:`MaskedLM.logits_dtype`).
     """
 
     batch_index: Tensor
@@ -131,6 +131,11 @@ class MaskedLM(TokenCodec):
         """Floating dtype of the model's weights."""
         return next(self.model.parameters()).dtype
 
+    @property
+    def logits_dtype(self) -> torch.dtype:
+        """Dtype of the logits and energies: float32, or float64 for a float64 model."""
+        return torch.float64 if self.dtype == torch.float64 else torch.float32
+
     def __repr__(self) -> str:
         kind = "residue-level" if self.residue_level else "subword"
         return (
@@ -152,7 +157,7 @@ class MaskedLM(TokenCodec):
         Returns
         -------
         Tensor
-            ``(N, k, V)`` float32: row ``n``, slot ``j`` is the MLM's prediction at
+            ``(N, k, V)`` logits (:attr:`logits_dtype`): row ``n``, slot ``j`` is the MLM's prediction at
             ``positions[n, j]`` given ``input_ids[n]`` with all of ``positions[n]`` masked.
         """
         pos = torch.as_tensor(positions, dtype=torch.long).cpu()
@@ -175,7 +180,7 @@ class MaskedLM(TokenCodec):
         Returns
         -------
         Tensor
-            ``(N, k, V)`` float32 logits; the copies go through the model in chunks sized
+            ``(N, k, V)`` logits (:attr:`logits_dtype`); the copies go through the model in chunks sized
             by ``memory_budget_mb``, and the LM head runs only at the read positions.
         """
         enc = self.encoding_from_ids(input_ids)
@@ -272,7 +277,7 @@ class MaskedLM(TokenCodec):
         """
         N = int(rows.numel())
         if N == 0:
-            return torch.empty((0, self.vocab_size))
+            return torch.empty((0, self.vocab_size), dtype=self.logits_dtype)
         lengths = enc.lengths[rows]  # (N,)
         order = torch.argsort(lengths, stable=True)
         device = self.device
@@ -328,7 +333,7 @@ class MaskedLM(TokenCodec):
         Returns ``(n, k, V)`` logits, float32 (float64 for a float64 model). Inputs are already
         masked and on the model's device; :meth:`masked_reduce` calls this once per chunk.
         """
-        out_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
+        out_dtype = self.logits_dtype
         rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]  # (n, 1)
         if self.head is None:
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (n, T, V)
