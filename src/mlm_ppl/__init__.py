@@ -4,7 +4,7 @@ Importing the package loads no model and changes no global state.
 """
 
 from .diagnostics import plot_diagnostics, summary, to_inference_data
-from .inference import MaskPredict, MetropolisHastings, MLMKernel, PseudoGibbs, Run, run_chains, sample
+from .inference import MaskPredict, MetropolisHastings, MLMGibbs, MLMKernel, PseudoGibbs, Run, run_chains, sample
 from .models import (
     ENERGIES,
     PAIR_METHODS,
@@ -39,6 +39,7 @@ __all__ = [
     "PseudoGibbs",
     "MaskPredict",
     "MLMKernel",
+    "MLMGibbs",
     # diagnostics
     "to_inference_data",
     "summary",

@@ -5,7 +5,8 @@ exact enumeration of tiny state spaces.
 * :mod:`.mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`: one algorithm each;
 * :mod:`.exact`: enumeration and exact transition matrices;
 * :mod:`.runner`: batched chains with checkpoints; :mod:`.api`: :func:`sample` by name;
-* :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``.
+* :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``; :mod:`.gibbs`:
+  :class:`MLMGibbs`, token sites beside continuous sites moved by ``NUTS``/``HMC``.
 """
 
 from . import exact
@@ -21,6 +22,7 @@ from .base import (
     initial_tokens,
     proposal_log_probs,
 )
+from .gibbs import MLMGibbs
 from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictState
 from .mh import MetropolisHastings, MHInfo, MHState
 from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsState
@@ -54,6 +56,7 @@ __all__ = [
     "STAT_NAMES",
     "step_stats",
     "MLMKernel",
+    "MLMGibbs",
     "run_from_mcmc",
     "KERNELS",
     "make_kernel",

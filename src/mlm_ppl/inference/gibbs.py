@@ -1,0 +1,335 @@
+"""MLM sequence sites inside a Pyro model with continuous latents: :class:`MLMGibbs`.
+
+Metropolis-within-Gibbs in the spirit of NumPyro's ``HMCGibbs``: each iteration
+
+1. moves the continuous latent sites with a Pyro ``HMC``/``NUTS`` kernel whose potential is the
+   model's with every token and discrete site held at its current value, and the MLM energy
+   left out (it is constant in the continuous sites, so no leapfrog step runs the MLM);
+2. redraws every latent discrete site with enumerable support (``Categorical``, ``Bernoulli``
+   ...) from its exact full conditional;
+3. moves every latent :class:`~mlm_ppl.MaskedLMDistribution` site with the MLM kernel
+   (Metropolis-Hastings, exact) on ``-E(x)/T + log_factor(x)``, where ``log_factor`` is the log
+   density of every other site of the model given the current values of the others.
+
+Each update leaves the joint posterior invariant, so the chain samples it. The MH state caches
+the MLM energy and conditionals of the current tokens; when the continuous or discrete values
+change only its ``log_factor`` (no MLM forward) is recomputed, so the next ratio is exact.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pyro.poutine as poutine
+import torch
+from pyro.distributions import TorchDistribution, constraints
+from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
+from pyro.poutine.messenger import Messenger
+from pyro.poutine.util import site_is_subsample
+from torch import Tensor
+
+from .._checks import check_choice, check_count, check_seed
+from ..models.distribution import MaskedLMDistribution
+from ..models.target import ConstrainedTarget
+from .base import check_init, fill_template
+from .mh import MetropolisHastings
+from .runner import STAT_NAMES, step_stats
+
+__all__ = ["MLMGibbs"]
+
+GIBBS_KERNELS = ("mh",)
+
+
+class _Held(TorchDistribution):
+    """Stands in for a site held at its value: log density 0, so the inner potential never runs it."""
+
+    arg_constraints: dict = {}
+    support = constraints.real
+
+    def __init__(self, batch_shape: torch.Size, event_shape: torch.Size) -> None:
+        super().__init__(batch_shape, event_shape, validate_args=False)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return torch.zeros(value.shape[: value.dim() - len(self.event_shape)])
+
+
+class _HoldSites(Messenger):
+    """Give the named sites their held values as observations; MLM sites get a zero density."""
+
+    def __init__(self, values: dict[str, Tensor], mlm_sites: set[str]) -> None:
+        super().__init__()
+        self.values = values
+        self.mlm_sites = mlm_sites
+
+    def _pyro_sample(self, msg: Any) -> None:
+        name = msg["name"]
+        if name in self.values:
+            msg["value"] = self.values[name]
+            msg["is_observed"] = True
+            if name in self.mlm_sites:
+                fn = msg["fn"]
+                msg["fn"] = _Held(fn.batch_shape, fn.event_shape)
+
+
+def _is_sample(site: Any) -> bool:
+    return site["type"] == "sample" and not site_is_subsample(site)
+
+
+class MLMGibbs(MCMCKernel):
+    """Gibbs over a Pyro model: ``HMC``/``NUTS`` for continuous sites, MH for MLM sequence sites.
+
+    Parameters
+    ----------
+    inner_kernel : pyro.infer.HMC or pyro.infer.NUTS
+        Built on the model (``NUTS(model)``); it moves the continuous latent sites. Its step
+        size and mass matrix adapt during warm-up across iterations, as in a plain NUTS run.
+    kernel : {"mh"}
+        The kernel of the token sites: Metropolis-Hastings with MLM proposals (exact).
+        Pseudo-Gibbs has no target and would ignore the rest of the model, so it is refused.
+    seed : int, optional
+        Seed of the token and discrete updates; None draws one from torch's global RNG at each
+        ``setup`` (so ``pyro.set_rng_seed`` governs it). The same seed gives the same draws on a
+        re-run of the same ``MCMC`` object.
+    token_steps : int
+        MH steps per token site per iteration (default 1).
+    init : {"sample", "greedy", "uniform"}
+        How the free positions are first filled.
+    **kernel_options
+        Options of :class:`~mlm_ppl.inference.MetropolisHastings` (``scan``, ``block_size``,
+        ``top_k`` ...), checked here.
+
+    Notes
+    -----
+    Every latent :class:`~mlm_ppl.MaskedLMDistribution` site is updated in turn; it must sit
+    outside any ``pyro.plate`` and its template and temperature must not depend on another
+    latent site (that would need the intractable normaliser of the MLM distribution).
+    :attr:`draw_stats` holds, per Pyro chain and token site, ``lp`` (the MH target:
+    MLM term plus every other term), ``is_accepted``, ``acceptance_rate``, ``n_changed``.
+    """
+
+    def __init__(
+        self,
+        inner_kernel: Any,
+        *,
+        kernel: str = "mh",
+        seed: int | None = None,
+        token_steps: int = 1,
+        init: str = "sample",
+        **kernel_options: Any,
+    ) -> None:
+        if getattr(inner_kernel, "model", None) is None or not hasattr(inner_kernel, "clear_cache"):
+            raise TypeError("inner_kernel must be a pyro.infer.HMC or NUTS built on the model, e.g. NUTS(model)")
+        if kernel == "pseudo-gibbs":
+            raise ValueError(
+                "pseudo-Gibbs cannot sample a model with other latent sites or likelihood terms: it ignores them "
+                "(it has no target); use kernel='mh'"
+            )
+        self.kernel_name = check_choice(kernel, "kernel", GIBBS_KERNELS)
+        try:  # unknown options fail here, not at mcmc.run()
+            inspect.signature(MetropolisHastings).bind(None, **kernel_options)
+        except TypeError as err:
+            raise TypeError(f"kernel {kernel!r}: {err}") from None
+        self.kernel_options = kernel_options
+        self.seed = None if seed is None else check_seed(seed)
+        self.token_steps = check_count(token_steps, "token_steps")
+        self.init = check_init(init)
+        self.inner = inner_kernel
+        self.model: Callable = inner_kernel.model
+        self.inner.model = self._inner_model
+        self._values: dict[str, Tensor] = {}  # current values of every token and discrete site
+        self._chains: list[dict[str, dict[str, list[Tensor]]]] = []
+        self._setup_args: tuple = ()
+        self._setup_kwargs: dict = {}
+        self.mlm_sites: list[str] = []
+        self.discrete_sites: list[str] = []
+        self.continuous_sites: list[str] = []
+        self._kernels: dict[str, MetropolisHastings] = {}
+        self._targets: dict[str, ConstrainedTarget] = {}
+        self._states: dict[str, Any] = {}
+        self._gen = torch.Generator()
+        self._chain_index = -1
+        self._supports: dict[str, Tensor] = {}
+        self._z: dict[str, Tensor] = {}
+        self._warmup_steps = 0
+        self._t = 0
+        self._accepted = 0.0
+
+    # ------------------------------------------------------------------ models
+    def _inner_model(self, *args: Any, **kwargs: Any) -> Any:
+        """The model the inner kernel sees: token and discrete sites held, MLM energy left out."""
+        with _HoldSites(self._values, set(self.mlm_sites)):
+            return self.model(*args, **kwargs)
+
+    def _log_joint(self, values: dict[str, Tensor]) -> Tensor:
+        """Log density of every site but the MLM terms, at ``values`` (latent sites) and the data."""
+        held = {k: v for k, v in values.items() if k in self._values}
+        with _HoldSites(held, set(self.mlm_sites)):
+            conditioned = poutine.condition(self.model, data={k: v for k, v in values.items() if k not in held})
+            trace = poutine.trace(conditioned).get_trace(*self._setup_args, **self._setup_kwargs)
+        trace.compute_log_prob(site_filter=lambda name, site: name not in self.mlm_sites)
+        terms = [s["log_prob_sum"] for name, s in trace.nodes.items() if _is_sample(s) and name not in self.mlm_sites]
+        return torch.stack(terms).sum() if terms else torch.tensor(0.0)
+
+    def _continuous_values(self) -> dict[str, Tensor]:
+        """Constrained values of the continuous sites, from the inner kernel's current point."""
+        z = self._z
+        return {k: self.inner.transforms[k].inv(v) if k in self.inner.transforms else v for k, v in z.items()}
+
+    def _factor(self, site: str) -> Callable[[Tensor], Tensor]:
+        """``tokens (N, L) -> (N,)``: the rest of the model's log density with ``site`` at each row."""
+
+        def log_factor(tokens: Tensor) -> Tensor:
+            base = {**self._values, **self._continuous_values()}
+            return torch.stack([self._log_joint({**base, site: row}) for row in tokens]).to(torch.float64)
+
+        return log_factor
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, warmup_steps: int, *args: Any, **kwargs: Any) -> None:
+        """Find the sites, fill the token sites, set up the inner kernel once (adaptation then
+        carries on across iterations), and evaluate the starting tokens."""
+        self._setup_args, self._setup_kwargs = args, kwargs
+        self._warmup_steps = int(warmup_steps)
+        self._t, self._accepted = 0, 0.0
+        self._chain_index += 1
+        if self.seed is None:  # pyro.set_rng_seed governs
+            seed = int(torch.randint(0, 2**62, ()).item())
+        else:
+            seed = self.seed + self._chain_index
+        self._gen = torch.Generator().manual_seed(seed)
+        self._values = {}
+        with poutine.trace() as tracer, _Placeholders():
+            self.model(*args, **kwargs)
+        trace = tracer.trace
+        latent = {name: s for name, s in trace.nodes.items() if _is_sample(s) and not s["is_observed"]}
+        fns: dict[str, Any] = {name: s["fn"] for name, s in latent.items()}  # the sites' distributions
+        self.mlm_sites = [n for n, s in latent.items() if isinstance(s["fn"], MaskedLMDistribution)]
+        self.discrete_sites = [
+            n for n, s in latent.items() if n not in self.mlm_sites and getattr(s["fn"], "has_enumerate_support", False)
+        ]
+        if not self.mlm_sites:
+            raise ValueError("the model has no latent MaskedLMDistribution site; use NUTS alone")
+        self.continuous_sites = [n for n in latent if n not in self.mlm_sites and n not in self.discrete_sites]
+        for name in self.mlm_sites:
+            if latent[name]["cond_indep_stack"] or fns[name].batch_shape != torch.Size():
+                raise ValueError(
+                    f"MLM site {name!r} sits in a pyro.plate (batch shape {tuple(fns[name].batch_shape)}); MLMGibbs "
+                    "updates unbatched sequence sites: give each sequence its own site"
+                )
+        # starting values: MLM fills, discrete sites uniformly over their support (seeded)
+        self._supports = {}
+        for name in self.discrete_sites:
+            fn = fns[name]
+            if fn.batch_shape != torch.Size() or latent[name]["cond_indep_stack"]:
+                raise ValueError(
+                    f"discrete site {name!r} sits in a pyro.plate; MLMGibbs updates unbatched discrete sites"
+                )
+            support = fn.enumerate_support(expand=False).reshape((-1,) + tuple(fn.event_shape))
+            self._supports[name] = support
+            self._values[name] = support[torch.randint(0, support.shape[0], (), generator=self._gen)].clone()
+        self._kernels, self._states, self._targets = {}, {}, {}
+        for name in self.mlm_sites:
+            self._targets[name] = ConstrainedTarget(fns[name], self._factor(name))
+            self._kernels[name] = MetropolisHastings(self._targets[name], **self.kernel_options)
+            self._values[name] = fill_template(fns[name], 1, self._gen, self.init)[0]
+        self._z = {}
+        if self.continuous_sites:
+            self.inner.cleanup()  # a fresh inner chain: step count, adaptation and cache reset
+            self.inner.setup(warmup_steps, *args, **kwargs)
+            self._z = dict(self.inner.initial_params)
+        for name, kernel in self._kernels.items():
+            self._states[name] = kernel.init(self._values[name][None])
+        self._chains.append({name: {k: [] for k in STAT_NAMES} for name in self.mlm_sites})
+
+    # ------------------------------------------------------------------ params
+    @property
+    def initial_params(self) -> dict[str, Tensor]:
+        return {**self._z, **{k: v.clone() for k, v in self._values.items()}}
+
+    @initial_params.setter
+    def initial_params(self, params: dict[str, Tensor]) -> None:
+        raise ValueError(
+            "MLMGibbs fills the token sites itself (init=...); start the continuous sites with the inner "
+            "kernel's init_strategy"
+        )
+
+    @property
+    def transforms(self) -> dict:
+        return getattr(self.inner, "transforms", None) or {}
+
+    @transforms.setter
+    def transforms(self, value: dict) -> None:
+        self.inner.transforms = value
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
+        """One Gibbs iteration: continuous sites, then discrete sites, then every token site."""
+        if self.continuous_sites:
+            self._z = self.inner.sample({k: params[k] for k in self._z})
+        changed = False
+        for name in self.discrete_sites:
+            changed |= self._gibbs_discrete(name)
+        record = self._t >= self._warmup_steps
+        for name, kernel in self._kernels.items():
+            state = self._states[name]
+            factor = self._targets[name].log_factor(state.tokens).to(state.log_factor.dtype)
+            state = state._replace(log_factor=factor)  # the other terms moved with the held values; no MLM forward
+            for _ in range(self.token_steps):
+                state, info = kernel.step(state, self._gen)
+                stats = step_stats(info)
+                self._accepted += float(stats["is_accepted"].float().mean()) / (len(self._kernels) * self.token_steps)
+            if record:
+                for k, v in stats.items():
+                    self._chains[-1][name][k].append(v)
+            if not torch.equal(state.tokens[0], self._values[name]):
+                changed = True
+                self._values[name] = state.tokens[0].clone()
+            self._states[name] = state
+        if changed and self.continuous_sites:
+            self.inner.clear_cache()  # the potential of the continuous sites changed with the held values
+        self._t += 1
+        return {**self._z, **{k: v.clone() for k, v in self._values.items()}}
+
+    def _gibbs_discrete(self, name: str) -> bool:
+        """Redraw a discrete site from its exact full conditional; True if it changed."""
+        support = self._supports[name]
+        base = {**self._values, **self._continuous_values()}
+        logp = torch.stack([self._log_joint({**base, name: v}) for v in support])  # (K,)
+        pick = torch.multinomial(torch.softmax(logp.double(), 0), 1, generator=self._gen)[0]
+        new = support[pick].clone()
+        changed = not torch.equal(new, self._values[name])
+        self._values[name] = new
+        return changed
+
+    # ------------------------------------------------------------------ reporting
+    @property
+    def draw_stats(self) -> list[dict[str, dict[str, Tensor]]]:
+        """Per Pyro chain and token site: ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed`` ``(D,)``."""
+        return [
+            {site: {k: torch.cat(v) for k, v in stats.items() if v} for site, stats in chain.items()}
+            for chain in self._chains
+        ]
+
+    def logging(self) -> dict[str, Any]:
+        out = dict(self.inner.logging()) if self.continuous_sites else {}
+        out["token acc."] = round(self._accepted / max(self._t, 1), 3)
+        return out
+
+    def diagnostics(self) -> dict[str, Any]:
+        out = dict(self.inner.diagnostics()) if self.continuous_sites else {}
+        out["token acceptance rate"] = self._accepted / max(self._t, 1)
+        return out
+
+    def __repr__(self) -> str:
+        return f"MLMGibbs({type(self.inner).__name__}, kernel={self.kernel_name!r}, seed={self.seed})"
+
+
+class _Placeholders(Messenger):
+    """While finding the sites: a latent MLM site takes its template instead of running MH chains."""
+
+    def _pyro_sample(self, msg: Any) -> None:
+        fn = msg["fn"]
+        if isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
+            msg["value"] = fn.template.expand(fn.batch_shape + fn.event_shape).clone()
