@@ -74,10 +74,29 @@ def test_batched_chains_inside_one_pyro_chain(tiny4):
 
 
 def test_pseudo_gibbs_through_pyro(tiny4):
-    model, _, _ = _model(tiny4)
-    kernel = MLMKernel(model, kernel="pseudo-gibbs", scan="left_to_right")
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+
+    def bare():
+        pyro.sample("x", dist)
+
+    kernel = MLMKernel(bare, kernel="pseudo-gibbs", scan="left_to_right")
     x = _mcmc(kernel, num_samples=5, num_chains=1).get_samples()["x"]
     assert x.shape == (5, 7)
+
+
+def test_pseudo_gibbs_refuses_factors_through_every_entry_point(tiny4):
+    """Its law ignores factors (95% of its draws broke a -inf constraint before): refused, not ignored."""
+    from mlm_ppl import sample
+    from mlm_ppl.inference import PseudoGibbs
+    from mlm_ppl.models import ConstrainedTarget
+
+    model, dist, _ = _model(tiny4)
+    with pytest.raises(ValueError, match="pseudo-Gibbs would ignore the log-factor"):
+        _mcmc(MLMKernel(model, kernel="pseudo-gibbs"), num_samples=2, num_chains=1)
+    with pytest.raises(ValueError, match="pseudo-Gibbs would ignore the log-factor"):
+        sample(tiny4, TEMPLATE, kernel="pseudo-gibbs", log_factor=lambda x: torch.zeros(x.shape[0]))
+    with pytest.raises(ValueError, match="pseudo-Gibbs would ignore the log-factor"):
+        PseudoGibbs(ConstrainedTarget(dist, lambda x: torch.zeros(x.shape[0])))
 
 
 def test_models_the_kernel_cannot_run(tiny4):

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_count, check_positive
-from ..models.target import Evaluation, Target
+from ..models.target import ConstrainedTarget, Evaluation, Target
 from .base import SCANS, check_states, proposal_log_probs, sample_tokens, select_sites
 from .exact import block_moves
 
@@ -58,6 +58,9 @@ class PseudoGibbs:
     Parameters
     ----------
     target : Target
+        A bare MLM target: a :class:`~mlm_ppl.models.ConstrainedTarget` (log-factors, Pyro
+        models with factors, observations or other sites) is refused, since pseudo-Gibbs would
+        silently ignore its factor.
     scan : str
     top_k : int, optional
     proposal_temperature : float
@@ -95,6 +98,12 @@ class PseudoGibbs:
                 stacklevel=2,
             )
             proposal_temperature = temperature
+        if isinstance(target, ConstrainedTarget):
+            raise ValueError(
+                "pseudo-Gibbs would ignore the log-factor (constraints, likelihood terms, other sites): it redraws "
+                "tokens from the MLM's conditionals alone and has no target; use kernel='mh', which is exact for "
+                "the whole model"
+            )
         self.target = target
         self.scan = check_choice(scan, "scan", PSEUDO_GIBBS_SCANS)
         self.top_k = None if top_k is None else check_count(top_k, "top_k")
