@@ -125,3 +125,20 @@ def test_models_the_kernel_cannot_run(tiny4):
         MLMKernel(plated, seed="1")
     with pytest.raises(ValueError, match="unknown scan"):
         MLMKernel(lambda: pyro.sample("x", dist), scan="zigzag").setup(0)
+
+
+def test_pyro_seed_governs_the_default_and_options_are_checked_up_front(tiny4):
+    model, _, _ = _model(tiny4)
+    mcmc = MCMC(MLMKernel(model), num_samples=6, warmup_steps=2, disable_progbar=True)
+    draws = []
+    for _ in range(2):  # the same MCMC object run twice after the same pyro.set_rng_seed
+        pyro.set_rng_seed(11)
+        mcmc.run()
+        draws.append(mcmc.get_samples()["x"])
+    pyro.set_rng_seed(12)
+    mcmc.run()
+    assert torch.equal(draws[0], draws[1]) and not torch.equal(draws[0], mcmc.get_samples()["x"])
+    with pytest.raises(TypeError, match="kernel 'mh'.*banana"):
+        MLMKernel(model, banana=1)
+    with pytest.raises(ValueError, match="unknown kernel 'gibbs'"):
+        MLMKernel(model, kernel="gibbs")

@@ -23,12 +23,26 @@ from .mh import MetropolisHastings
 from .pseudo_gibbs import PseudoGibbs
 from .runner import Run, run_chains
 
-__all__ = ["KERNELS", "make_kernel", "sample", "draw_from_distribution"]
+__all__ = ["KERNELS", "make_kernel", "check_kernel_options", "sample", "draw_from_distribution"]
 
 KERNELS = ("mh", "pseudo-gibbs", "mask-predict")
 """Kernel names of :func:`sample`, :func:`make_kernel`, :class:`~mlm_ppl.MLMKernel` and the CLI."""
 
 _CLASSES: dict[str, type] = {"mh": MetropolisHastings, "pseudo-gibbs": PseudoGibbs, "mask-predict": MaskPredict}
+
+
+def check_kernel_options(name: str, options: dict[str, Any]) -> None:
+    """Check a kernel name and that its options are ones it takes, before any target exists.
+
+    Values are checked when the kernel is built (some depend on the target, e.g. ``block_size``).
+    """
+    check_choice(name, "kernel", KERNELS)
+    import inspect
+
+    try:
+        inspect.signature(_CLASSES[name]).bind(None, **options)
+    except TypeError as err:
+        raise TypeError(f"kernel {name!r}: {err}") from None
 
 
 def make_kernel(name: str, target: Target, **options: Any) -> Kernel:

@@ -18,7 +18,6 @@ change only its ``log_factor`` (no MLM forward) is recomputed, so the next ratio
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +32,7 @@ from torch import Tensor
 from .._checks import check_choice, check_count, check_seed
 from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
+from .api import check_kernel_options
 from .base import check_init, fill_template
 from .mh import MetropolisHastings
 from .runner import STAT_NAMES, step_stats
@@ -127,10 +127,7 @@ class MLMGibbs(MCMCKernel):
                 "(it has no target); use kernel='mh'"
             )
         self.kernel_name = check_choice(kernel, "kernel", GIBBS_KERNELS)
-        try:  # unknown options fail here, not at mcmc.run()
-            inspect.signature(MetropolisHastings).bind(None, **kernel_options)
-        except TypeError as err:
-            raise TypeError(f"kernel {kernel!r}: {err}") from None
+        check_kernel_options(kernel, kernel_options)  # unknown options fail here, not at mcmc.run()
         self.kernel_options = kernel_options
         self.seed = None if seed is None else check_seed(seed)
         self.token_steps = check_count(token_steps, "token_steps")

@@ -12,7 +12,8 @@ Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 * ``transforms = {}`` is set up front, or MCMC re-runs ``setup`` after sampling.
 * ``logging()`` output goes through ``json.dumps`` every step: plain floats only.
 * Sequential chains reuse one kernel object: ``setup`` resets all chain state and moves the
-  seed on (``seed + chain index``), so runs with the same seed give the same chains.
+  seed on (``seed + chain index``); with ``seed=None`` each chain seeds from torch's global RNG,
+  so ``pyro.set_rng_seed`` governs it.
 * ``MCMC.summary()``, ``MCMC.diagnostics()`` and ``az.from_pyro`` fail on integer draws: per-draw
   statistics are kept on the kernel (:attr:`MLMKernel.draw_stats`).
 * With ``num_chains > 1`` MCMC uses worker processes only when ``num_chains <= cpu_count - 1``;
@@ -36,7 +37,7 @@ from torch import Tensor
 from .._checks import check_count, check_seed
 from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
-from .api import make_kernel
+from .api import check_kernel_options, make_kernel
 from .base import check_init, initial_tokens
 from .runner import STAT_NAMES, Run, step_stats, target_attrs
 
@@ -72,8 +73,11 @@ class MLMKernel(MCMCKernel):
     num_chains : int
         Chains advanced together in one batched forward pass inside this one Pyro chain.
         With ``num_chains > 1`` the site's value has shape ``(C, L)``.
-    seed : int
-        Seed of the kernel's ``torch.Generator``; sequential Pyro chains use ``seed + i``.
+    seed : int, optional
+        Seed of the kernel's ``torch.Generator``; sequential Pyro chains use ``seed + i``, ``i``
+        counting every chain this kernel object has run. None (the default) draws each chain's
+        seed from torch's global RNG, so ``pyro.set_rng_seed`` before ``mcmc.run()`` makes a run,
+        and a re-run of the same ``MCMC`` object, reproducible.
     init : {"sample", "greedy", "uniform"}
         How the free positions are filled before warm-up (never counted as draws).
 
@@ -88,7 +92,7 @@ class MLMKernel(MCMCKernel):
         *,
         kernel: str = "mh",
         num_chains: int = 1,
-        seed: int = 0,
+        seed: int | None = None,
         init: str = "sample",
         **kernel_options: Any,
     ) -> None:
@@ -96,11 +100,12 @@ class MLMKernel(MCMCKernel):
             raise TypeError("model must be a callable Pyro model")
         if kernel == "mask-predict":
             raise ValueError("mask-predict is a decoder, not an MCMC kernel; use mlm_ppl.sample(kernel='mask-predict')")
+        check_kernel_options(kernel, kernel_options)  # unknown kernels and options fail here, not at mcmc.run()
         self.model = model
         self.kernel_name = kernel
         self.kernel_options = kernel_options
         self.num_chains = check_count(num_chains, "num_chains")
-        self.seed = check_seed(seed)
+        self.seed = None if seed is None else check_seed(seed)
         self.init = check_init(init)
         self.transforms: dict = {}  # or MCMC re-runs setup() after sampling to find transforms
         self._chains: list[dict[str, list[Tensor]]] = []
@@ -160,7 +165,11 @@ class MLMKernel(MCMCKernel):
         has_other_terms = any(_is_sample(s) and name != self.site for name, s in trace.nodes.items())
         self.target = ConstrainedTarget(dist, self._log_factor) if has_other_terms else dist
         self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
-        self._gen = torch.Generator().manual_seed(self.seed + self._chain_index)
+        if self.seed is None:  # pyro.set_rng_seed governs, as for Pyro's own kernels
+            chain_seed = int(torch.randint(0, 2**62, ()).item())
+        else:
+            chain_seed = self.seed + self._chain_index
+        self._gen = torch.Generator().manual_seed(chain_seed)
         if self._initial_params is not None:
             tokens = self._initial_params[self.site].reshape(-1, dist.event_shape[0])
             if tokens.shape[0] != self.num_chains:
