@@ -3,7 +3,7 @@
 Importing the package loads no model and changes no global state.
 """
 
-from .diagnostics import plot_diagnostics, summary, to_inference_data
+from .diagnostics import from_pyro, plot_diagnostics, summary, to_inference_data
 from .inference import MaskPredict, MetropolisHastings, MLMGibbs, MLMKernel, PseudoGibbs, Run, run_chains, sample
 from .models import (
     ENERGIES,
@@ -42,6 +42,7 @@ __all__ = [
     "MLMGibbs",
     # diagnostics
     "to_inference_data",
+    "from_pyro",
     "summary",
     "plot_diagnostics",
     # explicit pair joints (Torroba Hennigen & Kim 2023)

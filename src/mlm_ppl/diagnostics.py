@@ -12,7 +12,7 @@ import json
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "to_inference_data",
     "read_run",
+    "from_pyro",
     "summary",
     "Summary",
     "acceptance_rates",
@@ -59,6 +60,7 @@ def to_inference_data(
     reference: str | Tensor | None = None,
     indicators: Sequence[tuple[int, str | int]] = (),
     functions: Mapping[str, Callable[[str], float]] | None = None,
+    other_sites: Mapping[str, np.ndarray] | None = None,
 ) -> "arviz.InferenceData":
     """An ``arviz.InferenceData`` of a run, built with ``arviz.from_dict``.
 
@@ -78,6 +80,9 @@ def to_inference_data(
         ``position`` (token position in the encoded sequence; a token id or a string).
     functions : mapping name -> callable, optional
         Scalar functions of the decoded sequence, one variable each.
+    other_sites : mapping name -> array, optional
+        Draws ``(C, D, ...)`` of the model's other latent sites (continuous or discrete), added
+        to the posterior as they are (see :func:`from_pyro`).
 
     Returns
     -------
@@ -113,6 +118,11 @@ def to_inference_data(
             if not name.isidentifier():
                 raise ValueError(f"function name {name!r} must be an identifier")
             posterior[name] = np.array([[float(fn(s)) for s in chain] for chain in decoded])
+    for name, values in (other_sites or {}).items():
+        values = np.asarray(values)
+        if name in posterior or values.shape[:2] != (C, D):
+            raise ValueError(f"other site {name!r}: a new name with draws of shape ({C}, {D}, ...) expected")
+        posterior[name] = values
     stats = {k: v.numpy() for k, v in run.stats.items()}
     attrs = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in run.attrs.items() if v is not None}
     if mlm is not None:
@@ -124,6 +134,43 @@ def to_inference_data(
         dims={"tokens": ["position"]},
         coords={"position": np.arange(L)},
         attrs=attrs,
+    )
+
+
+def from_pyro(
+    mcmc: Any,
+    *,
+    site: str | None = None,
+    mlm: "MaskedLM | None" = None,
+    reference: str | Tensor | None = None,
+    indicators: Sequence[tuple[int, str | int]] = (),
+    functions: Mapping[str, Callable[[str], float]] | None = None,
+) -> "arviz.InferenceData":
+    """InferenceData of a finished ``pyro.infer.MCMC`` run of :class:`~mlm_ppl.MLMKernel` or
+    :class:`~mlm_ppl.MLMGibbs`, where ``az.from_pyro`` and ``MCMC.summary`` fail on token draws.
+
+    The token site (``site``, default: the only one) becomes ``tokens`` with the functionals of
+    :func:`to_inference_data`; an ``MLMGibbs`` run's other latent sites (continuous and
+    discrete) are added as they are, so :func:`summary` gives R-hat and ESS for both kinds.
+    ``mlm`` defaults to the token site's model.
+    """
+    from .inference.gibbs import MLMGibbs, run_from_gibbs
+    from .inference.pyro_kernel import MLMKernel, run_from_mcmc
+
+    kernel = mcmc.kernel
+    others: dict[str, np.ndarray] = {}
+    if isinstance(kernel, MLMKernel):
+        run, target = run_from_mcmc(mcmc, kernel), kernel.target
+    elif isinstance(kernel, MLMGibbs):
+        run = run_from_gibbs(mcmc, kernel, site)
+        target = kernel.site_target(run.attrs["site"])
+        samples = mcmc.get_samples(group_by_chain=True)
+        others = {k: v.numpy() for k, v in samples.items() if k not in kernel.mlm_sites}
+    else:
+        raise TypeError(f"from_pyro reads MCMC runs of MLMKernel or MLMGibbs, not {type(kernel).__name__}")
+    mlm = mlm if mlm is not None else getattr(target, "mlm", None)
+    return to_inference_data(
+        run, mlm=mlm, reference=reference, indicators=indicators, functions=functions, other_sites=others
     )
 
 

@@ -174,3 +174,37 @@ def test_seeds(tiny4):
 
     assert torch.equal(run(3), run(3))  # seed=None: pyro.set_rng_seed governs
     assert not math.isnan(float(run(4).double().mean()))
+
+
+def test_from_pyro_gives_inference_data_for_both_kinds_of_sites(tiny4):
+    import warnings
+
+    from mlm_ppl import MLMKernel, from_pyro, summary
+
+    d = MaskedLMDistribution(tiny4, "A[MASK][MASK]C")
+    pyro.set_rng_seed(0)
+    with warnings.catch_warnings():  # two sequential chains in this process
+        warnings.filterwarnings("ignore", "num_chains=2 is more than available_cpu")
+        mcmc = MCMC(
+            MLMGibbs(NUTS(_one_site_model(d))), num_samples=12, warmup_steps=4, num_chains=2, disable_progbar=True
+        )
+        mcmc.run()
+    idata = from_pyro(mcmc)
+    post = idata.posterior
+    assert post["tokens"].shape == (2, 12, d.template.numel()) and post["tokens"].dtype.kind == "i"
+    assert post["w"].shape == (2, 12) and post["w"].dtype.kind == "f"
+    assert set(idata.sample_stats.data_vars) == {"lp", "is_accepted", "acceptance_rate", "n_changed"}
+    assert torch.equal(torch.as_tensor(post["tokens"].values), mcmc.get_samples(group_by_chain=True)["x"].long())
+    report = summary(idata)
+    assert {"lp", "w", "hamming_reference"} <= set(report.table.index) and len(report.chains) == 2
+
+    def bare():
+        pyro.sample("x", d)
+
+    kernel = MLMKernel(bare, num_chains=3, seed=0)
+    mcmc = MCMC(kernel, num_samples=5, disable_progbar=True)
+    mcmc.run()
+    idata = from_pyro(mcmc)
+    assert idata.posterior["tokens"].shape == (3, 5, d.template.numel())
+    with pytest.raises(TypeError, match="MLMKernel or MLMGibbs"):
+        from_pyro(MCMC(NUTS(lambda: pyro.sample("w", dist.Normal(0.0, 1.0))), num_samples=1))

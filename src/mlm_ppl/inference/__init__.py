@@ -22,7 +22,7 @@ from .base import (
     initial_tokens,
     proposal_log_probs,
 )
-from .gibbs import MLMGibbs
+from .gibbs import MLMGibbs, run_from_gibbs
 from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictState
 from .mh import MetropolisHastings, MHInfo, MHState
 from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsState
@@ -58,6 +58,7 @@ __all__ = [
     "MLMKernel",
     "MLMGibbs",
     "run_from_mcmc",
+    "run_from_gibbs",
     "KERNELS",
     "make_kernel",
     "draw_from_distribution",

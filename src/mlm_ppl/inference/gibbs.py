@@ -35,9 +35,9 @@ from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, fill_template
 from .mh import MetropolisHastings
-from .runner import STAT_NAMES, step_stats
+from .runner import STAT_NAMES, Run, step_stats, target_attrs
 
-__all__ = ["MLMGibbs"]
+__all__ = ["MLMGibbs", "run_from_gibbs"]
 
 GIBBS_KERNELS = ("mh",)
 
@@ -137,6 +137,7 @@ class MLMGibbs(MCMCKernel):
         self.inner.model = self._inner_model
         self._values: dict[str, Tensor] = {}  # current values of every token and discrete site
         self._chains: list[dict[str, dict[str, list[Tensor]]]] = []
+        self._initials: list[dict[str, Tensor]] = []
         self._setup_args: tuple = ()
         self._setup_kwargs: dict = {}
         self.mlm_sites: list[str] = []
@@ -239,6 +240,7 @@ class MLMGibbs(MCMCKernel):
         for name, kernel in self._kernels.items():
             self._states[name] = kernel.init(self._values[name][None])
         self._chains.append({name: {k: [] for k in STAT_NAMES} for name in self.mlm_sites})
+        self._initials.append({name: v.clone() for name, v in self._values.items() if name in self.mlm_sites})
 
     # ------------------------------------------------------------------ params
     @property
@@ -301,6 +303,17 @@ class MLMGibbs(MCMCKernel):
         return changed
 
     # ------------------------------------------------------------------ reporting
+    def site_target(self, site: str) -> ConstrainedTarget:
+        """The MH target of a token site: its MLM distribution plus the rest of the model."""
+        if site not in self._targets:
+            raise ValueError(f"{site!r} is not a token site of the model; they are {self.mlm_sites}")
+        return self._targets[site]
+
+    @property
+    def initial_states(self) -> list[dict[str, Tensor]]:
+        """Per Pyro chain run so far: the ``(L,)`` starting tokens of each token site."""
+        return list(self._initials)
+
     @property
     def draw_stats(self) -> list[dict[str, dict[str, Tensor]]]:
         """Per Pyro chain and token site: ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed`` ``(D,)``."""
@@ -330,3 +343,34 @@ class _Placeholders(Messenger):
         fn = msg["fn"]
         if isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
             msg["value"] = fn.template.expand(fn.batch_shape + fn.event_shape).clone()
+
+
+def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None) -> Run:
+    """The :class:`~mlm_ppl.inference.Run` of one token site of a finished ``MCMC`` run of ``kernel``.
+
+    Pyro chains become the run's chains: tokens ``(P, D, L)`` and per-draw statistics ``(P, D)``.
+    ``site`` defaults to the model's only token site.
+    """
+    if not isinstance(kernel, MLMGibbs):
+        raise TypeError(f"kernel must be the MLMGibbs that MCMC ran, got {type(kernel).__name__}")
+    if site is None:
+        if len(kernel.mlm_sites) != 1:
+            raise ValueError(f"the model has token sites {kernel.mlm_sites}; name one with site=")
+        site = kernel.mlm_sites[0]
+    target = kernel.site_target(site)
+    x = mcmc.get_samples(group_by_chain=True)[site].long()  # (P, D, L)
+    P, D, _ = x.shape
+    stats = [chain[site] for chain in kernel.draw_stats[-P:]]
+    merged = {k: torch.stack([s[k] for s in stats]) for k in STAT_NAMES}  # (P, D)
+    attrs = dict(
+        kernel=f"MLMGibbs({type(kernel.inner).__name__}, {kernel.kernel_name})",
+        site=site,
+        num_chains=P,
+        num_samples=D,
+        warmup_steps=int(mcmc.warmup_steps),
+        seed=kernel.seed,
+        **target_attrs(target),
+        model=getattr(target.mlm, "name", None),
+    )
+    initial = torch.stack([chain[site] for chain in kernel.initial_states[-P:]])
+    return Run(x, merged, attrs, initial)
