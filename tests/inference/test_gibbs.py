@@ -208,3 +208,43 @@ def test_from_pyro_gives_inference_data_for_both_kinds_of_sites(tiny4):
     assert idata.posterior["tokens"].shape == (3, 5, d.template.numel())
     with pytest.raises(TypeError, match="MLMKernel or MLMGibbs"):
         from_pyro(MCMC(NUTS(lambda: pyro.sample("w", dist.Normal(0.0, 1.0))), num_samples=1))
+
+
+def test_two_token_sites_updated_in_turn_leave_the_exact_posterior_invariant(smooth64):
+    """Two sequences coupled by a pyro.factor: x1 then x2 each by MH given the other."""
+    d1 = MaskedLMDistribution(smooth64, "[MASK][MASK]")
+    d2 = MaskedLMDistribution(smooth64, "C[MASK][MASK]")
+
+    def matches(x1, x2):
+        return (x1[..., d1.free_positions] == x2[..., d2.free_positions]).sum(-1).double()
+
+    def model():
+        x1 = pyro.sample("x1", d1)
+        x2 = pyro.sample("x2", d2)
+        pyro.factor("couple", 1.5 * matches(x1, x2))
+
+    kernel = MLMGibbs(NUTS(model), seed=0)
+    kernel.setup(0)
+    assert kernel.mlm_sites == ["x1", "x2"]
+    s1, s2 = exact.enumerate_states(d1), exact.enumerate_states(d2)  # 16 states each
+    n1, n2 = len(s1), len(s2)
+    logp = exact.exact_log_probs(d1, s1)[:, None] + exact.exact_log_probs(d2, s2)[None, :]
+    logp = logp + 1.5 * matches(s1[:, None, :].expand(-1, n2, -1), s2[None, :, :].expand(n1, -1, -1))
+    post = torch.softmax(logp.reshape(-1), 0)  # row i1 * n2 + i2
+    P1 = torch.zeros(n1 * n2, n1 * n2, dtype=torch.float64)
+    for i2 in range(n2):
+        kernel._values["x2"] = s2[i2]
+        T = exact.transition_matrix(kernel._kernels["x1"], s1)
+        rows = torch.arange(n1) * n2 + i2
+        P1[rows[:, None], rows[None, :]] = T
+    kernel._values["x2"] = s2[0]
+    P2 = torch.zeros(n1 * n2, n1 * n2, dtype=torch.float64)
+    for i1 in range(n1):
+        kernel._values["x1"] = s1[i1]
+        T = exact.transition_matrix(kernel._kernels["x2"], s2)
+        rows = i1 * n2 + torch.arange(n2)
+        P2[rows[:, None], rows[None, :]] = T
+    P = P1 @ P2  # one iteration: x1, then x2
+    assert exact.total_variation(exact.stationary_distribution(P), post) < 1e-10
+    marginal = post.reshape(n1, n2).sum(1)
+    assert exact.total_variation(marginal, exact.exact_log_probs(d1, s1).exp()) > 0.01  # the coupling matters
