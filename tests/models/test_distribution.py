@@ -45,6 +45,11 @@ def test_batch_shapes_under_a_plate(dist):
     assert site["value"].shape == (3, 7) and site["fn"].batch_shape == (3,)
     tr.compute_log_prob()
     assert site["log_prob"].shape == (3,)
+    one = dist.template.clone()
+    one[dist.free_positions] = dist.template[1]  # a complete state: the fixed token "A" everywhere
+    expanded = dist.expand([3])
+    assert expanded.log_prob(one).shape == (3,)  # broadcast over the batch, as Pyro's Trace_ELBO checks
+    assert torch.allclose(expanded.log_prob(one), dist.log_prob(one).expand(3))
 
 
 def test_sample_is_reproducible_with_pyro_seed(dist):
@@ -106,3 +111,19 @@ def test_template_as_ids_and_with_esm_mask(tiny_models):
     same = MaskedLMDistribution(esm, d.template)
     assert torch.equal(same.template, d.template)
     assert isinstance(d, pdist.TorchDistribution)
+
+
+def test_the_unnormalised_log_prob_cannot_compare_temperatures():
+    """docs/pyro.md's demonstration: at the T=1 mode, T=2 scores 10.7 nats 'better' unnormalised,
+    while normalised it is 0.74 nats worse. Only sequences of one distribution compare."""
+    from mlm_ppl.inference import exact
+    from mlm_ppl.testing import tiny_residue_bert
+
+    mlm = tiny_residue_bert("ACDE", seed=1, dtype=torch.float64)
+    cold, warm = (MaskedLMDistribution(mlm, TEMPLATE, temperature=T) for T in (1.0, 2.0))
+    states = exact.enumerate_states(cold)
+    mode = exact.exact_log_probs(cold, states).argmax()
+    x = states[mode]
+    unnormalised = float(warm.log_prob(x) - cold.log_prob(x))
+    normalised = float(exact.exact_log_probs(warm, states)[mode] - exact.exact_log_probs(cold, states)[mode])
+    assert unnormalised == pytest.approx(10.725, abs=1e-3) and normalised == pytest.approx(-0.738, abs=1e-3)
