@@ -141,6 +141,7 @@ def from_pyro(
     mcmc: Any,
     *,
     site: str | None = None,
+    element: int | None = None,
     mlm: "MaskedLM | None" = None,
     reference: str | Tensor | None = None,
     indicators: Sequence[tuple[int, str | int]] = (),
@@ -149,7 +150,8 @@ def from_pyro(
     """InferenceData of a finished ``pyro.infer.MCMC`` run of :class:`~mlm_ppl.MLMKernel` or
     :class:`~mlm_ppl.MLMGibbs`, where ``az.from_pyro`` and ``MCMC.summary`` fail on token draws.
 
-    The token site (``site``, default: the only one) becomes ``tokens`` with the functionals of
+    The token site (``site``, default: the only one; ``element`` picks one sequence of a site
+    under a ``pyro.plate``) becomes ``tokens`` with the functionals of
     :func:`to_inference_data`; an ``MLMGibbs`` run's other latent sites (continuous and
     discrete) are added as they are, so :func:`summary` gives R-hat and ESS for both kinds.
     ``mlm`` defaults to the token site's model.
@@ -162,8 +164,8 @@ def from_pyro(
     if isinstance(kernel, MLMKernel):
         run, target = run_from_mcmc(mcmc, kernel), kernel.target
     elif isinstance(kernel, MLMGibbs):
-        run = run_from_gibbs(mcmc, kernel, site)
-        target = kernel.site_target(run.attrs["site"])
+        run = run_from_gibbs(mcmc, kernel, site, element)
+        target = kernel.site_target(site or kernel.mlm_sites[0], element)
         samples = mcmc.get_samples(group_by_chain=True)
         others = {k: v.numpy() for k, v in samples.items() if k not in kernel.mlm_sites}
     else:

@@ -57,7 +57,7 @@ def test_discrete_and_token_updates_leave_the_exact_posterior_invariant(smooth64
     Px = torch.zeros(2 * S, 2 * S, dtype=torch.float64)
     for z, value in enumerate(kernel._supports["z"]):
         kernel._values["z"] = value
-        Px[z * S : (z + 1) * S, z * S : (z + 1) * S] = exact.transition_matrix(kernel._kernels["x"], states)
+        Px[z * S : (z + 1) * S, z * S : (z + 1) * S] = exact.transition_matrix(kernel._kernels["x", None], states)
     P = Pz @ Px  # one iteration: discrete sites, then the token site
     assert exact.total_variation(exact.stationary_distribution(P), post) < 1e-10
 
@@ -148,13 +148,13 @@ def test_bad_kernels_and_options_fail_in_the_constructor(tiny4):
 def test_sites_it_cannot_update_are_refused(tiny4):
     d = MaskedLMDistribution(tiny4, "A[MASK]C")
 
-    def plated():
+    def nested():
         pyro.sample("w", dist.Normal(0.0, 1.0))
-        with pyro.plate("seqs", 2):
+        with pyro.plate("a", 2, dim=-2), pyro.plate("b", 2, dim=-1):
             pyro.sample("x", d)
 
-    with pytest.raises(ValueError, match="pyro.plate"):
-        MLMGibbs(NUTS(plated)).setup(0)
+    with pytest.raises(ValueError, match="at most one pyro.plate"):
+        MLMGibbs(NUTS(nested)).setup(0)
 
     def no_tokens():
         pyro.sample("w", dist.Normal(0.0, 1.0))
@@ -225,7 +225,7 @@ def test_two_token_sites_updated_in_turn_leave_the_exact_posterior_invariant(smo
 
     kernel = MLMGibbs(NUTS(model), seed=0)
     kernel.setup(0)
-    assert kernel.mlm_sites == ["x1", "x2"]
+    assert kernel.mlm_sites == ["x1", "x2"] and not kernel.is_plated("x1")
     s1, s2 = exact.enumerate_states(d1), exact.enumerate_states(d2)  # 16 states each
     n1, n2 = len(s1), len(s2)
     logp = exact.exact_log_probs(d1, s1)[:, None] + exact.exact_log_probs(d2, s2)[None, :]
@@ -234,17 +234,65 @@ def test_two_token_sites_updated_in_turn_leave_the_exact_posterior_invariant(smo
     P1 = torch.zeros(n1 * n2, n1 * n2, dtype=torch.float64)
     for i2 in range(n2):
         kernel._values["x2"] = s2[i2]
-        T = exact.transition_matrix(kernel._kernels["x1"], s1)
+        T = exact.transition_matrix(kernel._kernels["x1", None], s1)
         rows = torch.arange(n1) * n2 + i2
         P1[rows[:, None], rows[None, :]] = T
     kernel._values["x2"] = s2[0]
     P2 = torch.zeros(n1 * n2, n1 * n2, dtype=torch.float64)
     for i1 in range(n1):
         kernel._values["x1"] = s1[i1]
-        T = exact.transition_matrix(kernel._kernels["x2"], s2)
+        T = exact.transition_matrix(kernel._kernels["x2", None], s2)
         rows = i1 * n2 + torch.arange(n2)
         P2[rows[:, None], rows[None, :]] = T
     P = P1 @ P2  # one iteration: x1, then x2
     assert exact.total_variation(exact.stationary_distribution(P), post) < 1e-10
     marginal = post.reshape(n1, n2).sum(1)
     assert exact.total_variation(marginal, exact.exact_log_probs(d1, s1).exp()) > 0.01  # the coupling matters
+
+
+def test_sequences_under_a_plate_coupled_by_a_factor_match_enumeration(smooth64):
+    """A pyro.plate of two sequences coupled by a factor: each updated in turn given the other."""
+    d = MaskedLMDistribution(smooth64, "[MASK][MASK]")
+    free = d.free_positions
+
+    def matches(a, b):
+        return (a[..., free] == b[..., free]).sum(-1).double()
+
+    def model():
+        with pyro.plate("seqs", 2):
+            x = pyro.sample("x", d)  # (2, L)
+        pyro.factor("couple", 1.5 * matches(x[0], x[1]))
+
+    kernel = MLMGibbs(NUTS(model), seed=0)
+    kernel.setup(0)
+    assert kernel.is_plated("x") and kernel.initial_params["x"].shape == (2, d.template.numel())
+    s = exact.enumerate_states(d)
+    n = len(s)
+    logp = exact.exact_log_probs(d, s)[:, None] + exact.exact_log_probs(d, s)[None, :]
+    logp = logp + 1.5 * matches(s[:, None, :].expand(-1, n, -1), s[None, :, :].expand(n, -1, -1))
+    post = torch.softmax(logp.reshape(-1), 0)  # row i0 * n + i1
+    P0 = torch.zeros(n * n, n * n, dtype=torch.float64)
+    P1 = torch.zeros(n * n, n * n, dtype=torch.float64)
+    for other in range(n):
+        kernel._values["x"][1] = s[other]
+        rows = torch.arange(n) * n + other
+        P0[rows[:, None], rows[None, :]] = exact.transition_matrix(kernel._kernels["x", 0], s)
+    for other in range(n):
+        kernel._values["x"][0] = s[other]
+        rows = other * n + torch.arange(n)
+        P1[rows[:, None], rows[None, :]] = exact.transition_matrix(kernel._kernels["x", 1], s)
+    assert exact.total_variation(exact.stationary_distribution(P0 @ P1), post) < 1e-10
+
+    # a run: draws (D, 2, L), per-sequence statistics, and InferenceData of one sequence
+    from mlm_ppl import from_pyro
+
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(MLMGibbs(NUTS(model), seed=1), num_samples=6, warmup_steps=2, disable_progbar=True)
+    mcmc.run()
+    assert mcmc.get_samples()["x"].shape == (6, 2, d.template.numel())
+    assert mcmc.kernel.draw_stats[-1]["x"]["lp"].shape == (6, 2)
+    idata = from_pyro(mcmc, element=1)
+    assert idata.posterior["tokens"].shape == (1, 6, d.template.numel())
+    assert torch.equal(torch.as_tensor(idata.posterior["tokens"].values[0]), mcmc.get_samples()["x"][:, 1].long())
+    with pytest.raises(ValueError, match="element="):
+        from_pyro(mcmc)

@@ -102,9 +102,10 @@ class MLMGibbs(MCMCKernel):
 
     Notes
     -----
-    Every latent :class:`~mlm_ppl.MaskedLMDistribution` site is updated in turn; it must sit
-    outside any ``pyro.plate`` and its template and temperature must not depend on another
-    latent site (that would need the intractable normaliser of the MLM distribution).
+    Every latent :class:`~mlm_ppl.MaskedLMDistribution` site is updated in turn; under one
+    ``pyro.plate`` it is a batch of independent sequences, each updated in turn given the others
+    (so factors coupling them stay exact). Its template and temperature must not depend on
+    another latent site (that would need the intractable normaliser of the MLM distribution).
     :attr:`draw_stats` holds, per Pyro chain and token site, ``lp`` (the MH target:
     MLM term plus every other term), ``is_accepted``, ``acceptance_rate``, ``n_changed``.
     """
@@ -143,9 +144,11 @@ class MLMGibbs(MCMCKernel):
         self.mlm_sites: list[str] = []
         self.discrete_sites: list[str] = []
         self.continuous_sites: list[str] = []
-        self._kernels: dict[str, MetropolisHastings] = {}
-        self._targets: dict[str, ConstrainedTarget] = {}
-        self._states: dict[str, Any] = {}
+        # one MH kernel per unit: a token site, or one sequence of a site under a pyro.plate
+        self._units: list[tuple[str, int | None]] = []
+        self._kernels: dict[tuple[str, int | None], MetropolisHastings] = {}
+        self._targets: dict[tuple[str, int | None], ConstrainedTarget] = {}
+        self._states: dict[tuple[str, int | None], Any] = {}
         self._gen = torch.Generator()
         self._chain_index = -1
         self._supports: dict[str, Tensor] = {}
@@ -175,12 +178,20 @@ class MLMGibbs(MCMCKernel):
         z = self._z
         return {k: self.inner.transforms[k].inv(v) if k in self.inner.transforms else v for k, v in z.items()}
 
-    def _factor(self, site: str) -> Callable[[Tensor], Tensor]:
-        """``tokens (N, L) -> (N,)``: the rest of the model's log density with ``site`` at each row."""
+    def _factor(self, site: str, element: int | None) -> Callable[[Tensor], Tensor]:
+        """``tokens (N, L) -> (N,)``: the rest of the model's log density with ``site`` (or its
+        sequence ``element`` under a plate) at each row."""
+
+        def with_row(row: Tensor) -> Tensor:
+            if element is None:
+                return row
+            value = self._values[site].clone()
+            value[element] = row
+            return value
 
         def log_factor(tokens: Tensor) -> Tensor:
             base = {**self._values, **self._continuous_values()}
-            return torch.stack([self._log_joint({**base, site: row}) for row in tokens]).to(torch.float64)
+            return torch.stack([self._log_joint({**base, site: with_row(row)}) for row in tokens]).to(torch.float64)
 
         return log_factor
 
@@ -211,10 +222,11 @@ class MLMGibbs(MCMCKernel):
             raise ValueError("the model has no latent MaskedLMDistribution site; use NUTS alone")
         self.continuous_sites = [n for n in latent if n not in self.mlm_sites and n not in self.discrete_sites]
         for name in self.mlm_sites:
-            if latent[name]["cond_indep_stack"] or fns[name].batch_shape != torch.Size():
+            plates, batch = latent[name]["cond_indep_stack"], fns[name].batch_shape
+            if batch != torch.Size() and (len(batch) != 1 or len(plates) != 1):
                 raise ValueError(
-                    f"MLM site {name!r} sits in a pyro.plate (batch shape {tuple(fns[name].batch_shape)}); MLMGibbs "
-                    "updates unbatched sequence sites: give each sequence its own site"
+                    f"MLM site {name!r} has batch shape {tuple(batch)}; MLMGibbs updates a site under at most one "
+                    "pyro.plate (a batch of independent sequences)"
                 )
         # starting values: MLM fills, discrete sites uniformly over their support (seeded)
         self._supports = {}
@@ -227,18 +239,25 @@ class MLMGibbs(MCMCKernel):
             support = fn.enumerate_support(expand=False).reshape((-1,) + tuple(fn.event_shape))
             self._supports[name] = support
             self._values[name] = support[torch.randint(0, support.shape[0], (), generator=self._gen)].clone()
-        self._kernels, self._states, self._targets = {}, {}, {}
+        self._units, self._kernels, self._states, self._targets = [], {}, {}, {}
         for name in self.mlm_sites:
-            self._targets[name] = ConstrainedTarget(fns[name], self._factor(name))
-            self._kernels[name] = MetropolisHastings(self._targets[name], **self.kernel_options)
-            self._values[name] = fill_template(fns[name], 1, self._gen, self.init)[0]
+            batch = fns[name].batch_shape
+            base = fns[name].expand(torch.Size()) if batch else fns[name]  # one sequence of the site
+            filled = fill_template(base, batch[0] if batch else 1, self._gen, self.init)  # (B or 1, L)
+            self._values[name] = filled if batch else filled[0]
+            for element in range(batch[0]) if batch else [None]:
+                unit = (name, element)
+                self._units.append(unit)
+                self._targets[unit] = ConstrainedTarget(base, self._factor(name, element))
+                self._kernels[unit] = MetropolisHastings(self._targets[unit], **self.kernel_options)
         self._z = {}
         if self.continuous_sites:
             self.inner.cleanup()  # a fresh inner chain: step count, adaptation and cache reset
             self.inner.setup(warmup_steps, *args, **kwargs)
             self._z = dict(self.inner.initial_params)
-        for name, kernel in self._kernels.items():
-            self._states[name] = kernel.init(self._values[name][None])
+        for (name, element), kernel in self._kernels.items():
+            tokens = self._values[name] if element is None else self._values[name][element]
+            self._states[name, element] = kernel.init(tokens[None])
         self._chains.append({name: {k: [] for k in STAT_NAMES} for name in self.mlm_sites})
         self._initials.append({name: v.clone() for name, v in self._values.items() if name in self.mlm_sites})
 
@@ -271,21 +290,29 @@ class MLMGibbs(MCMCKernel):
         for name in self.discrete_sites:
             changed |= self._gibbs_discrete(name)
         record = self._t >= self._warmup_steps
-        for name, kernel in self._kernels.items():
-            state = self._states[name]
-            factor = self._targets[name].log_factor(state.tokens).to(state.log_factor.dtype)
+        per_site: dict[str, list[dict[str, Tensor]]] = {name: [] for name in self.mlm_sites}
+        for unit, kernel in self._kernels.items():
+            name, element = unit
+            state = self._states[unit]
+            factor = self._targets[unit].log_factor(state.tokens).to(state.log_factor.dtype)
             state = state._replace(log_factor=factor)  # the other terms moved with the held values; no MLM forward
             for _ in range(self.token_steps):
                 state, info = kernel.step(state, self._gen)
                 stats = step_stats(info)
                 self._accepted += float(stats["is_accepted"].float().mean()) / (len(self._kernels) * self.token_steps)
-            if record:
-                for k, v in stats.items():
-                    self._chains[-1][name][k].append(v)
-            if not torch.equal(state.tokens[0], self._values[name]):
+            per_site[name].append(stats)
+            current = self._values[name] if element is None else self._values[name][element]
+            if not torch.equal(state.tokens[0], current):
                 changed = True
-                self._values[name] = state.tokens[0].clone()
-            self._states[name] = state
+                if element is None:
+                    self._values[name] = state.tokens[0].clone()
+                else:
+                    self._values[name][element] = state.tokens[0]
+            self._states[unit] = state
+        if record:
+            for name, units in per_site.items():
+                for k in STAT_NAMES:
+                    self._chains[-1][name][k].append(torch.cat([u[k] for u in units]))  # (sequences of the site,)
         if changed and self.continuous_sites:
             self.inner.clear_cache()  # the potential of the continuous sites changed with the held values
         self._t += 1
@@ -303,24 +330,40 @@ class MLMGibbs(MCMCKernel):
         return changed
 
     # ------------------------------------------------------------------ reporting
-    def site_target(self, site: str) -> ConstrainedTarget:
-        """The MH target of a token site: its MLM distribution plus the rest of the model."""
-        if site not in self._targets:
+    def site_target(self, site: str, element: int | None = None) -> ConstrainedTarget:
+        """The MH target of a token site (or of its sequence ``element`` under a plate): its MLM
+        distribution plus the rest of the model."""
+        if site not in self.mlm_sites:
             raise ValueError(f"{site!r} is not a token site of the model; they are {self.mlm_sites}")
-        return self._targets[site]
+        plated = (site, 0) in self._targets
+        if plated and element is None:
+            element = 0  # every sequence of a plated site has the same MLM distribution
+        if (site, element) not in self._targets:
+            raise ValueError(f"site {site!r} has no sequence {element!r}")
+        return self._targets[site, element]
+
+    def is_plated(self, site: str) -> bool:
+        """Whether a token site is a batch of sequences under a ``pyro.plate``."""
+        return (site, 0) in self._targets
 
     @property
     def initial_states(self) -> list[dict[str, Tensor]]:
-        """Per Pyro chain run so far: the ``(L,)`` starting tokens of each token site."""
+        """Per Pyro chain run so far: the starting tokens of each token site, ``(L,)`` (or
+        ``(B, L)`` under a plate)."""
         return list(self._initials)
 
     @property
     def draw_stats(self) -> list[dict[str, dict[str, Tensor]]]:
-        """Per Pyro chain and token site: ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed`` ``(D,)``."""
-        return [
-            {site: {k: torch.cat(v) for k, v in stats.items() if v} for site, stats in chain.items()}
-            for chain in self._chains
-        ]
+        """Per Pyro chain and token site: ``lp``, ``is_accepted``, ``acceptance_rate``,
+        ``n_changed``, each ``(D,)`` (``(D, B)`` for a site of B sequences under a plate)."""
+        out = []
+        for chain in self._chains:
+            sites = {}
+            for site, stats in chain.items():
+                stacked = {k: torch.stack(v) for k, v in stats.items() if v}  # (D, B or 1)
+                sites[site] = stacked if self.is_plated(site) else {k: v[:, 0] for k, v in stacked.items()}
+            out.append(sites)
+        return out
 
     def logging(self) -> dict[str, Any]:
         out = dict(self.inner.logging()) if self.continuous_sites else {}
@@ -345,11 +388,12 @@ class _Placeholders(Messenger):
             msg["value"] = fn.template.expand(fn.batch_shape + fn.event_shape).clone()
 
 
-def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None) -> Run:
+def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element: int | None = None) -> Run:
     """The :class:`~mlm_ppl.inference.Run` of one token site of a finished ``MCMC`` run of ``kernel``.
 
     Pyro chains become the run's chains: tokens ``(P, D, L)`` and per-draw statistics ``(P, D)``.
-    ``site`` defaults to the model's only token site.
+    ``site`` defaults to the model's only token site; for a site under a ``pyro.plate`` name
+    the sequence with ``element`` (the sequences of a plate are different variables, not chains).
     """
     if not isinstance(kernel, MLMGibbs):
         raise TypeError(f"kernel must be the MLMGibbs that MCMC ran, got {type(kernel).__name__}")
@@ -357,14 +401,25 @@ def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None) -> Run:
         if len(kernel.mlm_sites) != 1:
             raise ValueError(f"the model has token sites {kernel.mlm_sites}; name one with site=")
         site = kernel.mlm_sites[0]
-    target = kernel.site_target(site)
-    x = mcmc.get_samples(group_by_chain=True)[site].long()  # (P, D, L)
+    plated = kernel.is_plated(site)
+    if plated == (element is None):
+        raise ValueError(
+            f"site {site!r} is under a pyro.plate: name one of its sequences with element="
+            if plated
+            else f"site {site!r} is one sequence; element= applies to sites under a pyro.plate"
+        )
+    target = kernel.site_target(site, element)
+    x = mcmc.get_samples(group_by_chain=True)[site].long()  # (P, D, L) or (P, D, B, L)
+    stats = [chain[site] for chain in kernel.draw_stats[-x.shape[0] :]]
+    initial = torch.stack([chain[site] for chain in kernel.initial_states[-x.shape[0] :]])
+    if plated:
+        x, initial = x[:, :, element], initial[:, element]
+        stats = [{k: v[:, element] for k, v in s.items()} for s in stats]
     P, D, _ = x.shape
-    stats = [chain[site] for chain in kernel.draw_stats[-P:]]
     merged = {k: torch.stack([s[k] for s in stats]) for k in STAT_NAMES}  # (P, D)
     attrs = dict(
         kernel=f"MLMGibbs({type(kernel.inner).__name__}, {kernel.kernel_name})",
-        site=site,
+        site=site if element is None else f"{site}[{element}]",
         num_chains=P,
         num_samples=D,
         warmup_steps=int(mcmc.warmup_steps),
@@ -372,5 +427,4 @@ def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None) -> Run:
         **target_attrs(target),
         model=getattr(target.mlm, "name", None),
     )
-    initial = torch.stack([chain[site] for chain in kernel.initial_states[-P:]])
     return Run(x, merged, attrs, initial)
