@@ -7,6 +7,7 @@ log-factors), the kernel (:func:`make_kernel`) and runs :func:`~mlm_ppl.inferenc
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +38,6 @@ def check_kernel_options(name: str, options: dict[str, Any]) -> None:
     Values are checked when the kernel is built (some depend on the target, e.g. ``block_size``).
     """
     check_choice(name, "kernel", KERNELS)
-    import inspect
-
     try:
         inspect.signature(_CLASSES[name]).bind(None, **options)
     except TypeError as err:

@@ -26,7 +26,6 @@ import torch
 from pyro.distributions import TorchDistribution, constraints
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from pyro.poutine.messenger import Messenger
-from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from .._checks import check_choice, check_count, check_seed
@@ -35,6 +34,7 @@ from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, fill_template
 from .mh import MetropolisHastings
+from .pyro_kernel import HoldTokenSites, is_sample_site, other_sites_log_prob
 from .runner import STAT_NAMES, Run, step_stats, target_attrs
 
 __all__ = ["MLMGibbs", "run_from_gibbs"]
@@ -71,10 +71,6 @@ class _HoldSites(Messenger):
             if name in self.mlm_sites:
                 fn = msg["fn"]
                 msg["fn"] = _Held(fn.batch_shape, fn.event_shape)
-
-
-def _is_sample(site: Any) -> bool:
-    return site["type"] == "sample" and not site_is_subsample(site)
 
 
 class MLMGibbs(MCMCKernel):
@@ -165,13 +161,7 @@ class MLMGibbs(MCMCKernel):
 
     def _log_joint(self, values: dict[str, Tensor]) -> Tensor:
         """Log density of every site but the MLM terms, at ``values`` (latent sites) and the data."""
-        held = {k: v for k, v in values.items() if k in self._values}
-        with _HoldSites(held, set(self.mlm_sites)):
-            conditioned = poutine.condition(self.model, data={k: v for k, v in values.items() if k not in held})
-            trace = poutine.trace(conditioned).get_trace(*self._setup_args, **self._setup_kwargs)
-        trace.compute_log_prob(site_filter=lambda name, site: name not in self.mlm_sites)
-        terms = [s["log_prob_sum"] for name, s in trace.nodes.items() if _is_sample(s) and name not in self.mlm_sites]
-        return torch.stack(terms).sum() if terms else torch.tensor(0.0)
+        return other_sites_log_prob(self.model, self._setup_args, self._setup_kwargs, values, frozenset(self.mlm_sites))
 
     def _continuous_values(self) -> dict[str, Tensor]:
         """Constrained values of the continuous sites, from the inner kernel's current point."""
@@ -209,10 +199,10 @@ class MLMGibbs(MCMCKernel):
             seed = self.seed + self._chain_index
         self._gen = torch.Generator().manual_seed(seed)
         self._values = {}
-        with poutine.trace() as tracer, _Placeholders():
+        with poutine.trace() as tracer, HoldTokenSites():
             self.model(*args, **kwargs)
         trace = tracer.trace
-        latent = {name: s for name, s in trace.nodes.items() if _is_sample(s) and not s["is_observed"]}
+        latent = {name: s for name, s in trace.nodes.items() if is_sample_site(s) and not s["is_observed"]}
         fns: dict[str, Any] = {name: s["fn"] for name, s in latent.items()}  # the sites' distributions
         self.mlm_sites = [n for n, s in latent.items() if isinstance(s["fn"], MaskedLMDistribution)]
         self.discrete_sites = [
@@ -377,15 +367,6 @@ class MLMGibbs(MCMCKernel):
 
     def __repr__(self) -> str:
         return f"MLMGibbs({type(self.inner).__name__}, kernel={self.kernel_name!r}, seed={self.seed})"
-
-
-class _Placeholders(Messenger):
-    """While finding the sites: a latent MLM site takes its template instead of running MH chains."""
-
-    def _pyro_sample(self, msg: Any) -> None:
-        fn = msg["fn"]
-        if isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
-            msg["value"] = fn.template.expand(fn.batch_shape + fn.event_shape).clone()
 
 
 def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element: int | None = None) -> Run:

@@ -44,18 +44,33 @@ from .runner import STAT_NAMES, Run, step_stats, target_attrs
 __all__ = ["MLMKernel", "run_from_mcmc"]
 
 
-def _is_sample(site: Any) -> bool:
-    """A real sample site (not a plate's subsample site)."""
+def is_sample_site(site: Any) -> bool:
+    """A real sample site of a Pyro trace (not a plate's subsample site)."""
     return site["type"] == "sample" and not site_is_subsample(site)
 
 
-class _HoldTokenSites(Messenger):
-    """Give latent MaskedLMDistribution sites a cheap placeholder value instead of sampling them."""
+class HoldTokenSites(Messenger):
+    """While a model is traced to find its sites: a latent MaskedLMDistribution site takes its
+    (masked) template as a cheap placeholder value instead of running MH chains to sample it."""
 
     def _pyro_sample(self, msg):
         fn = msg["fn"]
         if isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
-            msg["value"] = fn.template.clone()
+            msg["value"] = fn.template.expand(fn.batch_shape + fn.event_shape).clone()
+
+
+def other_sites_log_prob(
+    model: Callable, args: tuple, kwargs: dict, values: dict[str, Tensor], skip: set[str] | frozenset[str]
+) -> Tensor:
+    """Log density of every sample site of ``model`` except those in ``skip`` (the MLM terms),
+    with ``values`` substituted for latent sites: the part of the joint an MLM kernel's
+    log-factor needs. Skipped sites are never scored, so no MLM forward runs."""
+    trace = poutine.trace(poutine.condition(model, data=values)).get_trace(*args, **kwargs)
+    trace.compute_log_prob(site_filter=lambda name, site: name not in skip)
+    return sum(
+        (s["log_prob_sum"] for name, s in trace.nodes.items() if is_sample_site(s) and name not in skip),
+        torch.tensor(0.0),
+    )
 
 
 class MLMKernel(MCMCKernel):
@@ -133,7 +148,7 @@ class MLMKernel(MCMCKernel):
         self._chain_index += 1
         self._warmup_steps = int(warmup_steps)
         self._args, self._kwargs = args, kwargs
-        with poutine.trace() as tracer, _HoldTokenSites():
+        with poutine.trace() as tracer, HoldTokenSites():
             self.model(*args, **kwargs)
         trace = tracer.trace
         sites = [
@@ -148,7 +163,7 @@ class MLMKernel(MCMCKernel):
             )
         self.site = sites[0]
         other_latent = [
-            name for name, s in trace.nodes.items() if _is_sample(s) and not s["is_observed"] and name != self.site
+            name for name, s in trace.nodes.items() if is_sample_site(s) and not s["is_observed"] and name != self.site
         ]
         if other_latent:
             raise ValueError(
@@ -162,7 +177,7 @@ class MLMKernel(MCMCKernel):
                 f"site {self.site!r} has batch shape {tuple(dist.batch_shape)}; do not wrap it in pyro.plate. "
                 "For batched chains use MLMKernel(model, num_chains=C)"
             )
-        has_other_terms = any(_is_sample(s) and name != self.site for name, s in trace.nodes.items())
+        has_other_terms = any(is_sample_site(s) and name != self.site for name, s in trace.nodes.items())
         self.target = ConstrainedTarget(dist, self._log_factor) if has_other_terms else dist
         self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
         if self.seed is None:  # pyro.set_rng_seed governs, as for Pyro's own kernels
@@ -183,13 +198,7 @@ class MLMKernel(MCMCKernel):
         """``(N,)`` log density of every site but the token site, with the tokens substituted."""
         out = torch.empty(tokens.shape[0])
         for i, row in enumerate(tokens):
-            conditioned = poutine.condition(self.model, data={self.site: row})
-            trace = poutine.trace(conditioned).get_trace(*self._args, **self._kwargs)
-            trace.compute_log_prob(site_filter=lambda name, site: name != self.site)
-            out[i] = sum(
-                (s["log_prob_sum"] for name, s in trace.nodes.items() if _is_sample(s) and name != self.site),
-                torch.tensor(0.0),
-            )
+            out[i] = other_sites_log_prob(self.model, self._args, self._kwargs, {self.site: row}, {self.site})
         return out
 
     # ------------------------------------------------------------------ params
