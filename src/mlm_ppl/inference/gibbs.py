@@ -141,7 +141,6 @@ class MLMGibbs(MCMCKernel):
         self.discrete_sites: list[str] = []
         self.continuous_sites: list[str] = []
         # one MH kernel per unit: a token site, or one sequence of a site under a pyro.plate
-        self._units: list[tuple[str, int | None]] = []
         self._kernels: dict[tuple[str, int | None], MetropolisHastings] = {}
         self._targets: dict[tuple[str, int | None], ConstrainedTarget] = {}
         self._states: dict[tuple[str, int | None], Any] = {}
@@ -229,7 +228,7 @@ class MLMGibbs(MCMCKernel):
             support = fn.enumerate_support(expand=False).reshape((-1,) + tuple(fn.event_shape))
             self._supports[name] = support
             self._values[name] = support[torch.randint(0, support.shape[0], (), generator=self._gen)].clone()
-        self._units, self._kernels, self._states, self._targets = [], {}, {}, {}
+        self._kernels, self._states, self._targets = {}, {}, {}
         for name in self.mlm_sites:
             batch = fns[name].batch_shape
             base = fns[name].expand(torch.Size()) if batch else fns[name]  # one sequence of the site
@@ -237,7 +236,6 @@ class MLMGibbs(MCMCKernel):
             self._values[name] = filled if batch else filled[0]
             for element in range(batch[0]) if batch else [None]:
                 unit = (name, element)
-                self._units.append(unit)
                 self._targets[unit] = ConstrainedTarget(base, self._factor(name, element))
                 self._kernels[unit] = MetropolisHastings(self._targets[unit], **self.kernel_options)
         self._z = {}
