@@ -8,7 +8,7 @@ import pytest
 import torch
 from pyro.infer import MCMC, NUTS
 
-from mlm_ppl import MaskedLMDistribution, MLMGibbs
+from mlm_ppl import MaskedLMDistribution, MLMGibbs, MLMKernel
 from mlm_ppl.inference import exact
 from mlm_ppl.testing import tiny_residue_bert
 
@@ -20,6 +20,20 @@ def smooth64():
     """A float64 tiny BERT with a small weight spread: its MH chains mix fast (|lambda_2| 0.91 for the
     discrete model below, one token step per iteration)."""
     return tiny_residue_bert("ACDE", seed=1, std=0.2, dtype=torch.float64)
+
+
+# a model whose only latents are token sites is run by any of these, all the same MLMGibbs updates
+BUILDS = {
+    "MLMGibbs(NUTS(model))": lambda model: MLMGibbs(NUTS(model), seed=0),
+    "MLMGibbs(model)": lambda model: MLMGibbs(model, seed=0),
+    "MLMKernel(model)": lambda model: MLMKernel(model, seed=0),
+}
+
+
+def _set_up(build, model):
+    kernel = BUILDS[build](model)
+    kernel.setup(0)
+    return kernel.gibbs if isinstance(kernel, MLMKernel) else kernel
 
 
 def _count_a(mlm, dist_, x):
@@ -140,7 +154,9 @@ def test_bad_kernels_and_options_fail_in_the_constructor(tiny4):
     with pytest.raises(TypeError, match="banana"):
         MLMGibbs(NUTS(model), banana=1)
     with pytest.raises(TypeError, match="NUTS built on the model"):
-        MLMGibbs(model)
+        MLMGibbs(42)
+    with pytest.raises(ValueError, match=r"continuous latent sites \['w'\]; pass an inner kernel"):
+        MLMGibbs(model).setup(0)
     with pytest.raises(ValueError, match="token_steps"):
         MLMGibbs(NUTS(model), token_steps=0)
 
@@ -210,7 +226,8 @@ def test_from_pyro_gives_inference_data_for_both_kinds_of_sites(tiny4):
         from_pyro(MCMC(NUTS(lambda: pyro.sample("w", dist.Normal(0.0, 1.0))), num_samples=1))
 
 
-def test_two_token_sites_updated_in_turn_leave_the_exact_posterior_invariant(smooth64):
+@pytest.mark.parametrize("build", BUILDS)
+def test_two_token_sites_updated_in_turn_leave_the_exact_posterior_invariant(smooth64, build):
     """Two sequences coupled by a pyro.factor: x1 then x2 each by MH given the other."""
     d1 = MaskedLMDistribution(smooth64, "[MASK][MASK]")
     d2 = MaskedLMDistribution(smooth64, "C[MASK][MASK]")
@@ -223,8 +240,7 @@ def test_two_token_sites_updated_in_turn_leave_the_exact_posterior_invariant(smo
         x2 = pyro.sample("x2", d2)
         pyro.factor("couple", 1.5 * matches(x1, x2))
 
-    kernel = MLMGibbs(NUTS(model), seed=0)
-    kernel.setup(0)
+    kernel = _set_up(build, model)
     assert kernel.mlm_sites == ["x1", "x2"] and not kernel.is_plated("x1")
     s1, s2 = exact.enumerate_states(d1), exact.enumerate_states(d2)  # 16 states each
     n1, n2 = len(s1), len(s2)
@@ -250,7 +266,8 @@ def test_two_token_sites_updated_in_turn_leave_the_exact_posterior_invariant(smo
     assert exact.total_variation(marginal, exact.exact_log_probs(d1, s1).exp()) > 0.01  # the coupling matters
 
 
-def test_sequences_under_a_plate_coupled_by_a_factor_match_enumeration(smooth64):
+@pytest.mark.parametrize("build", BUILDS)
+def test_sequences_under_a_plate_coupled_by_a_factor_match_enumeration(smooth64, build):
     """A pyro.plate of two sequences coupled by a factor: each updated in turn given the other."""
     d = MaskedLMDistribution(smooth64, "[MASK][MASK]")
     free = d.free_positions
@@ -263,8 +280,7 @@ def test_sequences_under_a_plate_coupled_by_a_factor_match_enumeration(smooth64)
             x = pyro.sample("x", d)  # (2, L)
         pyro.factor("couple", 1.5 * matches(x[0], x[1]))
 
-    kernel = MLMGibbs(NUTS(model), seed=0)
-    kernel.setup(0)
+    kernel = _set_up(build, model)
     assert kernel.is_plated("x") and kernel.initial_params["x"].shape == (2, d.template.numel())
     s = exact.enumerate_states(d)
     n = len(s)
@@ -286,8 +302,7 @@ def test_sequences_under_a_plate_coupled_by_a_factor_match_enumeration(smooth64)
     # a run: draws (D, 2, L), per-sequence statistics, and InferenceData of one sequence
     from mlm_ppl import from_pyro
 
-    pyro.set_rng_seed(0)
-    mcmc = MCMC(MLMGibbs(NUTS(model), seed=1), num_samples=6, warmup_steps=2, disable_progbar=True)
+    mcmc = MCMC(BUILDS[build](model), num_samples=6, warmup_steps=2, disable_progbar=True)
     mcmc.run()
     assert mcmc.get_samples()["x"].shape == (6, 2, d.template.numel())
     assert mcmc.kernel.draw_stats[-1]["x"]["lp"].shape == (6, 2)
@@ -296,3 +311,32 @@ def test_sequences_under_a_plate_coupled_by_a_factor_match_enumeration(smooth64)
     assert torch.equal(torch.as_tensor(idata.posterior["tokens"].values[0]), mcmc.get_samples()["x"][:, 1].long())
     with pytest.raises(ValueError, match="element="):
         from_pyro(mcmc)
+    if build != "MLMGibbs(NUTS(model))":  # the same seeded updates whichever way the model is given
+        other = "MLMKernel(model)" if build == "MLMGibbs(model)" else "MLMGibbs(model)"
+        again = MCMC(BUILDS[other](model), num_samples=6, warmup_steps=2, disable_progbar=True)
+        again.run()
+        assert torch.equal(again.get_samples()["x"], mcmc.get_samples()["x"])
+
+
+def test_a_token_site_whose_distribution_depends_on_another_latent_is_refused(tiny4):
+    """Its full conditional would need the MLM distribution's normaliser: refused at the first
+    update that sees the distribution change, before any draw is recorded."""
+    templates = [MaskedLMDistribution(tiny4, "A[MASK]C"), MaskedLMDistribution(tiny4, "C[MASK]A")]
+
+    def template_from_z():
+        z = pyro.sample("z", dist.Bernoulli(0.5))
+        pyro.sample("x", templates[int(z)])
+
+    for seed in range(3):  # at set-up or at the first update, whichever first sees the other template
+        kernel = MLMGibbs(template_from_z, seed=seed)
+        with pytest.raises(ValueError, match="site 'x' changed with the values of other latent sites"):
+            kernel.setup(0)
+            kernel.sample(kernel.initial_params)
+
+    def temperature_from_w():
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("x", MaskedLMDistribution(tiny4, "A[MASK]C", temperature=1.0 + float(w.detach() > 0)))
+
+    pyro.set_rng_seed(0)
+    with pytest.raises(ValueError, match="normaliser is intractable"):
+        MCMC(MLMGibbs(NUTS(temperature_from_w), seed=0), num_samples=20, warmup_steps=5, disable_progbar=True).run()

@@ -113,12 +113,14 @@ def test_models_the_kernel_cannot_run(tiny4):
         with pyro.plate("n", 2):
             pyro.sample("x", dist)
 
-    with pytest.raises(ValueError, match="exactly one latent MaskedLMDistribution site, found 0"):
+    with pytest.raises(ValueError, match="no latent MaskedLMDistribution site"):
         MLMKernel(no_mlm).setup(0)
-    with pytest.raises(ValueError, match=r"other latent sites \['z'\]"):
+    with pytest.raises(ValueError, match=r"other latent sites \['z'\]; sample it with MLMGibbs"):
         MLMKernel(extra_latent).setup(0)
-    with pytest.raises(ValueError, match="do not wrap it in pyro.plate"):
-        MLMKernel(plated).setup(0)
+    with pytest.raises(ValueError, match="batched chains .* need one token site outside any pyro.plate"):
+        MLMKernel(plated, num_chains=2).setup(0)
+    with pytest.raises(ValueError, match="updated site by site with kernel='mh'"):
+        MLMKernel(plated, kernel="pseudo-gibbs").setup(0)
     with pytest.raises(ValueError, match="mask-predict is a decoder"):
         MLMKernel(plated, kernel="mask-predict")
     with pytest.raises(TypeError, match="seed must be an int"):
@@ -142,3 +144,32 @@ def test_pyro_seed_governs_the_default_and_options_are_checked_up_front(tiny4):
         MLMKernel(model, banana=1)
     with pytest.raises(ValueError, match="unknown kernel 'gibbs'"):
         MLMKernel(model, kernel="gibbs")
+
+
+def test_predictive_on_batched_chains_with_the_documented_call(tiny4):
+    """docs/pyro.md: flatten the batched chains into samples; a plated run passes as it is."""
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+    a = tiny4.vocab.index("A")
+
+    def model(y=None):
+        x = pyro.sample("x", dist)
+        pyro.sample("y", pyro.distributions.Normal((x[..., dist.free_positions] == a).sum(-1).float(), 0.5), obs=y)
+
+    mcmc = MCMC(MLMKernel(model, num_chains=3, seed=0), num_samples=5, disable_progbar=True)
+    mcmc.run(torch.tensor(1.0))
+    samples = mcmc.get_samples()
+    with pytest.raises(RuntimeError):  # the chains read as a plate: why the docs flatten them
+        pyro.infer.Predictive(model, posterior_samples=samples)()
+    flat = {k: v.flatten(0, 1) for k, v in samples.items()}
+    y = pyro.infer.Predictive(model, posterior_samples=flat)()["y"]
+    assert y.shape == (15,)
+
+    def plated(y=None):
+        with pyro.plate("seqs", 2):
+            x = pyro.sample("x", dist)
+            counts = (x[..., dist.free_positions] == a).sum(-1).float()
+            pyro.sample("y", pyro.distributions.Normal(counts, 0.5), obs=y)
+
+    mcmc = MCMC(MLMKernel(plated, seed=0), num_samples=5, disable_progbar=True)
+    mcmc.run(torch.tensor([1.0, 0.0]))
+    assert pyro.infer.Predictive(plated, posterior_samples=mcmc.get_samples())()["y"].shape == (5, 2)

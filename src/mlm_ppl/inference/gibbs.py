@@ -34,7 +34,7 @@ from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, fill_template
 from .mh import MetropolisHastings
-from .pyro_kernel import HoldTokenSites, is_sample_site, other_sites_log_prob
+from .pyro_sites import HoldTokenSites, is_sample_site, other_sites_log_prob
 from .runner import STAT_NAMES, Run, step_stats, target_attrs
 
 __all__ = ["MLMGibbs", "run_from_gibbs"]
@@ -78,9 +78,11 @@ class MLMGibbs(MCMCKernel):
 
     Parameters
     ----------
-    inner_kernel : pyro.infer.HMC or pyro.infer.NUTS
+    inner_kernel : pyro.infer.HMC, pyro.infer.NUTS or callable
         Built on the model (``NUTS(model)``); it moves the continuous latent sites. Its step
         size and mass matrix adapt during warm-up across iterations, as in a plain NUTS run.
+        A model without continuous latent sites (only token and enumerable discrete sites) is
+        passed itself: ``MLMGibbs(model)``.
     kernel : {"mh"}
         The kernel of the token sites: Metropolis-Hastings with MLM proposals (exact).
         Pseudo-Gibbs has no target and would ignore the rest of the model, so it is refused.
@@ -116,8 +118,12 @@ class MLMGibbs(MCMCKernel):
         init: str = "sample",
         **kernel_options: Any,
     ) -> None:
-        if getattr(inner_kernel, "model", None) is None or not hasattr(inner_kernel, "clear_cache"):
-            raise TypeError("inner_kernel must be a pyro.infer.HMC or NUTS built on the model, e.g. NUTS(model)")
+        is_hmc = getattr(inner_kernel, "model", None) is not None and hasattr(inner_kernel, "clear_cache")
+        if not is_hmc and not callable(inner_kernel):
+            raise TypeError(
+                "inner_kernel must be a pyro.infer.HMC or NUTS built on the model, e.g. NUTS(model), or the model "
+                "itself when it has no continuous latent sites"
+            )
         if kernel == "pseudo-gibbs":
             raise ValueError(
                 "pseudo-Gibbs cannot sample a model with other latent sites or likelihood terms: it ignores them "
@@ -129,15 +135,17 @@ class MLMGibbs(MCMCKernel):
         self.seed = None if seed is None else check_seed(seed)
         self.token_steps = check_count(token_steps, "token_steps")
         self.init = check_init(init)
-        self.inner = inner_kernel
-        self.model: Callable = inner_kernel.model
-        self.inner.model = self._inner_model
+        self.inner: Any = inner_kernel if is_hmc else None
+        self.model: Callable = inner_kernel.model if is_hmc else inner_kernel
+        if self.inner is not None:
+            self.inner.model = self._inner_model
         self._values: dict[str, Tensor] = {}  # current values of every token and discrete site
         self._chains: list[dict[str, dict[str, list[Tensor]]]] = []
         self._initials: list[dict[str, Tensor]] = []
         self._setup_args: tuple = ()
         self._setup_kwargs: dict = {}
         self.mlm_sites: list[str] = []
+        self._mlm_fns: dict[str, MaskedLMDistribution] = {}  # each token site's distribution, as set up
         self.discrete_sites: list[str] = []
         self.continuous_sites: list[str] = []
         # one MH kernel per unit: a token site, or one sequence of a site under a pyro.plate
@@ -160,7 +168,7 @@ class MLMGibbs(MCMCKernel):
 
     def _log_joint(self, values: dict[str, Tensor]) -> Tensor:
         """Log density of every site but the MLM terms, at ``values`` (latent sites) and the data."""
-        return other_sites_log_prob(self.model, self._setup_args, self._setup_kwargs, values, frozenset(self.mlm_sites))
+        return other_sites_log_prob(self.model, self._setup_args, self._setup_kwargs, values, self._mlm_fns)
 
     def _continuous_values(self) -> dict[str, Tensor]:
         """Constrained values of the continuous sites, from the inner kernel's current point."""
@@ -209,7 +217,13 @@ class MLMGibbs(MCMCKernel):
         ]
         if not self.mlm_sites:
             raise ValueError("the model has no latent MaskedLMDistribution site; use NUTS alone")
+        self._mlm_fns = {name: fns[name] for name in self.mlm_sites}
         self.continuous_sites = [n for n in latent if n not in self.mlm_sites and n not in self.discrete_sites]
+        if self.continuous_sites and self.inner is None:
+            raise ValueError(
+                f"the model has continuous latent sites {self.continuous_sites}; pass an inner kernel that moves "
+                "them: MLMGibbs(NUTS(model))"
+            )
         for name in self.mlm_sites:
             plates, batch = latent[name]["cond_indep_stack"], fns[name].batch_shape
             if batch != torch.Size() and (len(batch) != 1 or len(plates) != 1):
@@ -267,7 +281,8 @@ class MLMGibbs(MCMCKernel):
 
     @transforms.setter
     def transforms(self, value: dict) -> None:
-        self.inner.transforms = value
+        if self.inner is not None:
+            self.inner.transforms = value
 
     # ------------------------------------------------------------------ sampling
     def sample(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -364,7 +379,8 @@ class MLMGibbs(MCMCKernel):
         return out
 
     def __repr__(self) -> str:
-        return f"MLMGibbs({type(self.inner).__name__}, kernel={self.kernel_name!r}, seed={self.seed})"
+        inner = type(self.inner).__name__ if self.inner is not None else "model"
+        return f"MLMGibbs({inner}, kernel={self.kernel_name!r}, seed={self.seed})"
 
 
 def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element: int | None = None) -> Run:
@@ -397,7 +413,7 @@ def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element
     P, D, _ = x.shape
     merged = {k: torch.stack([s[k] for s in stats]) for k in STAT_NAMES}  # (P, D)
     attrs = dict(
-        kernel=f"MLMGibbs({type(kernel.inner).__name__}, {kernel.kernel_name})",
+        kernel=repr(kernel),
         site=site if element is None else f"{site}[{element}]",
         num_chains=P,
         num_samples=D,

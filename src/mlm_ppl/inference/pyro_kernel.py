@@ -1,9 +1,11 @@
 """The kernels inside ``pyro.infer.MCMC``: :class:`MLMKernel`, a real ``MCMCKernel``.
 
-The model has one latent token site whose distribution is a
-:class:`~mlm_ppl.MaskedLMDistribution`; everything else that depends on the tokens
-(``pyro.factor`` constraints, observed likelihood terms) enters the acceptance ratio:
-Metropolis-within-Gibbs on the full log joint, with observed sites fixed.
+The model's latent sites are token sites, distributed as :class:`~mlm_ppl.MaskedLMDistribution`;
+everything else that depends on the tokens (``pyro.factor`` constraints, observed likelihood
+terms) enters the acceptance ratio: Metropolis-within-Gibbs on the full log joint, with observed
+sites fixed. One site outside any ``pyro.plate`` runs batched chains; several sites, or a site
+under a plate (a batch of sequences), are updated in turn by :class:`~mlm_ppl.MLMGibbs`, to which
+the kernel then hands every call.
 
 Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 
@@ -30,8 +32,6 @@ from typing import Any
 import pyro.poutine as poutine
 import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
-from pyro.poutine.messenger import Messenger
-from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from .._checks import check_count, check_seed
@@ -39,38 +39,11 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options, make_kernel
 from .base import check_init, initial_tokens
+from .gibbs import MLMGibbs, run_from_gibbs
+from .pyro_sites import HoldTokenSites, is_sample_site, other_sites_log_prob
 from .runner import STAT_NAMES, Run, step_stats, target_attrs
 
 __all__ = ["MLMKernel", "run_from_mcmc"]
-
-
-def is_sample_site(site: Any) -> bool:
-    """A real sample site of a Pyro trace (not a plate's subsample site)."""
-    return site["type"] == "sample" and not site_is_subsample(site)
-
-
-class HoldTokenSites(Messenger):
-    """While a model is traced to find its sites: a latent MaskedLMDistribution site takes its
-    (masked) template as a cheap placeholder value instead of running MH chains to sample it."""
-
-    def _pyro_sample(self, msg):
-        fn = msg["fn"]
-        if isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
-            msg["value"] = fn.template.expand(fn.batch_shape + fn.event_shape).clone()
-
-
-def other_sites_log_prob(
-    model: Callable, args: tuple, kwargs: dict, values: dict[str, Tensor], skip: set[str] | frozenset[str]
-) -> Tensor:
-    """Log density of every sample site of ``model`` except those in ``skip`` (the MLM terms),
-    with ``values`` substituted for latent sites: the part of the joint an MLM kernel's
-    log-factor needs. Skipped sites are never scored, so no MLM forward runs."""
-    trace = poutine.trace(poutine.condition(model, data=values)).get_trace(*args, **kwargs)
-    trace.compute_log_prob(site_filter=lambda name, site: name not in skip)
-    return sum(
-        (s["log_prob_sum"] for name, s in trace.nodes.items() if is_sample_site(s) and name not in skip),
-        torch.tensor(0.0),
-    )
 
 
 class MLMKernel(MCMCKernel):
@@ -79,15 +52,19 @@ class MLMKernel(MCMCKernel):
     Parameters
     ----------
     model : callable
-        A Pyro model with exactly one latent site distributed as a
-        :class:`~mlm_ppl.MaskedLMDistribution` (no ``pyro.plate`` around it) and no other
-        latent sites; observed sites and ``pyro.factor`` terms may depend on the tokens.
+        A Pyro model whose latent sites are all distributed as
+        :class:`~mlm_ppl.MaskedLMDistribution`; observed sites and ``pyro.factor`` terms may
+        depend on the tokens. Several token sites, or one under a ``pyro.plate`` (independent
+        sequences, each updated in turn given the others), need ``kernel="mh"`` and
+        ``num_chains=1`` (run ``MCMC(num_chains=C)``); the kernel then delegates to
+        ``MLMGibbs(model)`` (:attr:`gibbs`). Models with continuous latents: ``MLMGibbs(NUTS(model))``.
     kernel : {"mh", "pseudo-gibbs"}
         Which kernel moves the tokens; ``**kernel_options`` go to it (``scan``,
         ``block_size``, ``top_k`` ...).
     num_chains : int
-        Chains advanced together in one batched forward pass inside this one Pyro chain.
-        With ``num_chains > 1`` the site's value has shape ``(C, L)``.
+        Chains advanced together in one batched forward pass inside this one Pyro chain (one
+        token site outside any plate). With ``num_chains > 1`` the site's value has shape
+        ``(C, L)``; for ``Predictive``, flatten the chains into samples (docs/pyro.md).
     seed : int, optional
         Seed of the kernel's ``torch.Generator``; sequential Pyro chains use ``seed + i``, ``i``
         counting every chain this kernel object has run. None (the default) draws each chain's
@@ -98,7 +75,8 @@ class MLMKernel(MCMCKernel):
 
     Notes
     -----
-    :attr:`draw_stats` holds the per-draw statistics of every Pyro chain run so far.
+    :attr:`draw_stats` holds the per-draw statistics of every Pyro chain run so far (in
+    :class:`~mlm_ppl.MLMGibbs`'s form, per site, when the kernel delegates to it).
     """
 
     def __init__(
@@ -127,18 +105,21 @@ class MLMKernel(MCMCKernel):
         self._initials: list[Tensor] = []
         self._chain_index = -1
         self._initial_params: dict[str, Tensor] | None = None
+        self.gibbs: MLMGibbs | None = None  # runs models with several token sites or plates
         self._reset()
 
     def _reset(self) -> None:
         # what setup() finds and builds; typed Any because it is empty until setup() runs
         self.site: Any = None
         self.target: Any = None
+        self._dist: Any = None
         self.kernel: Any = None
         self._state: Any = None
         self._gen: Any = None
         self._warmup_steps = 0
         self._t = 0
         self._accepted = 0.0
+        self._delegate: MLMGibbs | None = None  # self.gibbs while it runs this chain
 
     # ------------------------------------------------------------------ setup
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
@@ -156,27 +137,26 @@ class MLMKernel(MCMCKernel):
             for name, s in trace.nodes.items()
             if s["type"] == "sample" and isinstance(s["fn"], MaskedLMDistribution) and not s["is_observed"]
         ]
-        if len(sites) != 1:
+        if not sites:
             raise ValueError(
-                f"the model must have exactly one latent MaskedLMDistribution site, found {len(sites)}"
-                + (f": {sites}" if sites else "; wrap the MLM as pyro.sample(name, MaskedLMDistribution(...))")
+                "the model has no latent MaskedLMDistribution site; wrap the MLM as "
+                "pyro.sample(name, MaskedLMDistribution(...))"
             )
-        self.site = sites[0]
         other_latent = [
-            name for name, s in trace.nodes.items() if is_sample_site(s) and not s["is_observed"] and name != self.site
+            name for name, s in trace.nodes.items() if is_sample_site(s) and not s["is_observed"] and name not in sites
         ]
         if other_latent:
             raise ValueError(
-                f"MLMKernel samples only the token site {self.site!r}, but the model has other latent sites "
-                f"{other_latent}; observe them or integrate them out"
+                f"MLMKernel samples only token sites {sites}, but the model has other latent sites {other_latent}; "
+                "sample it with MLMGibbs(NUTS(model)) (continuous sites) or MLMGibbs(model) (discrete sites)"
             )
-        dist = trace.nodes[self.site]["fn"]
+        dist = trace.nodes[sites[0]]["fn"]
         assert isinstance(dist, MaskedLMDistribution)  # the site was chosen for it
-        if dist.batch_shape != torch.Size():
-            raise ValueError(
-                f"site {self.site!r} has batch shape {tuple(dist.batch_shape)}; do not wrap it in pyro.plate. "
-                "For batched chains use MLMKernel(model, num_chains=C)"
-            )
+        if len(sites) > 1 or dist.batch_shape != torch.Size():
+            self._setup_gibbs(sites, warmup_steps, args, kwargs)
+            return
+        self.site = sites[0]
+        self._dist = dist
         has_other_terms = any(is_sample_site(s) and name != self.site for name, s in trace.nodes.items())
         self.target = ConstrainedTarget(dist, self._log_factor) if has_other_terms else dist
         self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
@@ -194,16 +174,37 @@ class MLMKernel(MCMCKernel):
         self._state = self.kernel.init(tokens)
         self._initials.append(self._state.tokens.clone())
 
+    def _setup_gibbs(self, sites: list[str], warmup_steps: int, args: tuple, kwargs: dict) -> None:
+        """Several token sites or a plate: hand the chain to ``MLMGibbs(model)``."""
+        shape = "several token sites" if len(sites) > 1 else f"token site {sites[0]!r} under a pyro.plate"
+        if self.num_chains != 1:
+            raise ValueError(
+                f"batched chains (num_chains={self.num_chains}) need one token site outside any pyro.plate; this "
+                f"model has {shape}. Use num_chains=1 and MCMC(num_chains=C)"
+            )
+        if self.kernel_name != "mh":
+            raise ValueError(f"a model with {shape} is updated site by site with kernel='mh', not {self.kernel_name!r}")
+        if self._initial_params is not None:
+            raise ValueError(f"a model with {shape} starts from init=..., not from initial_params")
+        if self.gibbs is None:
+            self.gibbs = MLMGibbs(self.model, seed=self.seed, init=self.init, **self.kernel_options)
+        self.gibbs.setup(warmup_steps, *args, **kwargs)
+        self._delegate = self.gibbs
+
     def _log_factor(self, tokens: Tensor) -> Tensor:
         """``(N,)`` log density of every site but the token site, with the tokens substituted."""
         out = torch.empty(tokens.shape[0])
         for i, row in enumerate(tokens):
-            out[i] = other_sites_log_prob(self.model, self._args, self._kwargs, {self.site: row}, {self.site})
+            out[i] = other_sites_log_prob(
+                self.model, self._args, self._kwargs, {self.site: row}, {self.site: self._dist}
+            )
         return out
 
     # ------------------------------------------------------------------ params
     @property
     def initial_params(self) -> dict[str, Tensor]:
+        if self._delegate is not None:
+            return self._delegate.initial_params
         if self._state is None:
             if self._initial_params is not None:
                 return self._initial_params
@@ -220,6 +221,8 @@ class MLMKernel(MCMCKernel):
     # ------------------------------------------------------------------ sampling
     def sample(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
         """One kernel step; a change of the token site's value from outside restarts from it."""
+        if self._delegate is not None:
+            return self._delegate.sample(params)
         given = params[self.site].reshape(self.num_chains, -1)
         if not torch.equal(given, self._state.tokens):
             self._state = self.kernel.init(given)
@@ -235,20 +238,28 @@ class MLMKernel(MCMCKernel):
         return {self.site: self._value(self._state.tokens)}
 
     @property
-    def initial_states(self) -> list[Tensor]:
-        """Per Pyro chain run so far: the ``(num_chains, L)`` states it started from (after the fill-in)."""
-        return list(self._initials)
+    def initial_states(self) -> list[Any]:
+        """Per Pyro chain run so far: the ``(num_chains, L)`` states it started from (after the
+        fill-in); :attr:`MLMGibbs.initial_states` when the kernel delegates to it."""
+        return self.gibbs.initial_states if self.gibbs is not None else list(self._initials)
 
     @property
-    def draw_stats(self) -> list[dict[str, Tensor]]:
+    def draw_stats(self) -> list[Any]:
         """Per Pyro chain run so far: ``lp``, ``is_accepted``, ``acceptance_rate``,
-        ``n_changed`` of each draw, tensors of shape ``(D, num_chains)`` (warm-up excluded)."""
+        ``n_changed`` of each draw, tensors of shape ``(D, num_chains)`` (warm-up excluded);
+        :attr:`MLMGibbs.draw_stats` (per site) when the kernel delegates to it."""
+        if self.gibbs is not None:
+            return self.gibbs.draw_stats
         return [{k: torch.stack(v) for k, v in chain.items()} for chain in self._chains]
 
-    def logging(self) -> dict[str, float]:
+    def logging(self) -> dict[str, Any]:
+        if self._delegate is not None:
+            return self._delegate.logging()
         return {"acc. rate": round(self._accepted / max(self._t, 1), 3)}
 
-    def diagnostics(self) -> dict[str, float]:
+    def diagnostics(self) -> dict[str, Any]:
+        if self._delegate is not None:
+            return self._delegate.diagnostics()
         if not self._chains or self._t <= self._warmup_steps:
             return {"acceptance rate": float("nan")}
         accepted = torch.stack(self._chains[-1]["is_accepted"]).float()
@@ -258,13 +269,19 @@ class MLMKernel(MCMCKernel):
         return f"MLMKernel(kernel={self.kernel_name!r}, num_chains={self.num_chains}, seed={self.seed})"
 
 
-def run_from_mcmc(mcmc, kernel: MLMKernel) -> Run:
+def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int | None = None) -> Run:
     """The :class:`~mlm_ppl.inference.Run` of a finished ``pyro.infer.MCMC`` run of ``kernel``.
 
     Pyro chains (and the batched chains inside each) become the run's chains: ``(C, D, L)``.
+    For a model with several token sites or a plate, ``site`` and ``element`` pick one sequence
+    as in :func:`~mlm_ppl.inference.run_from_gibbs`.
     """
     if not isinstance(kernel, MLMKernel):
         raise TypeError(f"kernel must be the MLMKernel that MCMC ran, got {type(kernel).__name__}")
+    if kernel.gibbs is not None:
+        return run_from_gibbs(mcmc, kernel.gibbs, site, element)
+    if site not in (None, kernel.site) or element is not None:
+        raise ValueError(f"the model has one token site {kernel.site!r}, not under a plate")
     x = mcmc.get_samples(group_by_chain=True)[kernel.site]  # (P, D, L) or (P, D, C, L)
     stats = kernel.draw_stats[-x.shape[0] :]  # one per Pyro chain, each (D, C)
     if x.dim() == 3:
