@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo germlines test lint bench venv pairs reproductions
+.PHONY: demo germlines test lint bench venv pairs reproductions notebooks
 
 venv: $(VENV)/.installed
 
@@ -36,6 +36,10 @@ lint: venv
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
+
+# docs/notebooks/*.ipynb: each percent-script source executed at full size on a Jupyter kernel (about 15 minutes)
+notebooks: venv
+	$(PY) docs/notebooks/execute.py
 
 bench: venv
 	$(PY) benchmarks/bench_score.py

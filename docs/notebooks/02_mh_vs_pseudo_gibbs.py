@@ -8,9 +8,6 @@
 # %%
 import os
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
 
@@ -48,6 +45,7 @@ for name, tv in curves.items():
     ax.plot(list(steps), tv, label=name)
 ax.set(xlabel="steps", ylabel="total variation to exp(-E/T)", yscale="log", title="Exact, by enumeration")
 ax.legend()
+plt.show()
 
 # %% [markdown]
 # ## Long runs agree with the exact numbers

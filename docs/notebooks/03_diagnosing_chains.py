@@ -9,10 +9,8 @@
 import os
 import warnings
 
-import matplotlib
-
-matplotlib.use("Agg")
 import torch
+from IPython.display import Image, display
 
 import mlm_ppl
 from mlm_ppl.inference import exact
@@ -70,6 +68,10 @@ print(mlm_ppl.summary(mlm_ppl.to_inference_data(short)))
 stuck = mlm_ppl.sample(mlm, TEMPLATE, num_chains=2, num_samples=20, seed=0, init="greedy", top_k=1, warmup_steps=10)
 print(mlm_ppl.summary(mlm_ppl.to_inference_data(stuck)))
 
+# %% [markdown]
+# ## The plots `mlm-ppl diagnose` writes, for the converged run
+# Trace and rank plots of `lp`, running acceptance per chain, and the token frequencies per position.
+
 # %%
-paths = mlm_ppl.plot_diagnostics(idata, "notebook_plots", mlm=mlm)
-print(paths)
+for path in mlm_ppl.plot_diagnostics(idata, "notebook_plots", mlm=mlm):
+    display(Image(path))
