@@ -7,28 +7,41 @@ CDR-H3 masked (13 free positions) and (b) 30 free positions spread along it, pri
 * MH step time against the pure forward pass over the same masked copies (same chunks);
 * 8 chains batched against 8 chains one after another (pseudo-Gibbs and MH);
 * the overhead of running through ``pyro.infer.MCMC`` (``MLMKernel``) against calling the
-  kernel directly, same seed, same steps.
+  kernel directly, same seed, same steps;
+* ``--parts surrogate`` (CDR-H3 task only, 4 chains): surrogate-transition MH against plain MH.
+  (1) Each variant runs for ``--short-seconds`` from the same start: accepted single-site moves
+  (``n_moves``) per second, outer acceptance, masked copies per second, for ``inner_steps`` of
+  1, 2, 4 and 8 sweeps (13 to 104) and the bfloat16 surrogate. (2) Plain MH and surrogate-MH
+  (default settings) run side by side for ``--minutes`` each, in two processes of one thread,
+  from the same start; ESS of ``lp`` and of the Hamming distance to the start per second.
 
 Timings on a shared 2-core machine are noisy: each comparison runs its variants
 interleaved over several repeats and reports medians.
 
     python benchmarks/bench_sampling.py [--steps 8] [--repeats 3]
+    python benchmarks/bench_sampling.py --parts surrogate [--short-seconds 100] [--minutes 20] [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 
+import numpy as np
 import pyro
 import torch
 from pyro.infer import MCMC
 
 from mlm_ppl import MaskedLMDistribution, MLMKernel, load_mlm
 from mlm_ppl.data import example_heavy_chain
-from mlm_ppl.inference import MetropolisHastings, PseudoGibbs, fill_template
+from mlm_ppl.inference import MetropolisHastings, PseudoGibbs, SurrogateMH, fill_template, step_stats
 
 
 class Counter:
@@ -77,9 +90,20 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chains", type=int, default=8)
     ap.add_argument("--mcmc-steps", type=int, default=40, help="steps per MCMC-overhead measurement (default 40)")
-    ap.add_argument("--parts", default="mh,pg,batch,mcmc", help="comma-separated subset of mh,pg,batch,mcmc")
+    ap.add_argument("--parts", default="mh,pg,batch,mcmc", help="comma-separated subset of mh,pg,batch,mcmc,surrogate")
+    ap.add_argument("--short-seconds", type=float, default=100.0, help="surrogate: seconds per variant (default 100)")
+    ap.add_argument("--minutes", type=float, default=20.0, help="surrogate: side-by-side minutes (default 20)")
+    ap.add_argument("--variants", default="all", help="surrogate: 'all', or comma-separated variant names")
+    ap.add_argument("--json", help="surrogate: write the measurements here")
+    ap.add_argument("--device", default=None, help="cpu (default) or cuda")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # one side of the side-by-side run
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     parts = set(args.parts.split(","))
+    if args.worker:
+        return worker(args)
+    if parts == {"surrogate"}:
+        return surrogate_part(args)
 
     mlm = load_mlm("antiberty")
     seq, cdr3 = example_heavy_chain()
@@ -202,6 +226,166 @@ def mcmc_part(dist, start, args, C):
         f"outside it (MCMC set-up, model trace, hooks; target <= 5%); wall-clock ratio of separate direct and "
         f"MCMC runs {100 * wall:+.1f}% (machine noise dominates that one)\n"
     )
+
+
+# ---------------------------------------------------------------------- surrogate-transition MH
+def cdrh3_task(device=None, chains=4):
+    """The main job's task: AntiBERTy, the 120-residue heavy chain with its CDR-H3 (13) masked,
+    E_norm in float32, and the chains' common start (an MLM fill-in, seed 0)."""
+    mlm = load_mlm("antiberty", device=device)
+    seq, cdr3 = example_heavy_chain()
+    dist = MaskedLMDistribution(mlm, seq[: cdr3.start] + "[MASK]" * (cdr3.stop - cdr3.start) + seq[cdr3.stop :])
+    start = fill_template(dist, chains, torch.Generator().manual_seed(0), "sample")
+    return mlm, dist, start
+
+
+def surrogate_variants(F):
+    """name -> kernel options (None: plain MH)."""
+    out = {"mh": None}
+    for sweeps in (1, 2, 4, 8):
+        out[f"surrogate K={sweeps * F}"] = dict(inner_steps=sweeps * F)
+    out[f"surrogate K={4 * F} bf16"] = dict(inner_steps=4 * F, surrogate_dtype="bfloat16")
+    return out
+
+
+def run_for(kernel, start, seconds, seed, counter):
+    """Steps of ``kernel`` from ``start`` until ``seconds`` have passed; totals and traces."""
+    gen = torch.Generator().manual_seed(seed)
+    state = kernel.init(start)
+    counter.reset()
+    lp, hamming = [], []
+    totals = dict(steps=0, n_moves=0, accepted=0.0, inner_acceptance=0.0)
+    free = kernel.target.free_positions
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        state, info = kernel.step(state, gen)
+        stats = step_stats(info)
+        totals["steps"] += 1
+        totals["n_moves"] += int(stats["n_moves"].sum())
+        totals["accepted"] += float(stats["is_accepted"].float().mean())
+        totals["inner_acceptance"] += float(stats.get("inner_acceptance", torch.tensor(float("nan"))).mean())
+        lp.append(stats["lp"].double().numpy())
+        hamming.append((state.tokens[:, free] != start[:, free]).sum(-1).numpy())
+    wall = time.perf_counter() - t0
+    n = max(totals["steps"], 1)
+    return dict(
+        seconds=wall,
+        steps=totals["steps"],
+        n_moves=totals["n_moves"],
+        moves_per_s=totals["n_moves"] / wall,
+        outer_acceptance=totals["accepted"] / n,
+        inner_acceptance=totals["inner_acceptance"] / n,
+        copies_per_s=counter.rows / wall,
+        lp=np.array(lp).T.tolist(),  # (C, steps)
+        hamming=np.array(hamming).T.tolist(),
+    )
+
+
+def make(dist, options):
+    return MetropolisHastings(dist) if options is None else SurrogateMH(dist, **options)
+
+
+def worker(args):
+    """One side of the side-by-side run: one thread, one variant, ``--minutes``."""
+    torch.set_num_threads(1)
+    mlm, dist, start = cdrh3_task(args.device, args.chains)
+    options = surrogate_variants(dist.num_free)[args.worker]
+    result = run_for(make(dist, options), start, 60 * args.minutes, seed=1, counter=Counter(mlm))
+    with open(args.worker_out, "w") as f:
+        json.dump(result, f)
+
+
+def ess(traces):
+    """Bulk ESS of a (C, D) array of draws (ArviZ, rank-normalised)."""
+    import arviz as az
+
+    a = np.asarray(traces, dtype=float)
+    if a.shape[1] < 8 or np.std(a) == 0:
+        return float("nan")
+    return float(az.ess(a, method="bulk"))
+
+
+def surrogate_part(args):
+    torch.set_num_threads(2)
+    C = 4
+    mlm, dist, start = cdrh3_task(args.device, C)
+    F = dist.num_free
+    variants = surrogate_variants(F)
+    chosen = list(variants) if args.variants == "all" else args.variants.split(",")
+    counter = Counter(mlm)
+    print(
+        f"# surrogate-MH vs MH: AntiBERTy, CDR-H3 ({F} free of 120), E_norm fp32, {C} chains, torch "
+        f"{torch.__version__}, device {mlm.device}\n"
+    )
+    short = {}
+    if args.short_seconds > 0:
+        print(f"## Each variant for {args.short_seconds:.0f} s (2 threads), same start\n")
+        print(
+            "| variant | steps | accepted single-site moves/s | vs MH | outer acceptance | inner acceptance "
+            "| masked copies/s |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for name in chosen:
+            r = run_for(make(dist, variants[name]), start, args.short_seconds, seed=1, counter=counter)
+            short[name] = {k: v for k, v in r.items() if k not in ("lp", "hamming")}
+            base = short.get("mh", {}).get("moves_per_s")
+            ratio = f"{r['moves_per_s'] / base:.1f}x" if base else "-"
+            inner = "-" if name == "mh" else f"{r['inner_acceptance']:.3f}"
+            print(
+                f"| {name} | {r['steps']} | {r['moves_per_s']:.3f} | {ratio} | {r['outer_acceptance']:.3f} | "
+                f"{inner} | {r['copies_per_s']:.1f} |",
+                flush=True,
+            )
+    side = {}
+    if args.minutes > 0:
+        default = f"surrogate K={4 * F}"
+        print(f"\n## Side by side for {args.minutes:g} minutes: mh and {default}, one thread each\n", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            procs = {}
+            for name in ("mh", default):
+                out = os.path.join(tmp, name.replace(" ", "_") + ".json")
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--parts",
+                    "surrogate",
+                    "--worker",
+                    name,
+                    "--worker-out",
+                    out,
+                    "--minutes",
+                    str(args.minutes),
+                    "--chains",
+                    str(C),
+                ]
+                if args.device:
+                    cmd += ["--device", args.device]
+                env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+                procs[name] = (subprocess.Popen(cmd, env=env), out)
+            for name, (proc, out) in procs.items():
+                if proc.wait() != 0:
+                    raise SystemExit(f"worker {name} failed")
+                with open(out) as f:
+                    side[name] = json.load(f)
+        print(
+            "| variant | steps | wall s | accepted moves/s | ESS(lp) | ESS(lp)/min | ESS(hamming) | ESS(hamming)/min |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for name, r in side.items():
+            r["ess_lp"], r["ess_hamming"] = ess(r.pop("lp")), ess(r.pop("hamming"))
+            minutes = r["seconds"] / 60
+            print(
+                f"| {name} | {r['steps']} | {r['seconds']:.0f} | {r['moves_per_s']:.3f} | {r['ess_lp']:.1f} | "
+                f"{r['ess_lp'] / minutes:.2f} | {r['ess_hamming']:.1f} | {r['ess_hamming'] / minutes:.2f} |"
+            )
+        mh, sur = side["mh"], side[default]
+        for key in ("moves_per_s", "ess_lp", "ess_hamming"):
+            a = sur[key] / sur["seconds"] if key != "moves_per_s" else sur[key]
+            b = mh[key] / mh["seconds"] if key != "moves_per_s" else mh[key]
+            print(f"\nratio surrogate / MH, {key} per second: {a / b:.2f}x" if b > 0 else f"\n{key}: MH has none")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(short=short, side_by_side=side, chains=C, free=F, device=str(mlm.device)), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def test_inference_data_layout(tiny4, mixing_run, tmp_path):
     assert post["tokens"].shape == (4, 600, 7)
     for name in ("hamming_start", "hamming_reference", "indicator_2_D", "n_alanine"):
         assert post[name].shape == (4, 600)
-    assert set(idata.sample_stats.data_vars) == {"lp", "is_accepted", "acceptance_rate", "n_changed"}
+    assert set(idata.sample_stats.data_vars) == {"lp", "is_accepted", "acceptance_rate", "n_changed", "n_moves"}
     assert idata.attrs["model"] == tiny4.name and idata.attrs["seed"] == 0 and idata.attrs["energy"] == "norm"
     # functionals are what they say
     toks = mixing_run.tokens

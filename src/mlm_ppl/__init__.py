@@ -4,7 +4,17 @@ Importing the package loads no model and changes no global state.
 """
 
 from .diagnostics import from_pyro, plot_diagnostics, summary, to_inference_data
-from .inference import MaskPredict, MetropolisHastings, MLMGibbs, MLMKernel, PseudoGibbs, Run, run_chains, sample
+from .inference import (
+    MaskPredict,
+    MetropolisHastings,
+    MLMGibbs,
+    MLMKernel,
+    PseudoGibbs,
+    Run,
+    SurrogateMH,
+    run_chains,
+    sample,
+)
 from .models import (
     ENERGIES,
     PAIR_METHODS,
@@ -36,6 +46,7 @@ __all__ = [
     "run_chains",
     "Run",
     "MetropolisHastings",
+    "SurrogateMH",
     "PseudoGibbs",
     "MaskPredict",
     "MLMKernel",

@@ -90,7 +90,9 @@ def to_inference_data(
         ``posterior``: ``tokens`` (int, dims chain, draw, position), ``hamming_start`` (to each
         chain's own start: shows chains leaving their starts, but depends on the start, so it
         is left out of convergence verdicts), ``hamming_reference`` and the other functionals;
-        ``sample_stats``: ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed``; attributes
+        ``sample_stats``: ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed``,
+        ``n_moves`` and a kernel's extras (surrogate-MH: ``inner_acceptance``,
+        ``masked_copies``); attributes
         record model, kernel, energy, temperature, template, seed.
     """
     az = _arviz()
@@ -216,6 +218,12 @@ class Summary:
         Per-chain verdict: "converged", "not converged" or "stuck" (never moved).
     reasons : list of str
         Why each chain got its verdict.
+    moves_per_step : float
+        Mean accepted single-site changes per step (``n_moves``; NaN for runs that lack it).
+    inner_acceptance : float or None
+        Surrogate-MH: fraction of inner (surrogate) proposals accepted; None for other kernels.
+    masked_copies_per_step : float or None
+        Surrogate-MH: mean masked copies run per step; None for other kernels.
     """
 
     table: "pandas.DataFrame"
@@ -223,6 +231,9 @@ class Summary:
     novel_transition_rate: float
     chains: list[str]
     reasons: list[str]
+    moves_per_step: float = float("nan")
+    inner_acceptance: float | None = None
+    masked_copies_per_step: float | None = None
 
     @property
     def converged(self) -> bool:
@@ -233,6 +244,11 @@ class Summary:
         lines.append(
             f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}"
         )
+        if self.inner_acceptance is not None:
+            lines.append(
+                f"surrogate: inner acceptance {self.inner_acceptance:.3f}   moves per step {self.moves_per_step:.2f}   "
+                f"masked copies per step {self.masked_copies_per_step:.0f}"
+            )
         for c, (verdict, why) in enumerate(zip(self.chains, self.reasons)):
             lines.append(f"chain {c}: {verdict} ({why})")
         return "\n".join(lines)
@@ -317,12 +333,21 @@ def summary(
             else f"R-hat <= {rhat_max}, ESS >= {ess_min_per_chain * n_chains}"
         )
     acceptance, novel = acceptance_rates(accepted, n_changed)
+    stats = idata.sample_stats
+
+    def mean_of(name: str) -> float | None:
+        return float(stats[name].values.mean()) if name in stats else None
+
+    moves = mean_of("n_moves")
     return Summary(
         table if table is not None else _empty_table(),
         acceptance,
         novel,
         verdicts,
         reasons,
+        moves_per_step=float("nan") if moves is None else moves,
+        inner_acceptance=mean_of("inner_acceptance"),
+        masked_copies_per_step=mean_of("masked_copies"),
     )
 
 

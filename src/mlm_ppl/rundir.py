@@ -19,7 +19,8 @@ import torch
 from .inference.mask_predict import MaskPredictState
 from .inference.mh import MHState
 from .inference.pseudo_gibbs import PseudoGibbsState
-from .inference.runner import STAT_NAMES, Checkpoint
+from .inference.runner import EXTRA_STAT_NAMES, STAT_NAMES, Checkpoint
+from .inference.surrogate_mh import SurrogateState
 
 __all__ = [
     "CONFIG",
@@ -45,7 +46,7 @@ OUTPUTS = (
     "token_frequency.png",
 )
 _FORMAT = "mlm-ppl-run-1"
-_STATES = {cls.__name__: cls for cls in (MHState, PseudoGibbsState, MaskPredictState)}
+_STATES = {cls.__name__: cls for cls in (MHState, PseudoGibbsState, MaskPredictState, SurrogateState)}
 
 
 class RunExistsError(ValueError):
@@ -108,7 +109,7 @@ def save_checkpoint(directory: str | os.PathLike, cp: Checkpoint) -> None:
         "format": _FORMAT,
         "step": cp.step,
         "state_type": type(state).__name__,
-        "state": {k: v for k, v in state._asdict().items()},
+        "state": _pack_state(state),
         "generator": cp.generator,
         "draws": cp.draws,
         "stats": cp.stats,
@@ -118,6 +119,25 @@ def save_checkpoint(directory: str | os.PathLike, cp: Checkpoint) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)
+
+
+def _pack_state(state: Any) -> dict[str, Any]:
+    """A kernel state as plain dicts of tensors and numbers (``torch.load(weights_only=True)``
+    reads no classes); a nested state (surrogate-MH's inner chain) becomes a tagged dict."""
+    out: dict[str, Any] = {}
+    for k, v in state._asdict().items():
+        out[k] = {"state_type": type(v).__name__, "state": _pack_state(v)} if hasattr(v, "_asdict") else v
+    return out
+
+
+def _unpack_state(state_type: str, fields: dict[str, Any]) -> Any:
+    if state_type not in _STATES:
+        raise ValueError(f"unknown kernel state {state_type!r}")
+    values = {
+        k: _unpack_state(v["state_type"], v["state"]) if isinstance(v, dict) and "state_type" in v else v
+        for k, v in fields.items()
+    }
+    return _STATES[state_type](**values)
 
 
 def load_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
@@ -134,9 +154,11 @@ def load_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT or payload.get("state_type") not in _STATES:
         raise ValueError(f"{path} is not an mlm-ppl checkpoint")
-    state = _STATES[payload["state_type"]](**payload["state"])
-    stats = payload["stats"]
-    if set(stats) != set(STAT_NAMES):
+    state = _unpack_state(payload["state_type"], payload["state"])
+    stats = dict(payload["stats"])
+    if "n_moves" not in stats and "n_changed" in stats:  # written by 0.1.0, whose kernels moved n_changed sites
+        stats["n_moves"] = stats["n_changed"].clone()
+    if not set(STAT_NAMES) <= set(stats) <= set(STAT_NAMES) | set(EXTRA_STAT_NAMES):
         raise ValueError(f"{path} is not an mlm-ppl checkpoint (statistics {sorted(stats)})")
     return Checkpoint(payload["step"], state, payload["generator"], payload["draws"], stats, payload["initial"])
 

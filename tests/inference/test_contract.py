@@ -15,6 +15,8 @@ from mlm_ppl.inference import (
     MHInfo,
     PseudoGibbs,
     PseudoGibbsInfo,
+    SurrogateInfo,
+    SurrogateMH,
     exact,
     initial_tokens,
     run_chains,
@@ -35,7 +37,12 @@ def test_targets_implement_the_protocol(tiny4):
 
 @pytest.mark.parametrize(
     "kernel_cls, info_cls",
-    [(MetropolisHastings, MHInfo), (PseudoGibbs, PseudoGibbsInfo), (MaskPredict, MaskPredictInfo)],
+    [
+        (MetropolisHastings, MHInfo),
+        (SurrogateMH, SurrogateInfo),
+        (PseudoGibbs, PseudoGibbsInfo),
+        (MaskPredict, MaskPredictInfo),
+    ],
 )
 def test_every_kernel_inits_from_tokens_and_steps_with_a_generator(tiny4, kernel_cls, info_cls):
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
@@ -46,14 +53,15 @@ def test_every_kernel_inits_from_tokens_and_steps_with_a_generator(tiny4, kernel
     assert type(info) is info_cls and info.lp.shape == (3,) and info.n_changed.shape == (3,)
     assert state.tokens.shape == (3, dist.template.numel())
     # only a kernel with an accept step reports acceptance
-    assert hasattr(info, "is_accepted") == (kernel_cls is MetropolisHastings)
+    assert hasattr(info, "is_accepted") == (kernel_cls in (MetropolisHastings, SurrogateMH))
 
 
 def test_runs_record_the_same_statistics_for_every_kernel(tiny4):
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
     for kernel in (MetropolisHastings(dist), PseudoGibbs(dist), MaskPredict(dist, iterations=2)):
         run = run_chains(kernel, 2, 3, seed=0)
-        assert set(run.stats) == {"lp", "is_accepted", "acceptance_rate", "n_changed"}
+        assert set(run.stats) == {"lp", "is_accepted", "acceptance_rate", "n_changed", "n_moves"}
+        assert torch.equal(run.stats["n_moves"], run.stats["n_changed"])
         if not isinstance(kernel, MetropolisHastings):  # no accept step: every move is taken
             assert run.stats["is_accepted"].all() and (run.stats["acceptance_rate"] == 1).all()
 

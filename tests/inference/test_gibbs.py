@@ -40,7 +40,8 @@ def _count_a(mlm, dist_, x):
     return (x[..., dist_.free_positions] == mlm.vocab.index("A")).sum(-1)
 
 
-def test_discrete_and_token_updates_leave_the_exact_posterior_invariant(smooth64):
+@pytest.mark.parametrize("token_kernel", ["mh", "surrogate-mh"])
+def test_discrete_and_token_updates_leave_the_exact_posterior_invariant(smooth64, token_kernel):
     """z ~ Bernoulli(0.3); x ~ MLM; y ~ Normal(z + count_a(x) / 2, 0.5): the kernel's own full
     conditionals, composed as it runs them, have the enumerated posterior as stationary law."""
     d = MaskedLMDistribution(smooth64, TEMPLATE)
@@ -52,7 +53,7 @@ def test_discrete_and_token_updates_leave_the_exact_posterior_invariant(smooth64
         with pyro.plate("data", len(y)):
             pyro.sample("y", dist.Normal(z + 0.5 * _count_a(smooth64, d, x), 0.5), obs=y)
 
-    kernel = MLMGibbs(NUTS(model), seed=0)
+    kernel = MLMGibbs(NUTS(model), kernel=token_kernel, seed=0)
     kernel.setup(0)
     assert kernel.mlm_sites == ["x"] and kernel.discrete_sites == ["z"] and kernel.continuous_sites == []
     states = exact.enumerate_states(d)
@@ -209,7 +210,7 @@ def test_from_pyro_gives_inference_data_for_both_kinds_of_sites(tiny4):
     post = idata.posterior
     assert post["tokens"].shape == (2, 12, d.template.numel()) and post["tokens"].dtype.kind == "i"
     assert post["w"].shape == (2, 12) and post["w"].dtype.kind == "f"
-    assert set(idata.sample_stats.data_vars) == {"lp", "is_accepted", "acceptance_rate", "n_changed"}
+    assert set(idata.sample_stats.data_vars) == {"lp", "is_accepted", "acceptance_rate", "n_changed", "n_moves"}
     assert torch.equal(torch.as_tensor(post["tokens"].values), mcmc.get_samples(group_by_chain=True)["x"].long())
     report = summary(idata)
     assert {"lp", "w", "hamming_reference"} <= set(report.table.index) and len(report.chains) == 2
@@ -340,3 +341,18 @@ def test_a_token_site_whose_distribution_depends_on_another_latent_is_refused(ti
     pyro.set_rng_seed(0)
     with pytest.raises(ValueError, match="normaliser is intractable"):
         MCMC(MLMGibbs(NUTS(temperature_from_w), seed=0), num_samples=20, warmup_steps=5, disable_progbar=True).run()
+
+
+def test_surrogate_mh_token_updates_keep_both_log_factors_current(tiny4):
+    """With continuous sites moving, the surrogate chain's extra terms and the target's are both
+    refreshed before each token update (else the next ratio would use stale likelihood terms)."""
+    d = MaskedLMDistribution(tiny4, "A[MASK][MASK]C")
+    kernel = MLMGibbs(NUTS(_one_site_model(d)), kernel="surrogate-mh", inner_steps=2, seed=0)
+    mcmc = MCMC(kernel, num_samples=6, warmup_steps=3, disable_progbar=True)
+    mcmc.run()
+    state = kernel._states["x", None]
+    w = mcmc.get_samples()["w"][-1]
+    expected = dist.Normal(0.0, 1.0).log_prob(w) + w  # every term of the model but the MLM's, at the last w
+    assert torch.allclose(state.log_factor.double(), expected.double().expand(1), atol=1e-5)
+    assert torch.equal(state.inner.log_factor, state.log_factor)
+    assert set(kernel.draw_stats[-1]["x"]) >= {"n_moves", "inner_acceptance", "masked_copies"}

@@ -52,9 +52,12 @@ def test_mcmc_with_two_chains_and_a_constraint_is_seeded(tiny4):
     assert torch.allclose(lp, dist.log_prob(x1[1]) + factor, atol=1e-4)
 
 
-def test_the_pyro_kernel_is_exact_for_the_constrained_model(tiny4):
+@pytest.mark.parametrize(
+    "name, options", [("mh", dict(block_size=2, top_k=3)), ("surrogate-mh", dict(inner_steps=2, top_k=3))]
+)
+def test_the_pyro_kernel_is_exact_for_the_constrained_model(tiny4, name, options):
     model, dist, a = _model(tiny4)
-    kernel = MLMKernel(model, block_size=2, top_k=3)
+    kernel = MLMKernel(model, kernel=name, **options)
     kernel.setup(0)
     pi = exact.exact_log_probs(kernel.target).exp()
     plain = exact.exact_log_probs(dist).exp()

@@ -30,9 +30,12 @@ _DEFAULTS: dict[str, Any] = dict(
 _KERNEL_FLAGS = {  # kernel option (= flag) -> the kernels it applies to
     "scan": ("mh", "pseudo-gibbs"),
     "block_size": ("mh",),
-    "proposal_temperature": ("mh",),
-    "top_k": ("mh", "pseudo-gibbs"),
-    "top_p": ("mh",),
+    "proposal_temperature": ("mh", "surrogate-mh"),
+    "top_k": ("mh", "surrogate-mh", "pseudo-gibbs"),
+    "top_p": ("mh", "surrogate-mh"),
+    "inner_steps": ("surrogate-mh",),
+    "surrogate_window": ("surrogate-mh",),
+    "surrogate_dtype": ("surrogate-mh",),
     "burnin": ("pseudo-gibbs",),
     "iterations": ("mask-predict",),
 }
@@ -42,7 +45,7 @@ _SETTINGS = tuple(_DEFAULTS) + ("template", "length") + tuple(_KERNEL_FLAGS)
 def add_parser(sub: argparse._SubParsersAction) -> None:
     smp = sub.add_parser(
         "sample",
-        help="sample the masked positions of a template (MH, pseudo-Gibbs or mask-predict)",
+        help="sample the masked positions of a template (MH, surrogate-MH, pseudo-Gibbs or mask-predict)",
         description="Run C chains on the masked positions of a template and write a run directory: "
         "config.json, checkpoint.pt (as it goes), run.nc (ArviZ InferenceData), samples.txt, summary.txt, "
         "plots. --resume DIR continues an interrupted run exactly.",
@@ -65,9 +68,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     smp.add_argument("--init", choices=INITS, help="how the masks are first filled")
     smp.add_argument("--scan", help="random, random_sweep, left_to_right (pseudo-Gibbs also: parallel)")
     smp.add_argument("--block-size", type=int, help="MH: positions proposed together")
-    smp.add_argument("--proposal-temperature", type=float, help="MH: proposal temperature")
-    smp.add_argument("--top-k", type=int, help="MH / pseudo-Gibbs: truncate proposals to the k most likely tokens")
-    smp.add_argument("--top-p", type=float, help="MH: nucleus truncation of proposals")
+    smp.add_argument("--proposal-temperature", type=float, help="MH, surrogate-MH: proposal temperature")
+    smp.add_argument(
+        "--top-k", type=int, help="MH, surrogate-MH, pseudo-Gibbs: truncate proposals to the k most likely tokens"
+    )
+    smp.add_argument("--top-p", type=float, help="MH, surrogate-MH: nucleus truncation of proposals")
+    smp.add_argument(
+        "--inner-steps",
+        type=int,
+        help="surrogate-MH: surrogate steps per exact correction (default 4 x free positions)",
+    )
+    smp.add_argument(
+        "--surrogate-window",
+        type=int,
+        help="surrogate-MH: the surrogate scores positions within R of a free position (default 0)",
+    )
+    smp.add_argument("--surrogate-dtype", help="surrogate-MH: the surrogate's dtype (float32, bfloat16, float16)")
     smp.add_argument("--burnin", type=int, help="pseudo-Gibbs: steps before --top-k applies")
     smp.add_argument("--iterations", type=int, help="mask-predict: decoding iterations")
     smp.add_argument("--out", help="run directory to create")
@@ -90,6 +106,8 @@ def config_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--out {args.out!r} is a file; give a directory")
     for flag, minimum in (("chains", 1), ("draws", 1), ("warmup", 0), ("thin", 1), ("length", 1)):
         at_least(config[flag], flag, minimum)
+    for flag, minimum in (("inner_steps", 1), ("surrogate_window", 0)):
+        at_least(config[flag], flag.replace("_", "-"), minimum)
     for flag, kernels in _KERNEL_FLAGS.items():
         if config[flag] is not None and config["kernel"] not in kernels:
             raise ValueError(

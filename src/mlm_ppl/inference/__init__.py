@@ -2,7 +2,7 @@
 exact enumeration of tiny state spaces.
 
 * :mod:`.base`: the kernel contract, the one ``accept``, proposals, scans, starting states;
-* :mod:`.mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`: one algorithm each;
+* :mod:`.mh`, :mod:`.surrogate_mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`: one algorithm each;
 * :mod:`.exact`: enumeration and exact transition matrices;
 * :mod:`.runner`: batched chains with checkpoints; :mod:`.api`: :func:`sample` by name;
 * :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``; :mod:`.gibbs`:
@@ -27,7 +27,8 @@ from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictState
 from .mh import MetropolisHastings, MHInfo, MHState
 from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsState
 from .pyro_kernel import MLMKernel, run_from_mcmc
-from .runner import STAT_NAMES, Checkpoint, Run, run_chains, step_stats
+from .runner import EXTRA_STAT_NAMES, STAT_NAMES, Checkpoint, Run, run_chains, step_stats
+from .surrogate_mh import SurrogateInfo, SurrogateMH, SurrogateState
 
 
 def __getattr__(name: str) -> object:
@@ -54,6 +55,7 @@ __all__ = [
     "Run",
     "Checkpoint",
     "STAT_NAMES",
+    "EXTRA_STAT_NAMES",
     "step_stats",
     "MLMKernel",
     "MLMGibbs",
@@ -68,6 +70,9 @@ __all__ = [
     "MetropolisHastings",
     "MHState",
     "MHInfo",
+    "SurrogateMH",
+    "SurrogateState",
+    "SurrogateInfo",
     "PseudoGibbs",
     "PseudoGibbsState",
     "PseudoGibbsInfo",

@@ -23,13 +23,19 @@ from .mask_predict import MaskPredict
 from .mh import MetropolisHastings
 from .pseudo_gibbs import PseudoGibbs
 from .runner import Run, run_chains
+from .surrogate_mh import SurrogateMH
 
 __all__ = ["KERNELS", "make_kernel", "check_kernel_options", "sample", "draw_from_distribution"]
 
-KERNELS = ("mh", "pseudo-gibbs", "mask-predict")
+KERNELS = ("mh", "surrogate-mh", "pseudo-gibbs", "mask-predict")
 """Kernel names of :func:`sample`, :func:`make_kernel`, :class:`~mlm_ppl.MLMKernel` and the CLI."""
 
-_CLASSES: dict[str, type] = {"mh": MetropolisHastings, "pseudo-gibbs": PseudoGibbs, "mask-predict": MaskPredict}
+_CLASSES: dict[str, type] = {
+    "mh": MetropolisHastings,
+    "surrogate-mh": SurrogateMH,
+    "pseudo-gibbs": PseudoGibbs,
+    "mask-predict": MaskPredict,
+}
 
 
 def check_kernel_options(name: str, options: dict[str, Any]) -> None:
@@ -45,7 +51,7 @@ def check_kernel_options(name: str, options: dict[str, Any]) -> None:
 
 
 def make_kernel(name: str, target: Target, **options: Any) -> Kernel:
-    """Build a kernel by name: ``"mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``."""
+    """Build a kernel by name: ``"mh"``, ``"surrogate-mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``."""
     check_choice(name, "kernel", KERNELS)
     try:
         return _CLASSES[name](target, **options)
@@ -95,7 +101,8 @@ def sample(
 
     Builds ``MaskedLMDistribution(mlm, template, energy=..., temperature=...)`` (plus
     ``log_factor``, a function ``tokens (N, L) -> (N,)`` of extra log-density terms, if given),
-    the kernel (``"mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``, with ``**kernel_options``),
+    the kernel (``"mh"``, ``"surrogate-mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``, with
+    ``**kernel_options``),
     and runs :func:`run_chains`. All arguments are checked before any forward pass.
     """
     check_seed(seed)

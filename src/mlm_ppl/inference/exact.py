@@ -77,12 +77,15 @@ def transition_matrix(kernel: Any, states: Tensor | None = None) -> Tensor:
     * ``scan="random_sweep"``: one sweep, averaged over the sweep orders;
     * ``scan="parallel"`` (pseudo-Gibbs): one step updating every free position at once.
 
-    Built from the kernel's own proposal code (``kernel.block_matrix``).
+    Built from the kernel's own proposal code (``kernel.block_matrix``); a kernel whose step is
+    not a scan over blocks (surrogate-MH) gives its one-step matrix itself (``kernel.step_matrix``).
     """
     target = kernel.target
     states = enumerate_states(target) if states is None else states
     index = state_index(target)
     evaluation = target.evaluate(states)
+    if hasattr(kernel, "step_matrix"):
+        return kernel.step_matrix(states, evaluation, index)
     S = states.shape[0]
     F = target.num_free
     if getattr(kernel, "scan", None) == "parallel":

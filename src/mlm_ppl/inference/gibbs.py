@@ -31,15 +31,15 @@ from torch import Tensor
 from .._checks import check_choice, check_count, check_seed
 from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
-from .api import check_kernel_options
+from .api import check_kernel_options, make_kernel
 from .base import check_init, fill_template
-from .mh import MetropolisHastings
 from .pyro_sites import HoldTokenSites, is_sample_site, other_sites_log_prob
-from .runner import STAT_NAMES, Run, step_stats, target_attrs
+from .runner import Run, step_stats, target_attrs
 
 __all__ = ["MLMGibbs", "run_from_gibbs"]
 
-GIBBS_KERNELS = ("mh",)
+GIBBS_KERNELS = ("mh", "surrogate-mh")
+"""Token kernels :class:`MLMGibbs` can run: they have a target, so they see the rest of the model."""
 
 
 class _Held(TorchDistribution):
@@ -83,9 +83,10 @@ class MLMGibbs(MCMCKernel):
         size and mass matrix adapt during warm-up across iterations, as in a plain NUTS run.
         A model without continuous latent sites (only token and enumerable discrete sites) is
         passed itself: ``MLMGibbs(model)``.
-    kernel : {"mh"}
-        The kernel of the token sites: Metropolis-Hastings with MLM proposals (exact).
-        Pseudo-Gibbs has no target and would ignore the rest of the model, so it is refused.
+    kernel : {"mh", "surrogate-mh"}
+        The kernel of the token sites: Metropolis-Hastings with MLM proposals, or its
+        surrogate-transition form (both exact). Pseudo-Gibbs has no target and would ignore the
+        rest of the model, so it is refused.
     seed : int, optional
         Seed of the token and discrete updates; None draws one from torch's global RNG at each
         ``setup`` (so ``pyro.set_rng_seed`` governs it). The same seed gives the same draws on a
@@ -95,8 +96,9 @@ class MLMGibbs(MCMCKernel):
     init : {"sample", "greedy", "uniform"}
         How the free positions are first filled.
     **kernel_options
-        Options of :class:`~mlm_ppl.inference.MetropolisHastings` (``scan``, ``block_size``,
-        ``top_k`` ...), checked here.
+        Options of the token kernel (:class:`~mlm_ppl.inference.MetropolisHastings`: ``scan``,
+        ``block_size``, ``top_k`` ...; :class:`~mlm_ppl.inference.SurrogateMH`: ``inner_steps``,
+        ``surrogate_window`` ...), checked here.
 
     Notes
     -----
@@ -149,7 +151,7 @@ class MLMGibbs(MCMCKernel):
         self.discrete_sites: list[str] = []
         self.continuous_sites: list[str] = []
         # one MH kernel per unit: a token site, or one sequence of a site under a pyro.plate
-        self._kernels: dict[tuple[str, int | None], MetropolisHastings] = {}
+        self._kernels: dict[tuple[str, int | None], Any] = {}
         self._targets: dict[tuple[str, int | None], ConstrainedTarget] = {}
         self._states: dict[tuple[str, int | None], Any] = {}
         self._gen = torch.Generator()
@@ -251,7 +253,7 @@ class MLMGibbs(MCMCKernel):
             for element in range(batch[0]) if batch else [None]:
                 unit = (name, element)
                 self._targets[unit] = ConstrainedTarget(base, self._factor(name, element))
-                self._kernels[unit] = MetropolisHastings(self._targets[unit], **self.kernel_options)
+                self._kernels[unit] = make_kernel(self.kernel_name, self._targets[unit], **self.kernel_options)
         self._z = {}
         if self.continuous_sites:
             self.inner.cleanup()  # a fresh inner chain: step count, adaptation and cache reset
@@ -260,7 +262,7 @@ class MLMGibbs(MCMCKernel):
         for (name, element), kernel in self._kernels.items():
             tokens = self._values[name] if element is None else self._values[name][element]
             self._states[name, element] = kernel.init(tokens[None])
-        self._chains.append({name: {k: [] for k in STAT_NAMES} for name in self.mlm_sites})
+        self._chains.append({name: {} for name in self.mlm_sites})
         self._initials.append({name: v.clone() for name, v in self._values.items() if name in self.mlm_sites})
 
     # ------------------------------------------------------------------ params
@@ -298,7 +300,7 @@ class MLMGibbs(MCMCKernel):
             name, element = unit
             state = self._states[unit]
             factor = self._targets[unit].log_factor(state.tokens).to(state.log_factor.dtype)
-            state = state._replace(log_factor=factor)  # the other terms moved with the held values; no MLM forward
+            state = kernel.with_log_factor(state, factor)  # the other terms moved with the held values; no MLM forward
             for _ in range(self.token_steps):
                 state, info = kernel.step(state, self._gen)
                 stats = step_stats(info)
@@ -314,8 +316,8 @@ class MLMGibbs(MCMCKernel):
             self._states[unit] = state
         if record:
             for name, units in per_site.items():
-                for k in STAT_NAMES:
-                    self._chains[-1][name][k].append(torch.cat([u[k] for u in units]))  # (sequences of the site,)
+                for k in units[0]:
+                    self._chains[-1][name].setdefault(k, []).append(torch.cat([u[k] for u in units]))  # (sequences,)
         if changed and self.continuous_sites:
             self.inner.clear_cache()  # the potential of the continuous sites changed with the held values
         self._t += 1
@@ -411,7 +413,7 @@ def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element
         x, initial = x[:, :, element], initial[:, element]
         stats = [{k: v[:, element] for k, v in s.items()} for s in stats]
     P, D, _ = x.shape
-    merged = {k: torch.stack([s[k] for s in stats]) for k in STAT_NAMES}  # (P, D)
+    merged = {k: torch.stack([s[k] for s in stats]) for k in stats[0]}  # (P, D)
     attrs = dict(
         kernel=repr(kernel),
         site=site if element is None else f"{site}[{element}]",

@@ -119,6 +119,10 @@ class MetropolisHastings:
         ev = self.target.evaluate(tokens)
         return MHState(tokens, ev.energy, ev.log_factor, ev.cond_logits, 0, torch.empty(0, dtype=torch.long))
 
+    def with_log_factor(self, state: MHState, log_factor: Tensor) -> MHState:
+        """The state with new extra log terms (the rest of a model moved; the MLM terms did not)."""
+        return state._replace(log_factor=log_factor)
+
     def log_density(self, energy: Tensor, log_factor: Tensor, step: int | None = None) -> Tensor:
         """``-E/T + log_factor`` at the target temperature, or the annealed one at ``step``."""
         T = self.target.temperature

@@ -39,9 +39,9 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options, make_kernel
 from .base import check_init, initial_tokens
-from .gibbs import MLMGibbs, run_from_gibbs
+from .gibbs import GIBBS_KERNELS, MLMGibbs, run_from_gibbs
 from .pyro_sites import HoldTokenSites, is_sample_site, other_sites_log_prob
-from .runner import STAT_NAMES, Run, step_stats, target_attrs
+from .runner import Run, step_stats, target_attrs
 
 __all__ = ["MLMKernel", "run_from_mcmc"]
 
@@ -182,12 +182,17 @@ class MLMKernel(MCMCKernel):
                 f"batched chains (num_chains={self.num_chains}) need one token site outside any pyro.plate; this "
                 f"model has {shape}. Use num_chains=1 and MCMC(num_chains=C)"
             )
-        if self.kernel_name != "mh":
-            raise ValueError(f"a model with {shape} is updated site by site with kernel='mh', not {self.kernel_name!r}")
+        if self.kernel_name not in GIBBS_KERNELS:
+            raise ValueError(
+                f"a model with {shape} is updated site by site with kernel 'mh' or 'surrogate-mh', "
+                f"not {self.kernel_name!r}"
+            )
         if self._initial_params is not None:
             raise ValueError(f"a model with {shape} starts from init=..., not from initial_params")
         if self.gibbs is None:
-            self.gibbs = MLMGibbs(self.model, seed=self.seed, init=self.init, **self.kernel_options)
+            self.gibbs = MLMGibbs(
+                self.model, kernel=self.kernel_name, seed=self.seed, init=self.init, **self.kernel_options
+            )
         self.gibbs.setup(warmup_steps, *args, **kwargs)
         self._delegate = self.gibbs
 
@@ -232,9 +237,9 @@ class MLMKernel(MCMCKernel):
         self._accepted += float(stats["is_accepted"].float().mean())
         if self._t > self._warmup_steps:
             if self._t == self._warmup_steps + 1:
-                self._chains.append({k: [] for k in STAT_NAMES})
+                self._chains.append({})
             for k, v in stats.items():
-                self._chains[-1][k].append(v)
+                self._chains[-1].setdefault(k, []).append(v)
         return {self.site: self._value(self._state.tokens)}
 
     @property
@@ -246,7 +251,8 @@ class MLMKernel(MCMCKernel):
     @property
     def draw_stats(self) -> list[Any]:
         """Per Pyro chain run so far: ``lp``, ``is_accepted``, ``acceptance_rate``,
-        ``n_changed`` of each draw, tensors of shape ``(D, num_chains)`` (warm-up excluded);
+        ``n_changed``, ``n_moves`` (and a kernel's extras) of each draw, tensors of shape
+        ``(D, num_chains)`` (warm-up excluded);
         :attr:`MLMGibbs.draw_stats` (per site) when the kernel delegates to it."""
         if self.gibbs is not None:
             return self.gibbs.draw_stats
@@ -288,7 +294,7 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
         x = x[:, :, None]
     P, D, C, L = x.shape
     tokens = x.permute(0, 2, 1, 3).reshape(P * C, D, L)
-    merged = {k: torch.cat([s[k].T for s in stats]) for k in STAT_NAMES}
+    merged = {k: torch.cat([s[k].T for s in stats]) for k in stats[0]}
     target = kernel.target
     attrs = dict(
         kernel=f"MLMKernel({kernel.kernel_name})",

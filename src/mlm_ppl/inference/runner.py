@@ -20,10 +20,13 @@ from .._checks import check_count, check_seed
 from ..models.target import Target
 from .base import Kernel, StepInfo, initial_tokens
 
-__all__ = ["Run", "Checkpoint", "run_chains", "step_stats", "target_attrs", "STAT_NAMES"]
+__all__ = ["Run", "Checkpoint", "run_chains", "step_stats", "target_attrs", "STAT_NAMES", "EXTRA_STAT_NAMES"]
 
-STAT_NAMES = ("lp", "is_accepted", "acceptance_rate", "n_changed")
-"""Per-draw statistics of every run, in ArviZ's names."""
+STAT_NAMES = ("lp", "is_accepted", "acceptance_rate", "n_changed", "n_moves")
+"""Per-draw statistics of every run, in ArviZ's names where ArviZ has one."""
+
+EXTRA_STAT_NAMES = ("inner_acceptance", "masked_copies")
+"""Per-draw statistics recorded when a kernel's Info reports them (surrogate-MH)."""
 
 
 @dataclass
@@ -35,8 +38,9 @@ class Run:
     tokens : Tensor
         ``(C, D, L)`` long token ids of the draws (after warm-up and thinning).
     stats : dict of Tensor
-        ``(C, D)`` per-draw statistics with ArviZ names: ``lp`` (log target density),
-        ``is_accepted``, ``acceptance_rate``, ``n_changed``.
+        ``(C, D)`` per-draw statistics (:func:`step_stats`): ``lp`` (log target density),
+        ``is_accepted``, ``acceptance_rate``, ``n_changed``, ``n_moves``, and a kernel's
+        extras (:data:`EXTRA_STAT_NAMES`).
     attrs : dict
         Kernel, energy, temperature, template, seed, warm-up ... for the record.
     initial : Tensor, optional
@@ -68,12 +72,14 @@ def target_attrs(target: Target) -> dict[str, Any]:
 
 
 def step_stats(info: StepInfo) -> dict[str, Tensor]:
-    """The per-draw statistics :data:`STAT_NAMES` of one step's info, each ``(C,)``.
+    """The per-draw statistics :data:`STAT_NAMES` of one step's info, each ``(C,)``, and those of
+    :data:`EXTRA_STAT_NAMES` the info reports.
 
     A kernel without an accept step (pseudo-Gibbs, mask-predict) always takes its move: its
     draws are recorded as accepted with acceptance probability 1, as for a Gibbs step in
     ArviZ's and Pyro's convention, so the novel-transition rate counts the steps that changed
-    the state.
+    the state. ``n_moves`` counts the accepted single-site changes along the step's path; a
+    kernel that does not report it (every kernel but surrogate-MH) made ``n_changed`` of them.
     """
     n_changed = info.n_changed
     is_accepted = getattr(info, "is_accepted", None)
@@ -82,7 +88,16 @@ def step_stats(info: StepInfo) -> dict[str, Tensor]:
     acceptance_rate = getattr(info, "acceptance_rate", None)
     if acceptance_rate is None:
         acceptance_rate = torch.ones(n_changed.shape)
-    return {"lp": info.lp, "is_accepted": is_accepted, "acceptance_rate": acceptance_rate, "n_changed": n_changed}
+    n_moves = getattr(info, "n_moves", None)
+    out = {
+        "lp": info.lp,
+        "is_accepted": is_accepted,
+        "acceptance_rate": acceptance_rate,
+        "n_changed": n_changed,
+        "n_moves": n_changed if n_moves is None else n_moves,
+    }
+    out.update({k: getattr(info, k) for k in EXTRA_STAT_NAMES if hasattr(info, k)})
+    return out
 
 
 @dataclass
@@ -149,24 +164,27 @@ def run_chains(
         state, step0, initial = resume.state, resume.step, resume.initial
         gen.set_state(resume.generator)
         draws = resume.draws.clone()
-        stats = {k: list(resume.stats[k].unbind(1)) for k in STAT_NAMES}
+        stats: dict[str, list[Tensor]] = {k: list(v.unbind(1)) for k, v in resume.stats.items()}
         if draws.shape != (C, D, L):
             raise ValueError(f"checkpoint holds draws of shape {tuple(draws.shape)}, this run needs {(C, D, L)}")
     else:
         state = kernel.init(initial_tokens(kernel, C, gen, init))
         step0, initial = 0, state.tokens.clone()
         draws = torch.zeros((C, D, L), dtype=torch.long)
-        stats = {k: [] for k in STAT_NAMES}
+        stats = {}  # name -> per-draw (C,) tensors; the names are step_stats' of the kernel
 
     # (steps done, state, RNG state, draws taken): replaced in one assignment after each step, so an
     # interrupt anywhere leaves a consistent snapshot to checkpoint
-    snap = (step0, state, gen.get_state(), len(stats["lp"]))
+    snap = (step0, state, gen.get_state(), len(stats.get("lp", [])))
 
     def checkpoint() -> None:
         if on_checkpoint is None:
             return
         steps_done, st, rng, n = snap
-        packed = {k: torch.stack(v[:n], 1) if n else torch.empty((C, 0)) for k, v in stats.items()}
+        if n:
+            packed = {k: torch.stack(v[:n], 1) for k, v in stats.items()}
+        else:
+            packed = {k: torch.empty((C, 0)) for k in STAT_NAMES}
         on_checkpoint(Checkpoint(steps_done, st, rng, draws, packed, initial))
 
     bar = None
@@ -184,9 +202,9 @@ def run_chains(
                 d = (i - W + 1) // thin - 1
                 draws[:, d] = new_state.tokens
                 for k, v in step_record.items():
-                    stats[k].append(v)
+                    stats.setdefault(k, []).append(v)
             state = new_state
-            snap = (i + 1, state, gen.get_state(), len(stats["lp"]))
+            snap = (i + 1, state, gen.get_state(), len(stats.get("lp", [])))
             if bar is not None:
                 accepted += float(step_record["is_accepted"].float().mean())
                 seen += 1

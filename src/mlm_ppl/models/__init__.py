@@ -7,7 +7,7 @@ from .energy import ENERGIES, VARIANTS, EnergyTerms, energy_terms
 from .loading import antiberty_paths, load_mlm
 from .masked_lm import MaskedConditionals, MaskedLM
 from .pairs import PAIR_METHODS, PairConditionals, PairJoint, derive_pair_joint, pair_conditionals, pair_joint
-from .target import ConstrainedTarget, Evaluation, Target
+from .target import ConstrainedTarget, DerivedTarget, Evaluation, Target, WindowedTarget
 from .tokens import Encoding, TokenCodec
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "Target",
     "Evaluation",
     "ConstrainedTarget",
+    "DerivedTarget",
+    "WindowedTarget",
     "MaskedLMDistribution",
     # pair joints
     "PAIR_METHODS",

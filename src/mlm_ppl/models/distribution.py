@@ -132,11 +132,30 @@ class MaskedLMDistribution(TorchDistribution):
                 "a free position holds a special token (e.g. [MASK], [PAD]); fill it with an ordinary token"
             )
 
-    def evaluate(self, tokens: Tensor) -> Evaluation:
-        """Energies and free-position conditionals of complete states ``(N, L)``, one batched pass."""
+    @property
+    def scored_positions(self) -> Tensor:
+        """``(M,)`` the token columns that contribute an energy term: every column of the template
+        but special tokens (the free positions included), ascending."""
+        return (self.free | self.mlm.ordinary_mask[self.template]).nonzero().flatten()
+
+    def evaluate(
+        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+    ) -> Evaluation:
+        """Energies and free-position conditionals of complete states ``(N, L)``, one batched pass.
+
+        ``positions`` restricts the energy to the terms of those columns (a subset of
+        :attr:`scored_positions` holding every free position; one masked copy per column and
+        state), and ``dtype`` runs a copy of the model in that dtype (:meth:`MaskedLM.cast`):
+        the cheap surrogate of :class:`~mlm_ppl.inference.SurrogateMH`. The defaults give the
+        energy itself.
+        """
         N = tokens.shape[0]
-        enc = self.mlm.encoding_from_ids(tokens)
-        cond = self.mlm.masked_log_probs(enc)  # every scorable position, rows ordered by (n, position)
+        mlm = self.mlm if dtype is None else self.mlm.cast(dtype)
+        enc = mlm.encoding_from_ids(tokens)
+        if positions is not None and not bool(torch.isin(self.free_positions, positions).all()):
+            raise ValueError("positions must include every free position (their conditionals are the proposals)")
+        # every scorable position (or the chosen ones), rows ordered by (n, position)
+        cond = mlm.masked_log_probs(enc, None if positions is None else positions.tolist())
         rows, query = cond.batch_index, cond.position  # (M,), (M,)
         scores = token_scores(cond.logits, enc.input_ids[rows, query])  # (M, 2): logit, log-prob
         picked = scores[:, 1] if self.energy == "norm" else scores[:, 0]

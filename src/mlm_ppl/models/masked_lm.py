@@ -13,6 +13,7 @@ decoding come from :class:`~mlm_ppl.models.tokens.TokenCodec`; energies from
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,25 @@ class MaskedLM(TokenCodec):
     def logits_dtype(self) -> torch.dtype:
         """Dtype of the logits and energies: float32, or float64 for a float64 model."""
         return torch.float64 if self.dtype == torch.float64 else torch.float32
+
+    def cast(self, dtype: torch.dtype) -> "MaskedLM":
+        """This masked LM with its weights in ``dtype``: ``self`` when they already are, else a
+        copy made once and cached (e.g. a bfloat16 surrogate beside a float32 target). Logits
+        still come out in float32."""
+        if dtype == self.dtype:
+            return self
+        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        casts: dict[torch.dtype, MaskedLM] = self.__dict__.setdefault("_casts", {})
+        if dtype not in casts:
+            casts[dtype] = MaskedLM(
+                copy.deepcopy(self.model).to(dtype),
+                self.tokenizer,
+                name=f"{self.name} ({str(dtype).removeprefix('torch.')})",
+                residue_level=self.residue_level,
+                memory_budget_mb=self.memory_budget_mb,
+            )
+        return casts[dtype]
 
     def __repr__(self) -> str:
         kind = "residue-level" if self.residue_level else "subword"

@@ -24,7 +24,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-__all__ = ["Evaluation", "Target", "ConstrainedTarget"]
+__all__ = ["Evaluation", "Target", "WindowedTarget", "DerivedTarget", "ConstrainedTarget"]
 
 
 class Evaluation(NamedTuple):
@@ -103,27 +103,40 @@ class Target(Protocol):
         ...
 
 
-class ConstrainedTarget:
-    """A target with extra log-density terms: ``log p(x) = -E(x)/T + log_factor(x)``.
+@runtime_checkable
+class WindowedTarget(Target, Protocol):
+    """A target whose energy is a sum of per-position terms that can be evaluated on a subset of
+    its positions, optionally with the model in another dtype: what
+    :class:`~mlm_ppl.inference.SurrogateMH` needs for its cheap surrogate.
+    :class:`~mlm_ppl.MaskedLMDistribution` is one, and a :class:`ConstrainedTarget` over one.
 
-    Everything but :meth:`evaluate` is the base target's.
-
-    Parameters
+    Attributes
     ----------
-    base : Target
-        Usually a :class:`~mlm_ppl.MaskedLMDistribution`.
-    log_factor : callable
-        ``tokens (N, L) -> (N,)`` extra log-density (constraints, likelihood terms that depend
-        on the tokens); ``-inf`` forbids a state.
+    scored_positions : Tensor
+        ``(M,)`` long, the columns that contribute an energy term (free positions included).
     """
 
-    def __init__(self, base: Target, log_factor: Callable[[Tensor], Tensor]) -> None:
-        if not callable(log_factor):
-            raise TypeError("log_factor must be a callable tokens (N, L) -> (N,)")
-        self.base = base
-        self.log_factor = log_factor
+    @property
+    def scored_positions(self) -> Tensor: ...
 
-    # -- the base target's description, unchanged
+    def evaluate(
+        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+    ) -> Evaluation:
+        """:meth:`Target.evaluate` with the energy summed over ``positions`` only (every free
+        position among them) and the model run in ``dtype``; the defaults give the energy itself."""
+        ...
+
+
+class DerivedTarget:
+    """A target built on another, ``base``: its whole description is the base's (template, free
+    positions, temperature, energy, vocabulary, conditionals at blocks, validation, and the
+    base's ``mlm`` and ``scored_positions`` where it has them); a subclass changes
+    :meth:`evaluate`. :class:`ConstrainedTarget` adds log-factors;
+    :class:`~mlm_ppl.inference.surrogate_mh.SurrogateTarget` restricts the energy."""
+
+    def __init__(self, base: Target) -> None:
+        self.base = base
+
     @property
     def template(self) -> Tensor:
         return self.base.template
@@ -157,16 +170,52 @@ class ConstrainedTarget:
         """The base target's masked LM (None for targets without one)."""
         return getattr(self.base, "mlm", None)
 
+    @property
+    def scored_positions(self) -> Tensor:
+        """The base's (a :class:`WindowedTarget` capability; AttributeError for bases without it)."""
+        return self.base.scored_positions  # type: ignore[attr-defined]
+
     def site_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
         return self.base.site_logits(tokens, positions)
 
     def validate_tokens(self, tokens: Tensor) -> None:
         self.base.validate_tokens(tokens)
 
-    # -- the one thing it changes
     def evaluate(self, tokens: Tensor) -> Evaluation:
-        """The base evaluation with ``log_factor(tokens)`` added to its log-factors."""
-        ev = self.base.evaluate(tokens)
+        return self.base.evaluate(tokens)
+
+
+class ConstrainedTarget(DerivedTarget):
+    """A target with extra log-density terms: ``log p(x) = -E(x)/T + log_factor(x)``.
+
+    Everything but :meth:`evaluate` is the base target's.
+
+    Parameters
+    ----------
+    base : Target
+        Usually a :class:`~mlm_ppl.MaskedLMDistribution`.
+    log_factor : callable
+        ``tokens (N, L) -> (N,)`` extra log-density (constraints, likelihood terms that depend
+        on the tokens); ``-inf`` forbids a state.
+    """
+
+    def __init__(self, base: Target, log_factor: Callable[[Tensor], Tensor]) -> None:
+        if not callable(log_factor):
+            raise TypeError("log_factor must be a callable tokens (N, L) -> (N,)")
+        super().__init__(base)
+        self.log_factor = log_factor
+
+    # -- the one thing it changes
+    def evaluate(
+        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+    ) -> Evaluation:
+        """The base evaluation with ``log_factor(tokens)`` added to its log-factors;
+        ``positions`` and ``dtype`` go to a base that can restrict its energy
+        (:class:`WindowedTarget`)."""
+        if positions is None and dtype is None:
+            ev = self.base.evaluate(tokens)
+        else:
+            ev = self.base.evaluate(tokens, positions, dtype=dtype)  # type: ignore[call-arg]
         extra = torch.as_tensor(self.log_factor(tokens), dtype=ev.energy.dtype).reshape(-1)
         if extra.shape != ev.energy.shape:
             raise ValueError(f"log_factor must return shape ({tokens.shape[0]},), got {tuple(extra.shape)}")

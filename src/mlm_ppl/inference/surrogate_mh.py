@@ -1,0 +1,252 @@
+"""Surrogate-transition Metropolis-Hastings: a cheap inner chain, one exact correction per move.
+
+**The argument** (the surrogate transition method, Liu 2001, *Monte Carlo Strategies in
+Scientific Computing*, section 9.4; delayed acceptance, Christen & Fox 2005). Let
+``p(x) ∝ exp(-E(x)/T + log_factor(x))`` be the target and ``p~(x) ∝ exp(-E~(x)/T + log_factor(x))``
+any surrogate with the same support. Let ``Q`` be a Markov kernel that is *reversible* for
+``p~``: ``p~(x) Q(x, y) = p~(y) Q(y, x)``. Propose ``y ~ Q(x, .)`` and accept with
+
+    log a = [log p(y) - log p(x)] - [log p~(y) - log p~(x)].
+
+The MH ratio of the proposal ``Q`` for the target is ``p(y) Q(y, x) / (p(x) Q(x, y))``, and
+reversibility gives ``Q(y, x) / Q(x, y) = p~(x) / p~(y)``: exactly the ratio above. So the
+chain leaves ``p`` invariant whatever the surrogate; a good surrogate only makes ``a`` close to 1.
+
+**Here**: ``E~`` is the target's own energy restricted to the scored positions within
+``surrogate_window`` of a free position (window 0: the free positions' own terms), optionally
+with the model in ``surrogate_dtype``; ``Q`` is ``inner_steps`` steps of single-site
+:class:`~mlm_ppl.inference.MetropolisHastings` on ``p~`` with random scan. Each single-site MH
+step is reversible for ``p~`` (detailed balance), a random-scan step is a fixed mixture of
+them and so reversible, and a power of a reversible kernel is reversible. Each inner proposal
+costs one pass over the window's masked copies (13 for the 13 free positions of a CDR-H3)
+instead of the whole sequence's (120), and the move is corrected with one evaluation of the
+full energy.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import torch
+from torch import Tensor
+
+from .._checks import check_choice, check_count
+from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget
+from .base import accept, check_states
+from .mh import MetropolisHastings, MHState
+
+__all__ = ["SurrogateMH", "SurrogateState", "SurrogateInfo", "SurrogateTarget", "SURROGATE_DTYPES"]
+
+SURROGATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""Dtypes the surrogate's model may run in (``surrogate_dtype``); None: the target model's own."""
+
+
+class SurrogateTarget(DerivedTarget):
+    """The surrogate ``p~``: a :class:`~mlm_ppl.models.WindowedTarget`'s energy restricted to the
+    scored positions within ``window`` of a free position, its model in ``dtype``, and the
+    same log-factor. A :class:`~mlm_ppl.models.Target` itself (everything but :meth:`evaluate`
+    is the base's), so the inner chain is the library's own
+    :class:`~mlm_ppl.inference.MetropolisHastings`."""
+
+    def __init__(self, base: WindowedTarget, window: int, dtype: torch.dtype | None) -> None:
+        super().__init__(base)
+        self.window = window
+        self.dtype = dtype
+        scored, free = base.scored_positions, base.free_positions
+        distance = (scored[:, None] - free[None, :]).abs().min(1).values
+        self.positions = scored[distance <= window]  # (W,) the columns whose terms E~ sums
+
+    def evaluate(self, tokens: Tensor) -> Evaluation:
+        """``E~``, the log-factor and the free positions' conditionals (from the window's copies)."""
+        return self.base.evaluate(tokens, self.positions, dtype=self.dtype)  # type: ignore[call-arg]
+
+    def __repr__(self) -> str:
+        return f"SurrogateTarget(window={self.window}, positions={self.positions.numel()}, dtype={self.dtype})"
+
+
+class SurrogateState(NamedTuple):
+    """State of C surrogate-MH chains: the target's energy of the current tokens, and the inner
+    chain's state there (the surrogate energy and the conditionals the next proposals use)."""
+
+    tokens: Tensor  # (C, L) long
+    energy: Tensor  # (C,) E(x), the target's
+    log_factor: Tensor  # (C,)
+    inner: MHState  # the surrogate chain at tokens
+    step: int
+
+
+class SurrogateInfo(NamedTuple):
+    """Per-step statistics of C chains."""
+
+    lp: Tensor  # (C,) log target density after the step
+    is_accepted: Tensor  # (C,) bool, the outer (exact) acceptance; True for a move that changed nothing
+    acceptance_rate: Tensor  # (C,) min(1, exp(log a)) of the outer correction
+    n_changed: Tensor  # (C,) positions that differ before and after the step
+    n_moves: Tensor  # (C,) accepted single-site changes along an accepted move's path, else 0
+    inner_acceptance: Tensor  # (C,) fraction of the inner proposals accepted (on the surrogate)
+    masked_copies: Tensor  # (C,) masked copies run by the step: inner proposals and the correction
+
+
+class SurrogateMH:
+    """Surrogate-transition Metropolis-Hastings (Liu 2001, section 9.4): exact for the target.
+
+    **Target**: ``p(x) ∝ exp(-E(x)/T + log_factor(x))`` of the target (a
+    :class:`~mlm_ppl.MaskedLMDistribution`, optionally a
+    :class:`~mlm_ppl.models.ConstrainedTarget` over one).
+
+    **One step**: ``inner_steps`` random-scan single-site MH steps on the surrogate
+    ``p~(x) ∝ exp(-E~(x)/T + log_factor(x))``, with the proposals of
+    :class:`~mlm_ppl.inference.MetropolisHastings` (MLM conditionals at ``proposal_temperature``,
+    ``top_k``, ``top_p``); then the whole move ``x -> y`` is accepted with
+    ``log a = [log p(y) - log p(x)] - [log p~(y) - log p~(x)]``. See the module docstring for
+    why this is exact whatever the surrogate (tests check the transition matrix by enumeration).
+
+    **Cost**: each inner proposal that changes the state runs the window's masked copies;
+    each step whose inner chain moved runs the whole sequence's once.
+
+    Parameters
+    ----------
+    target : WindowedTarget
+    inner_steps : int, optional
+        Surrogate steps per move; default ``4 * num_free`` (four sweeps' worth).
+    surrogate_window : int
+        ``E~`` sums the energy terms of the scored positions within this many columns of a free
+        position (default 0: the free positions' own terms).
+    surrogate_dtype : {"float32", "bfloat16", "float16"}, optional
+        Run the surrogate's model in this dtype (a cached copy; the target keeps its own).
+    proposal_temperature, top_k, top_p
+        The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings`.
+    """
+
+    needs_complete_start: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        inner_steps: int | None = None,
+        surrogate_window: int = 0,
+        surrogate_dtype: str | None = None,
+        proposal_temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+    ) -> None:
+        try:  # a WindowedTarget; checked by use, as a Protocol check may not evaluate properties
+            scored: Tensor = target.scored_positions  # type: ignore[attr-defined]
+        except AttributeError:
+            raise TypeError(
+                "SurrogateMH needs a target whose energy is a sum of per-position terms that it can restrict "
+                f"(a MaskedLMDistribution, or a ConstrainedTarget over one); got {type(target).__name__}"
+            ) from None
+        if isinstance(surrogate_window, bool) or not isinstance(surrogate_window, int) or surrogate_window < 0:
+            raise ValueError(f"surrogate_window must be an int >= 0, got {surrogate_window!r}")
+        dtype = None
+        if surrogate_dtype is not None:
+            dtype = SURROGATE_DTYPES[check_choice(surrogate_dtype, "surrogate_dtype", tuple(SURROGATE_DTYPES))]
+        self.target = target
+        self.inner_steps = 4 * target.num_free if inner_steps is None else check_count(inner_steps, "inner_steps")
+        self.surrogate_window = surrogate_window
+        self.surrogate_dtype = surrogate_dtype
+        self.surrogate = SurrogateTarget(target, surrogate_window, dtype)  # type: ignore[arg-type]
+        self.inner = MetropolisHastings(
+            self.surrogate, scan="random", proposal_temperature=proposal_temperature, top_k=top_k, top_p=top_p
+        )
+        self._full_copies = int(scored.numel())
+        self._window_copies = int(self.surrogate.positions.numel())
+
+    # -- state
+    def init(self, tokens: Tensor) -> SurrogateState:
+        """Evaluate complete starting states ``(C, L)`` under the target and the surrogate."""
+        tokens = check_states(self.target, tokens)
+        ev = self.target.evaluate(tokens)
+        return SurrogateState(tokens, ev.energy, ev.log_factor, self.inner.init(tokens), 0)
+
+    def with_log_factor(self, state: SurrogateState, log_factor: Tensor) -> SurrogateState:
+        """The state with new extra log terms, in the target's and the surrogate's part alike."""
+        return state._replace(log_factor=log_factor, inner=self.inner.with_log_factor(state.inner, log_factor))
+
+    def log_density(self, energy: Tensor, log_factor: Tensor) -> Tensor:
+        """``-E/T + log_factor`` (the same form for the target and the surrogate)."""
+        return -energy / self.target.temperature + log_factor
+
+    # -- one step
+    def step(self, state: SurrogateState, generator: torch.Generator) -> tuple[SurrogateState, SurrogateInfo]:
+        """``inner_steps`` surrogate steps, then one exact accept/reject of the whole move."""
+        C = state.tokens.shape[0]
+        start = state.inner
+        inner = start
+        moves = torch.zeros(C, dtype=torch.long)
+        accepted_inner = torch.zeros(C)
+        copies = torch.zeros(C, dtype=torch.long)
+        for _ in range(self.inner_steps):
+            before = inner.tokens
+            inner, inner_info = self.inner.step(inner, generator)
+            moves += inner_info.n_changed
+            accepted_inner += inner_info.is_accepted.float()
+            # MH ran the window's copies for every proposal that differed from the state: those it
+            # took (the tokens changed) and those it refused (acceptance below 1; a proposal equal
+            # to the state has acceptance 1 and costs nothing)
+            evaluated = (inner.tokens != before).any(-1) | (inner_info.acceptance_rate < 1)
+            copies += evaluated.long() * self._window_copies
+        moved = (inner.tokens != state.tokens).any(-1)  # (C,)
+
+        lp_x = self.log_density(state.energy, state.log_factor)
+        lp_y = lp_x.clone()
+        energy, log_factor = state.energy.clone(), state.log_factor.clone()
+        if moved.any():
+            ev = self.target.evaluate(inner.tokens[moved])  # the step's one full-energy pass
+            lp_y[moved] = self.log_density(ev.energy, ev.log_factor)
+            copies += moved.long() * self._full_copies
+        surrogate_gain = self.log_density(inner.energy, inner.log_factor) - self.log_density(
+            start.energy, start.log_factor
+        )
+        log_a = torch.where(moved, (lp_y - lp_x) - surrogate_gain.to(lp_x.dtype), torch.zeros(C, dtype=lp_x.dtype))
+        is_accepted = accept(log_a, generator)
+        take = is_accepted & moved
+        if take.any():
+            kept = take[moved]
+            energy[take], log_factor[take] = ev.energy[kept], ev.log_factor[kept]
+        rows = take[:, None]
+        new_inner = MHState(
+            torch.where(rows, inner.tokens, start.tokens),
+            torch.where(take, inner.energy, start.energy),
+            torch.where(take, inner.log_factor, start.log_factor),
+            torch.where(take[:, None, None], inner.cond_logits, start.cond_logits),
+            inner.step,
+            inner.order,
+        )
+        new = SurrogateState(new_inner.tokens, energy, log_factor, new_inner, state.step + 1)
+        info = SurrogateInfo(
+            lp=self.log_density(energy, log_factor),
+            is_accepted=is_accepted,
+            acceptance_rate=torch.nan_to_num(log_a.clamp(max=0).exp(), nan=0.0).float(),
+            n_changed=(new.tokens != state.tokens).sum(-1),
+            n_moves=torch.where(take, moves, torch.zeros_like(moves)),
+            inner_acceptance=accepted_inner / self.inner_steps,
+            masked_copies=copies,
+        )
+        return new, info
+
+    # -- exact transition matrix (for exact enumeration)
+    def step_matrix(self, states: Tensor, evaluation: Evaluation, index) -> Tensor:
+        """``(S, S)`` transition matrix of one step over all ``states`` (``evaluation`` is the
+        target's of them): the inner chain's exact ``inner_steps``-step matrix on the
+        surrogate, corrected by the outer acceptance. Uses the kernels' own code."""
+        from .exact import transition_matrix  # exact imports nothing of this module: no cycle
+
+        Q = torch.linalg.matrix_power(transition_matrix(self.inner, states), self.inner_steps)
+        lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
+        sur = self.surrogate.evaluate(states)
+        lp_sur = self.log_density(sur.energy, sur.log_factor).double()
+        gain = lp - lp_sur  # log a(x -> y) = gain[y] - gain[x]
+        A = torch.nan_to_num((gain[None, :] - gain[:, None]).clamp(max=0).exp(), nan=0.0)
+        P = Q * A
+        P.diagonal().zero_()
+        P.diagonal().copy_(1 - P.sum(1))
+        return P
+
+    def __repr__(self) -> str:
+        return (
+            f"SurrogateMH(inner_steps={self.inner_steps}, surrogate_window={self.surrogate_window}, "
+            f"surrogate_dtype={self.surrogate_dtype!r}, inner={self.inner!r})"
+        )

@@ -1,0 +1,122 @@
+"""Surrogate-transition MH against exact enumeration: exact for the target whatever the surrogate."""
+
+import pytest
+import torch
+
+from exactness import after, check_fit, empirical, invariance_error
+from mlm_ppl import MaskedLMDistribution, SurrogateMH, sample
+from mlm_ppl.inference import MetropolisHastings, exact, make_kernel, run_chains, step_stats
+from mlm_ppl.models import ConstrainedTarget
+from mlm_ppl.testing import goyal_counterexample
+
+LONG = "AC[MASK]D[MASK]EA[MASK]C"  # 3 free positions among fixed ones: windows 0, 1, 2 differ
+
+
+def _factor(mlm, dist):
+    a = mlm.vocab.index("A")
+    return lambda x: torch.where(x[:, dist.free_positions[0]] == a, 0.0, -1.5).to(torch.float64)
+
+
+@pytest.mark.parametrize("window", [0, 1])
+@pytest.mark.parametrize("surrogate_dtype", [None, "float32", "bfloat16"])
+@pytest.mark.parametrize("with_factor", [False, True], ids=["bare", "factor"])
+def test_surrogate_mh_leaves_the_target_invariant(tiny4_64, window, surrogate_dtype, with_factor):
+    """The exact one-step matrix (the inner chain's K-step matrix on the surrogate, corrected by the
+    outer acceptance) has the target as its stationary law, to rounding, although the surrogate's own
+    law is far from it."""
+    dist = MaskedLMDistribution(tiny4_64, LONG, temperature=0.8)
+    target = ConstrainedTarget(dist, _factor(tiny4_64, dist)) if with_factor else dist
+    kernel = SurrogateMH(target, surrogate_window=window, surrogate_dtype=surrogate_dtype, inner_steps=3, top_k=3)
+    pi = exact.exact_log_probs(target).exp()
+    surrogate = exact.exact_log_probs(kernel.surrogate).exp()
+    assert exact.total_variation(surrogate, pi) > 0.03  # a poor surrogate: the correction does the work
+    assert kernel.surrogate.positions.numel() == (3 if window == 0 else 8)
+    assert invariance_error(kernel, pi) < 1e-10
+
+
+def test_the_invariance_check_has_power(tiny4_64):
+    """Without the outer correction (the inner chain alone) the same check fails: it samples p~."""
+    dist = MaskedLMDistribution(tiny4_64, LONG)
+    kernel = SurrogateMH(dist, inner_steps=3)
+    pi = exact.exact_log_probs(dist).exp()
+    Q = torch.linalg.matrix_power(exact.transition_matrix(kernel.inner), 3)
+    assert float((pi @ Q - pi).abs().max()) > 1e-3
+    sur = exact.exact_log_probs(kernel.surrogate).exp()
+    assert float((sur @ Q - sur).abs().max()) < 1e-10  # the inner chain is exact for its own target
+
+
+def test_the_sampling_code_follows_the_exact_matrix_before_and_after_mixing(tiny4):
+    """3000 independent chains from uniform starts: after 1 step (far from the target) and after 12
+    (at it), their states follow p0 P^n, P built from the kernel's own code by enumeration."""
+    dist = MaskedLMDistribution(tiny4, LONG, temperature=3.0)  # TV to the target 0.25 after 1 step, 0.004 after 12
+    kernel = SurrogateMH(dist, surrogate_window=0, inner_steps=3, proposal_temperature=3.0)
+    pi = exact.exact_log_probs(dist).exp()
+    p1 = after(kernel, 1)
+    assert exact.total_variation(p1, pi) > 0.05  # not mixed after one step
+    one = run_chains(kernel, 3000, 1, seed=5, init="uniform")
+    check_fit(p1, empirical(dist, one.tokens[:, 0]), tv_bound=0.06)
+    p12 = after(kernel, 12)
+    assert exact.total_variation(p12, pi) < 0.01
+    run = run_chains(kernel, 3000, 1, warmup_steps=11, seed=6, init="uniform")
+    check_fit(pi, empirical(dist, run.tokens[:, 0]), tv_bound=0.06)
+
+
+def test_statistics_and_cost(tiny4, monkeypatch):
+    """masked_copies counts the copies really run; n_moves counts an accepted move's inner changes;
+    plain MH reports n_moves = n_changed."""
+    dist = MaskedLMDistribution(tiny4, LONG)
+    kernel = SurrogateMH(dist, surrogate_window=0, inner_steps=4)
+    state = kernel.init(run_chains(MetropolisHastings(dist), 5, 1, seed=0).tokens[:, 0])
+    rows = []
+    real = tiny4.logits_at
+    monkeypatch.setattr(tiny4, "logits_at", lambda ids, attn, q: rows.append(ids.shape[0]) or real(ids, attn, q))
+    gen = torch.Generator().manual_seed(2)
+    moved_any = False
+    for _ in range(12):
+        rows.clear()
+        before = state.tokens
+        state, info = kernel.step(state, gen)
+        assert sum(rows) == int(info.masked_copies.sum())
+        stats = step_stats(info)
+        assert set(stats) >= {"n_moves", "inner_acceptance", "masked_copies"}
+        assert torch.equal(info.n_changed, (state.tokens != before).sum(-1))
+        assert ((info.n_moves >= info.n_changed) | ~info.is_accepted).all()
+        assert (info.n_moves[~info.is_accepted] == 0).all()
+        assert ((0 <= info.inner_acceptance) & (info.inner_acceptance <= 1)).all()
+        moved_any |= bool((info.n_moves > 0).any())
+    assert moved_any
+    # the cached energies are those of the final tokens, under the target and the surrogate
+    fresh, fresh_sur = dist.evaluate(state.tokens), kernel.surrogate.evaluate(state.tokens)
+    assert torch.allclose(state.energy, fresh.energy, atol=1e-5)
+    assert torch.allclose(state.inner.energy, fresh_sur.energy, atol=1e-5)
+    assert torch.allclose(state.inner.cond_logits, fresh_sur.cond_logits, atol=1e-5)
+    mh = MetropolisHastings(dist)
+    _, mh_info = mh.step(mh.init(state.tokens), gen)
+    assert torch.equal(step_stats(mh_info)["n_moves"], mh_info.n_changed)
+
+
+def test_runs_record_the_new_statistics_and_the_summary_reports_them(tiny4):
+    from mlm_ppl import summary, to_inference_data
+
+    run = sample(tiny4, LONG, kernel="surrogate-mh", num_chains=2, num_samples=20, seed=0, inner_steps=3)
+    assert {"n_moves", "inner_acceptance", "masked_copies"} <= set(run.stats)
+    report = summary(to_inference_data(run, mlm=tiny4))
+    assert report.inner_acceptance is not None and 0 <= report.inner_acceptance <= 1
+    assert report.masked_copies_per_step > 0 and "inner acceptance" in str(report)
+    plain = summary(to_inference_data(sample(tiny4, LONG, num_chains=2, num_samples=20, seed=0), mlm=tiny4))
+    assert plain.inner_acceptance is None and "inner acceptance" not in str(plain)
+
+
+def test_bad_options_fail_before_any_work(tiny4):
+    dist = MaskedLMDistribution(tiny4, LONG)
+    with pytest.raises(ValueError, match="surrogate_window must be an int >= 0"):
+        SurrogateMH(dist, surrogate_window=-1)
+    with pytest.raises(ValueError, match="inner_steps"):
+        SurrogateMH(dist, inner_steps=0)
+    with pytest.raises(ValueError, match="unknown surrogate_dtype 'float8'"):
+        SurrogateMH(dist, surrogate_dtype="float8")
+    with pytest.raises(TypeError, match="kernel 'mh'.*surrogate_window"):
+        make_kernel("mh", dist, surrogate_window=1)
+    with pytest.raises(TypeError, match="sum of per-position terms"):
+        SurrogateMH(goyal_counterexample())
+    assert SurrogateMH(dist).inner_steps == 4 * dist.num_free
