@@ -37,7 +37,8 @@ lint: venv
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
-# docs/notebooks/*.ipynb: each percent-script source executed at full size on a Jupyter kernel (about 15 minutes)
+# docs/notebooks/*.ipynb: each percent-script source executed at full size on a Jupyter kernel
+# (about 40 minutes on 2 cores, 30 of them notebook 05's 1600 Gibbs iterations on AntiBERTy)
 notebooks: venv
 	$(PY) docs/notebooks/execute.py
 

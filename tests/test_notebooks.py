@@ -24,7 +24,10 @@ def _code_cells(nb):
 
 
 def _params(paths):
-    return [pytest.param(p, marks=pytest.mark.slow, id=p.stem) if p.stem in ANTIBERTY else pytest.param(p, id=p.stem) for p in paths]
+    return [
+        pytest.param(p, marks=pytest.mark.slow, id=p.stem) if p.stem in ANTIBERTY else pytest.param(p, id=p.stem)
+        for p in paths
+    ]
 
 
 @pytest.mark.parametrize("path", _params(SOURCES))
