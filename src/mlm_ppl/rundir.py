@@ -137,7 +137,10 @@ def _unpack_state(state_type: str, fields: dict[str, Any]) -> Any:
         k: _unpack_state(v["state_type"], v["state"]) if isinstance(v, dict) and "state_type" in v else v
         for k, v in fields.items()
     }
-    return _STATES[state_type](**values)
+    try:
+        return _STATES[state_type](**values)
+    except TypeError as err:  # fields of another version or another kernel
+        raise ValueError(f"kernel state {state_type!r} does not match this version ({err})") from None
 
 
 def load_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
