@@ -75,7 +75,15 @@ def test_a_killed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, ca
     assert main(_args(model_dir, whole)) == 0
     capsys.readouterr()
     cmd = [sys.executable, "-m", "mlm_ppl.cli", *_args(model_dir, cut, "--checkpoint-seconds", "0")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell's background job ignores SIGINT and children inherit that: restore the default so the
+    # run gets its KeyboardInterrupt however the test suite itself was started
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     step = _wait_for_checkpoint(cut, proc, min_step=40)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)

@@ -122,7 +122,7 @@ def test_models_the_kernel_cannot_run(tiny4):
         MLMKernel(extra_latent).setup(0)
     with pytest.raises(ValueError, match="batched chains .* need one token site outside any pyro.plate"):
         MLMKernel(plated, num_chains=2).setup(0)
-    with pytest.raises(ValueError, match="updated site by site with kernel='mh'"):
+    with pytest.raises(ValueError, match="updated site by site with kernel 'mh' or 'surrogate-mh', not 'pseudo-gibbs'"):
         MLMKernel(plated, kernel="pseudo-gibbs").setup(0)
     with pytest.raises(ValueError, match="mask-predict is a decoder"):
         MLMKernel(plated, kernel="mask-predict")
