@@ -113,6 +113,7 @@ class MaskedLM(TokenCodec):
         )
         self.model = model.eval()
         self.memory_budget_mb = float(memory_budget_mb)
+        self._casts: dict[torch.dtype, MaskedLM] = {}  # copies in other dtypes, made by cast()
         self.encoder, self.head = _split_head(model)
         if compile:
             self.encoder = torch.compile(self.encoder, dynamic=True)
@@ -145,16 +146,15 @@ class MaskedLM(TokenCodec):
             return self
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-        casts: dict[torch.dtype, MaskedLM] = self.__dict__.setdefault("_casts", {})
-        if dtype not in casts:
-            casts[dtype] = MaskedLM(
+        if dtype not in self._casts:
+            self._casts[dtype] = MaskedLM(
                 copy.deepcopy(self.model).to(dtype),
                 self.tokenizer,
                 name=f"{self.name} ({str(dtype).removeprefix('torch.')})",
                 residue_level=self.residue_level,
                 memory_budget_mb=self.memory_budget_mb,
             )
-        return casts[dtype]
+        return self._casts[dtype]
 
     def __repr__(self) -> str:
         kind = "residue-level" if self.residue_level else "subword"
