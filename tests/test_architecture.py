@@ -12,15 +12,16 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mlm_ppl"
 # inference/ moves states, diagnostics/evaluation/rundir present results, cli/ maps flags.
 ALLOWED = {
     "_checks": set(),
+    "_files": set(),
     "data": set(),
     "models": {"_checks"},
     "inference": {"_checks", "models"},
     "testing": {"_checks", "models"},
-    "diagnostics": {"_checks", "models", "inference"},
-    "rundir": {"_checks", "models", "inference", "diagnostics"},
-    "evaluation": {"_checks", "data", "models", "inference", "diagnostics", "rundir"},
-    "cli": {"_checks", "data", "models", "inference", "diagnostics", "rundir", "evaluation"},
-    "": {"_checks", "data", "models", "inference", "diagnostics", "rundir", "evaluation", "cli", "testing"},
+    "diagnostics": {"_checks", "_files", "models", "inference"},
+    "rundir": {"_checks", "_files", "models", "inference", "diagnostics"},
+    "evaluation": {"_checks", "_files", "data", "models", "inference", "diagnostics", "rundir"},
+    "cli": {"_checks", "_files", "data", "models", "inference", "diagnostics", "rundir", "evaluation"},
+    "": {"_checks", "_files", "data", "models", "inference", "diagnostics", "rundir", "evaluation", "cli", "testing"},
 }
 # Lazy imports that may close a loop, each documented where it is: MaskedLMDistribution.sample
 # runs MH chains (the one call from models/ into inference/), and runner's deprecated re-export of

@@ -17,12 +17,13 @@ def test_a_run_resumed_from_a_checkpoint_on_disk_equals_the_whole_run(tiny4, tmp
 
     def keep(cp):
         if cp.step == 5:
-            rundir.save_checkpoint(tmp_path, cp)
+            rundir.save_checkpoint(run_dir, cp, {"seed": 4})
             saved.append(cp.step)
 
-    run_chains(k, 3, 6, warmup_steps=2, seed=4, on_checkpoint=keep, checkpoint_seconds=0)
+    with rundir.RunDirectory.create(tmp_path / "run", "sample") as run_dir:
+        run_chains(k, 3, 6, warmup_steps=2, seed=4, on_checkpoint=keep, checkpoint_seconds=0)
     assert saved == [5]
-    resumed = run_chains(k, 3, 6, warmup_steps=2, seed=4, resume=rundir.load_checkpoint(tmp_path))
+    resumed = run_chains(k, 3, 6, warmup_steps=2, seed=4, resume=rundir.load_checkpoint(run_dir.path))
     assert torch.equal(resumed.tokens, whole.tokens)
     assert set(resumed.stats) == set(whole.stats)
     for name, values in whole.stats.items():
@@ -36,6 +37,7 @@ def test_a_checkpoint_of_the_first_release_loads_with_n_moves(tiny4, tmp_path):
     run_chains(k, 2, 4, seed=1, on_checkpoint=cps.append, checkpoint_seconds=0)
     old = cps[-1]
     old.stats.pop("n_moves")
-    rundir.save_checkpoint(tmp_path, old)
-    loaded = rundir.load_checkpoint(tmp_path)
+    with rundir.RunDirectory.create(tmp_path / "run", "sample") as run_dir:
+        rundir.save_checkpoint(run_dir, old, {})
+    loaded = rundir.load_checkpoint(run_dir.path)
     assert torch.equal(loaded.stats["n_moves"], loaded.stats["n_changed"])

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._files import save_figure
+
 if TYPE_CHECKING:  # pragma: no cover
     import arviz
     import pandas
@@ -378,10 +380,8 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
                 warnings.simplefilter("ignore", UserWarning)  # KDE of a constant lp (stuck chains)
                 axes = fn(idata.sample_stats, var_names=["lp"])
             fig = np.ravel(axes)[0].figure
-            path = os.path.join(out_dir, f"{kind}_lp.png")
-            fig.savefig(path, dpi=100, bbox_inches="tight")
+            paths.append(_save(fig, out_dir, f"{kind}_lp.png"))
             plt.close(fig)  # only the figure ArviZ made: a notebook's own figures stay open
-            paths.append(path)
     acc = idata.sample_stats["is_accepted"].values.astype(float)  # (C, D)
     fig = Figure(figsize=(7, 3.5))
     ax = fig.subplots()
@@ -416,9 +416,7 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
 def _save(fig, out_dir: str, name: str) -> str:
     import os
 
-    path = os.path.join(out_dir, name)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    return path
+    return save_figure(fig, os.path.join(out_dir, name), dpi=100, bbox_inches="tight")
 
 
 def _attr_list(attrs: Mapping, name: str) -> list | None:

@@ -179,7 +179,7 @@ def test_bad_templates_and_directories(model_dir, tmp_path, capsys):
     foreign.mkdir()
     (foreign / "config.json").write_text('{"hello": 1}')
     assert main(["sample", "--resume", str(foreign)]) == 2
-    assert "not an mlm-ppl run configuration" in capsys.readouterr().err
+    assert "not an mlm-ppl sample run directory" in capsys.readouterr().err
     (foreign / "run.nc").write_text("not netcdf")
     assert main(["diagnose", str(foreign / "run.nc")]) == 2
     assert "not an mlm-ppl run file" in capsys.readouterr().err

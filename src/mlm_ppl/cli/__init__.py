@@ -10,7 +10,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from . import diagnose, germlines, pairs, sample, score
@@ -32,13 +35,55 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``mlm-ppl`` console script; returns the exit status."""
+    """Entry point of the ``mlm-ppl`` console script; returns the exit status.
+
+    Every expected failure (a bad argument or file, a damaged model or checkpoint, a full or
+    read-only disk, a lock held by another process, memory that runs out) is one line on stderr
+    and exit status 2. Anything else is a bug: its traceback, a request to report it, status 1.
+    """
     args = build_parser().parse_args(argv)
     try:
         return _COMMANDS[args.command].run(args, sys.stdout)
-    except (ValueError, TypeError, ModuleNotFoundError, FileNotFoundError) as err:
-        print(f"mlm-ppl {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except BrokenPipeError:  # the reader went away (`mlm-ppl diagnose DIR | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush of stdout does not fail again
+        return 141
     except KeyboardInterrupt:
         print(f"mlm-ppl {args.command}: interrupted", file=sys.stderr)
         return 130
+    except (ValueError, TypeError, OSError, MemoryError, ModuleNotFoundError) as err:
+        print(f"mlm-ppl {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:
+        if _out_of_memory(err):
+            print(
+                f"mlm-ppl {args.command}: error: out of memory ({_one_line(err)}); use fewer chains or draws",
+                file=sys.stderr,
+            )
+            return 2
+        return _bug(args.command)
+    except Exception:
+        return _bug(args.command)
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        text += " (the disk is full: free space and rerun; a run resumes from its last checkpoint with --resume)"
+    return text
+
+
+def _out_of_memory(err: RuntimeError) -> bool:
+    import torch
+
+    return isinstance(err, torch.OutOfMemoryError) or "can't allocate memory" in str(err)
+
+
+def _bug(command: str) -> int:
+    traceback.print_exc()
+    print(
+        f"mlm-ppl {command}: this is a bug in mlm-ppl, not in your input; please report it with the command "
+        "line and the traceback above",
+        file=sys.stderr,
+    )
+    return 1

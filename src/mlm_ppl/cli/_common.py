@@ -30,7 +30,11 @@ def load(args: argparse.Namespace) -> Any:
 
 
 def read_lines(source: str) -> list[str]:
-    """Non-blank lines of a UTF-8 file, or of stdin for ``-``; a clear error otherwise."""
+    """Non-blank lines of a UTF-8 file, or of stdin for ``-``; a clear error otherwise.
+
+    Lines end at ``\\n`` only (a ``\\r`` before it is dropped): a vertical tab or U+2028 inside a
+    line stays in it. A tab is refused, since the output is tab-separated.
+    """
     if source == "-":
         text = sys.stdin.read()
     else:
@@ -39,14 +43,20 @@ def read_lines(source: str) -> list[str]:
                 text = fh.read()
         except FileNotFoundError:
             raise FileNotFoundError(f"input file {source!r} does not exist") from None
+        except IsADirectoryError:
+            raise ValueError(f"input {source!r} is a directory; give a file with one sequence per line") from None
         except UnicodeDecodeError as err:
             raise ValueError(f"input file {source!r} is not UTF-8 text: {err}") from None
-    lines = text.splitlines()
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines and lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
     if not lines:
         raise ValueError(f"no sequences in {'stdin' if source == '-' else repr(source)}")
     for i, line in enumerate(lines, 1):
         if not line.strip():
             raise ValueError(f"line {i} is blank; give one sequence per line")
+        if "\t" in line:
+            raise ValueError(f"line {i} holds a tab, which the tab-separated output cannot; remove it")
     return lines
 
 

@@ -15,10 +15,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..diagnostics import plot_diagnostics, read_run, summary
+    from ..rundir import MARKER, PLOTS, RunDirectory
 
     idata = read_run(args.path)
     path = os.path.join(args.path, "run.nc") if os.path.isdir(args.path) else args.path
     out.write(str(summary(idata)) + "\n")
-    plots = plot_diagnostics(idata, args.plots or os.path.dirname(os.path.abspath(path)))
+    out.flush()
+    plot_dir = args.plots or os.path.dirname(os.path.abspath(path))
+    if os.path.isfile(os.path.join(plot_dir, MARKER)):  # a run directory: plot under its lock, as its files
+        with RunDirectory.open(plot_dir, "sample") as run_dir:
+            for name in PLOTS:
+                run_dir.record(name)
+            plots = plot_diagnostics(idata, plot_dir)
+    else:
+        plots = plot_diagnostics(idata, plot_dir)
     out.write(f"plots: {', '.join(plots)}\n")
     return 0

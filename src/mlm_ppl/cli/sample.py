@@ -8,8 +8,10 @@ import os
 import sys
 from typing import Any, TextIO
 
+from .._checks import check_choice, check_seed, check_temperature
 from ..inference.api import KERNELS
 from ..inference.base import INITS
+from ..inference.runner import EXTRA_STAT_NAMES, STAT_NAMES
 from ..models.energy import ENERGIES
 from ._common import add_model_args, at_least
 
@@ -87,9 +89,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     smp.add_argument("--burnin", type=int, help="pseudo-Gibbs: steps before --top-k applies")
     smp.add_argument("--iterations", type=int, help="mask-predict: decoding iterations")
     smp.add_argument("--out", help="run directory to create")
-    smp.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    smp.add_argument(
+        "--overwrite", action="store_true", help="replace an existing mlm-ppl run directory (never another directory)"
+    )
     smp.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
+    smp.add_argument(
+        "--force",
+        action="store_true",
+        help=f"run past the size limits (more than {MAX_CHAINS} chains, half the memory, a day)",
+    )
     smp.add_argument("--checkpoint-seconds", type=float, default=30.0, help="checkpoint interval (default 30 s)")
+
+
+_INT_SETTINGS = (
+    "chains", "draws", "warmup", "thin", "seed", "length", "block_size", "top_k",
+    "inner_steps", "surrogate_window", "burnin", "iterations",
+)  # fmt: skip
+_FLOAT_SETTINGS = ("temperature", "proposal_temperature", "top_p")
+MAX_CHAINS = 1000
+"""More chains than this are refused unless --force: their plots and per-chain diagnostics stop being
+readable, and one run's memory grows with them; run several directories instead."""
 
 
 def config_from_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,22 +117,100 @@ def config_from_flags(args: argparse.Namespace) -> dict[str, Any]:
     for k, v in _DEFAULTS.items():
         if config[k] is None:
             config[k] = v
-    if config["template"] is None and config["length"] is None:
-        raise ValueError("give --template TEXT (mask tokens at the positions to sample) or --length N")
     if not args.out:
         raise ValueError("give --out DIR for the run directory")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise ValueError(f"--out {args.out!r} is a file; give a directory")
+    check_config(config)
+    if config["chains"] > MAX_CHAINS and not args.force:
+        raise ValueError(
+            f"--chains {config['chains']} is more than {MAX_CHAINS}: plots and per-chain diagnostics stop "
+            "being readable; split the chains over several runs, or pass --force"
+        )
+    return config
+
+
+def check_config(config: dict[str, Any]) -> None:
+    """Every setting of a run, from the flags or from a run's ``config.json``: present, of its type,
+    in range, and applying to the kernel. A ValueError names what to fix."""
+    missing = sorted(set(_SETTINGS) - set(config))
+    unknown = sorted(set(config) - set(_SETTINGS))
+    if missing or unknown:
+        raise ValueError(
+            f"run settings {'lack ' + ', '.join(missing) if missing else ''}"
+            f"{'; ' if missing and unknown else ''}{'have unknown ' + ', '.join(unknown) if unknown else ''}"
+        )
+    for k in _INT_SETTINGS:
+        if config[k] is not None and (isinstance(config[k], bool) or not isinstance(config[k], int)):
+            raise ValueError(f"{k} must be an integer, got {config[k]!r}")
+    for k in _FLOAT_SETTINGS:
+        if config[k] is not None and (isinstance(config[k], bool) or not isinstance(config[k], (int, float))):
+            raise ValueError(f"{k} must be a number, got {config[k]!r}")
+    for k in set(_SETTINGS) - set(_INT_SETTINGS) - set(_FLOAT_SETTINGS):
+        if config[k] is not None and not isinstance(config[k], str):
+            raise ValueError(f"{k} must be text, got {config[k]!r}")
+    if (config["template"] is None) == (config["length"] is None):
+        raise ValueError("give --template TEXT (mask tokens at the positions to sample) or --length N")
     for flag, minimum in (("chains", 1), ("draws", 1), ("warmup", 0), ("thin", 1), ("length", 1)):
         at_least(config[flag], flag, minimum)
     for flag, minimum in (("inner_steps", 1), ("surrogate_window", 0)):
         at_least(config[flag], flag.replace("_", "-"), minimum)
+    check_seed(config["seed"])
+    check_temperature(config["temperature"], "--temperature")
+    check_choice(config["kernel"], "--kernel", KERNELS)
+    check_choice(config["energy"], "--energy", ENERGIES)
+    check_choice(config["init"], "--init", INITS)
     for flag, kernels in _KERNEL_FLAGS.items():
         if config[flag] is not None and config["kernel"] not in kernels:
             raise ValueError(
                 f"--{flag.replace('_', '-')} applies to --kernel {' or '.join(kernels)}, not {config['kernel']}"
             )
-    return config
+
+
+def check_size(config: dict[str, Any], kernel: Any, *, force: bool, err: TextIO) -> None:
+    """Estimate a run's memory and time before it starts; print the estimate for a big run and
+    refuse one past the machine's memory, or past a day, unless ``force``.
+
+    Memory: the draws and statistics kept in memory (and again while ``run.nc`` is written).
+    Time: one timed step of up to 8 chains (only for runs of 100,000 chain-steps or more).
+    """
+    C, steps = config["chains"], config["warmup"] + config["draws"] * config["thin"]
+    L = kernel.target.template.numel()
+    kept = C * config["draws"]
+    memory = 3 * kept * (8 * L + 8 * (len(STAT_NAMES) + len(EXTRA_STAT_NAMES)))  # tokens + stats, three copies
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    seconds = None
+    if C * steps >= 100_000 and memory <= available // 2:
+        seconds = _time_per_step(kernel, min(C, 8), config) * -(-C // 8) * steps
+    big = memory > 2**30 or (seconds is not None and seconds > 3600)
+    if not big:
+        return
+    text = f"{C} chains x {steps} steps: about {memory / 2**30:.1f} GiB of draws in memory"
+    if seconds is not None:
+        text += f", about {seconds / 3600:.1f} h (timed: one step of {min(C, 8)} chains)"
+    print(f"estimate: {text}", file=err)
+    if force:
+        return
+    if memory > available // 2:
+        raise ValueError(
+            f"{text}: more than half of this machine's {available / 2**30:.0f} GiB; "
+            "use fewer chains or draws, or --force"
+        )
+    if seconds is not None and seconds > 86400:
+        raise ValueError(f"{text}: more than a day; use fewer chains or draws, or --force")
+
+
+def _time_per_step(kernel: Any, chains: int, config: dict[str, Any]) -> float:
+    """Seconds of one step of ``chains`` chains from a uniform start (init excluded)."""
+    import time
+
+    import torch
+
+    from ..inference.base import initial_tokens
+
+    gen = torch.Generator().manual_seed(0)
+    state = kernel.init(initial_tokens(kernel, chains, gen, "uniform"))
+    t0 = time.perf_counter()
+    kernel.step(state, gen)
+    return time.perf_counter() - t0
 
 
 def build(config: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -134,33 +231,51 @@ def build(config: dict[str, Any]) -> tuple[Any, Any, Any]:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .. import rundir
-    from ..inference.runner import run_chains
 
     if args.resume:
-        config = rundir.read_config(args.resume)
-        given = {k: getattr(args, k) for k in _SETTINGS if getattr(args, k) is not None}
-        clash = {k: (v, config.get(k)) for k, v in given.items() if config.get(k) != v}
-        if clash:
-            detail = ", ".join(f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items())
-            raise ValueError(
-                f"--resume {args.resume}: settings differ from the run's: {detail}; "
-                "resume with the run's own settings, or start a new run"
-            )
         if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
             raise ValueError("--out and --resume name different directories; give only --resume DIR")
-        directory = args.resume
-        checkpoint = rundir.load_checkpoint(directory)
-        mlm, dist, kernel = build(config)
-    else:
-        config = config_from_flags(args)
-        mlm, dist, kernel = build(config)  # loads the model and checks template and options first
-        try:
-            directory = str(rundir.prepare(args.out, config, overwrite=args.overwrite))
-        except rundir.RunExistsError as err:
-            raise ValueError(
-                f"{err.detail}; use --resume {err.path} to continue it, --overwrite to replace it, or another --out"
-            ) from None
-        checkpoint = None
+        run_dir, config, checkpoint = rundir.resume_run(args.resume)
+        with run_dir:
+            given = {k: getattr(args, k) for k in _SETTINGS if getattr(args, k) is not None}
+            clash = {k: (v, config.get(k)) for k, v in given.items() if config.get(k) != v}
+            if clash:
+                detail = ", ".join(f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items())
+                raise ValueError(
+                    f"--resume {args.resume}: settings differ from the run's: {detail}; "
+                    "resume with the run's own settings, or start a new run"
+                )
+            try:
+                check_config(config)
+            except ValueError as err:
+                raise ValueError(f"{run_dir.path / rundir.CONFIG}: {err}") from None
+            mlm, _, kernel = build(config)
+            return _sample(run_dir, config, checkpoint, mlm, kernel, args, out)
+    config = config_from_flags(args)
+    try:
+        rundir.RunDirectory.check_new(args.out, "sample", overwrite=args.overwrite)  # before the model loads
+        mlm, _, kernel = build(config)  # loads the model and checks template and options first
+        check_size(config, kernel, force=args.force, err=sys.stderr)
+        run_dir = rundir.start_run(args.out, config, overwrite=args.overwrite)
+    except rundir.RunExistsError as err:
+        hint = (
+            f"use --resume {err.path} to continue it, --overwrite to replace it, or another --out"
+            if err.ours
+            else "use another --out"
+        )
+        raise ValueError(f"{err.detail}; {hint}") from None
+    with run_dir:
+        return _sample(run_dir, config, None, mlm, kernel, args, out)
+
+
+def _sample(
+    run_dir: Any, config: dict[str, Any], checkpoint: Any, mlm: Any, kernel: Any, args: Any, out: TextIO
+) -> int:
+    """Run (or finish) the chains in the locked ``run_dir`` and write the outputs."""
+    from .. import rundir
+    from ..inference.runner import run_chains
+
+    directory = str(run_dir.path)
     total = config["warmup"] + config["draws"] * config["thin"]
     if checkpoint is not None and checkpoint.step >= total:
         print(f"run in {directory} is already complete; writing its outputs", file=sys.stderr)
@@ -175,20 +290,24 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             seed=config["seed"],
             init=config["init"],
             progress=show,
-            on_checkpoint=lambda cp: rundir.save_checkpoint(directory, cp),
+            on_checkpoint=lambda cp: rundir.save_checkpoint(run_dir, cp, config),
             checkpoint_seconds=args.checkpoint_seconds,
             resume=checkpoint,
         )
     except KeyboardInterrupt:
         print(f"interrupted; checkpoint saved. Continue with: mlm-ppl sample --resume {directory}", file=sys.stderr)
         return 130
+    except Exception:
+        if not run_dir.has(rundir.CHECKPOINT):  # nothing worth keeping: leave no half-made directory
+            run_dir.discard()
+        raise
     result.attrs.update(
         model=mlm.name,
         kernel=config["kernel"],
         template_text=config["template"] or "",
         config=json.dumps(config, sort_keys=True),
     )
-    report, paths = rundir.write_outputs(directory, result, mlm)
+    report, paths = rundir.write_outputs(run_dir, result, mlm)
     out.write(report + "\n\n")
     last = mlm.decode(result.tokens[:, -1])
     out.write("last draw of each chain:\n" + "".join(f"  chain {c}: {s}\n" for c, s in enumerate(last)))

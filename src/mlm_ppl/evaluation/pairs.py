@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_count
+from .._files import save_figure
 from ..models.pairs import PAIR_METHODS, PIVOTS, PairConditionals, PairJoint, pair_conditionals
 
 __all__ = [
@@ -396,5 +397,4 @@ def plot_pairs(summary: Sequence[dict], path: str, *, title: str = "") -> str:
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, path, dpi=110)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.masked_lm import MaskedLM
-from ..rundir import RunExistsError, write_text_atomic
+from ..rundir import CONFIG, LOCK, RunDirectory, RunExistsError
 from .pairs import (
     ROW_FIELDS,
     evaluate_pairs,
@@ -33,40 +33,54 @@ from .pairs import (
 __all__ = ["PAIRS_FORMAT", "PairsRun", "open_pairs_run", "run_pairs", "write_csv"]
 
 PAIRS_FORMAT = "mlm-ppl-pairs-1"
-_OUTPUTS = ("config.json", "pairs.csv", "summary.csv", "summary.txt", "pairs.png")
 
 
-def write_csv(path: Path, fields: Sequence[str], rows: Sequence[dict]) -> None:
-    """Write a CSV atomically (a temporary file, then a rename)."""
+def write_csv(run_dir: RunDirectory, name: str, fields: Sequence[str], rows: Sequence[dict]) -> Path:
+    """Write a CSV into the run directory atomically; returns its path."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_text_atomic(path, buffer.getvalue())
+    return run_dir.write_text(name, buffer.getvalue())
 
 
-def open_pairs_run(directory: str | Path, config: dict[str, Any], *, overwrite: bool = False) -> list[dict]:
+def open_pairs_run(
+    directory: str | Path, config: dict[str, Any], *, overwrite: bool = False
+) -> tuple[RunDirectory, list[dict]]:
     """Create ``directory`` for a pairs run, or reopen it to continue a run with the same settings.
 
-    Returns the rows already computed (complete pairs only; ``pairs.csv`` is rewritten without a
-    pair cut off mid-write). Raises :class:`~mlm_ppl.rundir.RunExistsError` for a directory that
-    holds something else or a run with other settings, unless ``overwrite``.
+    Returns the locked run directory and the rows already computed (complete pairs only;
+    ``pairs.csv`` is rewritten without a pair cut off mid-write). Raises
+    :class:`~mlm_ppl.rundir.RunExistsError` for a directory that holds something else, or a run
+    with other settings unless ``overwrite`` (which never touches a directory mlm-ppl did not make).
     """
     path = Path(directory)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{str(path)!r} is a file; give a directory")
-    rows: list[dict] = []
-    cfg_path, csv_path = path / "config.json", path / "pairs.csv"
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
+    if overwrite or not (path.is_dir() and any(p.name != LOCK for p in path.iterdir())):
+        run_dir = RunDirectory.create(path, "pairs", overwrite=overwrite)
         try:
-            old = json.loads(cfg_path.read_text())
+            run_dir.write_text(CONFIG, json.dumps(config, indent=1, sort_keys=True))
+            write_csv(run_dir, "pairs.csv", ROW_FIELDS, [])
+        except BaseException:
+            run_dir.discard()
+            raise
+        return run_dir, []
+    try:
+        run_dir = RunDirectory.open(path, "pairs")
+    except RunExistsError:
+        raise
+    except ValueError:
+        raise RunExistsError(path, f"{str(path)!r} exists and is not an mlm-ppl pairs run", ours=False) from None
+    try:
+        try:
+            old = json.loads((path / CONFIG).read_text())
         except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-            raise RunExistsError(path, f"{str(path)!r} exists and is not an mlm-ppl pairs run", ours=False) from None
+            raise RunExistsError(path, f"{str(path)!r} holds a pairs run without readable settings") from None
         if old != config:
             changed = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
             raise RunExistsError(path, f"{str(path)!r} holds a pairs run with other settings ({', '.join(changed)})")
-        if csv_path.exists():
-            with open(csv_path, newline="") as fh:
+        rows: list[dict] = []
+        if (path / "pairs.csv").exists():
+            with open(path / "pairs.csv", newline="") as fh:
                 rows = list(csv.DictReader(fh))
         per_pair = len(config["methods"]) + 1
         rows = [r for r in rows if None not in r and None not in r.values()]  # a row cut off mid-write has gaps
@@ -74,13 +88,11 @@ def open_pairs_run(directory: str | Path, config: dict[str, Any], *, overwrite: 
         for r in rows:
             counts[r["pair"]] = counts.get(r["pair"], 0) + 1
         rows = [r for r in rows if counts[r["pair"]] == per_pair]
-    else:
-        path.mkdir(parents=True, exist_ok=True)
-        for name in _OUTPUTS:
-            (path / name).unlink(missing_ok=True)
-        write_text_atomic(cfg_path, json.dumps(config, indent=1, sort_keys=True))
-    write_csv(csv_path, ROW_FIELDS, rows)  # drops a pair cut off mid-write
-    return rows
+        write_csv(run_dir, "pairs.csv", ROW_FIELDS, rows)  # drops a pair cut off mid-write
+    except BaseException:
+        run_dir.close()
+        raise
+    return run_dir, rows
 
 
 @dataclass
@@ -109,11 +121,33 @@ def run_pairs(
 
     ``pairs`` come from :func:`~mlm_ppl.evaluation.draw_pairs`; ``progress`` shows a bar over
     the pairs (default: for 8 or more).
+    A run that fails before its first pair is written leaves nothing behind.
     """
+    run_dir, rows = open_pairs_run(directory, config, overwrite=overwrite)
+    with run_dir:
+        try:
+            return _run_pairs(run_dir, mlm, sequences, pairs, methods, rows, config, support, progress, data_label)
+        except Exception:
+            if not rows:  # _run_pairs extends rows as pairs are written
+                run_dir.discard()
+            raise
+
+
+def _run_pairs(
+    run_dir: RunDirectory,
+    mlm: MaskedLM,
+    sequences: Sequence[str],
+    pairs: Sequence[tuple[int, int, int]],
+    methods: Sequence[str],
+    rows: list[dict],
+    config: dict[str, Any],
+    support: int | None,
+    progress: bool | None,
+    data_label: str,
+) -> PairsRun:
     from tqdm.auto import tqdm
 
-    path = Path(directory)
-    rows = open_pairs_run(path, config, overwrite=overwrite)
+    path = run_dir.path
     done = {int(r["pair"]) for r in rows}
     show = progress if progress is not None else len(pairs) >= 8
     t0 = time.perf_counter()
@@ -130,7 +164,7 @@ def run_pairs(
             bar.update(1)
     elapsed = time.perf_counter() - t0
     summary = summarize_pairs(rows)
-    write_csv(path / "summary.csv", ("method", "metric", "mean", "se", "n"), summary)
+    write_csv(run_dir, "summary.csv", ("method", "metric", "mean", "se", "n"), summary)
     kind, seed = config.get("pairs", ""), config.get("seed", "")
     lines = [
         f"model {mlm.name}  |  data {data_label} ({len(sequences)} sequences)  |  {len(pairs)} {kind} pairs, "
@@ -157,6 +191,7 @@ def run_pairs(
         f"this invocation {elapsed:.1f} s"
     )
     report = "\n".join(lines)
-    write_text_atomic(path / "summary.txt", report + "\n")
+    run_dir.write_text("summary.txt", report + "\n")
+    run_dir.record("pairs.png")
     plot_pairs(summary, str(path / "pairs.png"), title=f"{mlm.name}: {len(pairs)} {kind} pairs from {data_label}")
     return PairsRun(path, report, [path / "pairs.csv", path / "summary.csv", path / "summary.txt", path / "pairs.png"])

@@ -14,7 +14,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_count, check_positive, check_probability
+from .._checks import check_choice, check_count, check_probability, check_temperature
 from ..models.target import Evaluation, Target
 from .base import SCANS, accept, check_states, proposal_log_probs, sample_tokens, select_sites
 from .exact import block_moves
@@ -105,7 +105,7 @@ class MetropolisHastings:
             raise ValueError(
                 f"block_size={block_size} is larger than the {target.num_free} free positions of the template"
             )
-        self.proposal_temperature = check_positive(proposal_temperature, "proposal_temperature")
+        self.proposal_temperature = check_temperature(proposal_temperature, "proposal_temperature")
         self.top_k = None if top_k is None else check_count(top_k, "top_k")
         self.top_p = None if top_p is None else check_probability(top_p, "top_p")
         if temperature_schedule is not None and not callable(temperature_schedule):

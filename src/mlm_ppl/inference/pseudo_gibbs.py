@@ -12,7 +12,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_count, check_positive
+from .._checks import check_choice, check_count, check_temperature
 from ..models.target import ConstrainedTarget, Evaluation, Target
 from .base import SCANS, check_states, proposal_log_probs, sample_tokens, select_sites
 from .exact import block_moves
@@ -107,7 +107,7 @@ class PseudoGibbs:
         self.target = target
         self.scan = check_choice(scan, "scan", PSEUDO_GIBBS_SCANS)
         self.top_k = None if top_k is None else check_count(top_k, "top_k")
-        self.proposal_temperature = check_positive(proposal_temperature, "proposal_temperature")
+        self.proposal_temperature = check_temperature(proposal_temperature, "proposal_temperature")
         self.burnin = check_count(burnin, "burnin", 0)
         self.compute_lp = bool(compute_lp)
 

@@ -112,6 +112,24 @@ class Checkpoint:
     initial: Tensor
 
 
+def _check_checkpoint(cp: Checkpoint, C: int, D: int, L: int, W: int, thin: int) -> None:
+    """A ValueError unless ``cp`` can continue this run: shapes, step, draws taken and RNG state agree."""
+    total = W + D * thin
+    if not isinstance(cp.step, int) or not 0 <= cp.step <= total:
+        raise ValueError(f"checkpoint is at step {cp.step!r}; this run has steps 0 to {total}")
+    taken = min(D, max(0, (cp.step - W) // thin))
+    shapes = {"draws": (cp.draws, (C, D, L)), "initial": (cp.initial, (C, L))}
+    shapes["state tokens"] = (cp.state.tokens, (C, L))
+    shapes.update({f"statistic {k}": (v, (C, taken)) for k, v in cp.stats.items()})
+    for what, (tensor, shape) in shapes.items():
+        if tuple(tensor.shape) != shape:
+            raise ValueError(f"checkpoint holds {what} of shape {tuple(tensor.shape)}; this run needs {shape}")
+    try:
+        torch.Generator().set_state(cp.generator)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"checkpoint's random-number state is damaged ({err})") from None
+
+
 def run_chains(
     kernel: Kernel,
     num_chains: int,
@@ -161,12 +179,11 @@ def run_chains(
     L = target.template.numel()
     total = W + D * thin
     if resume is not None:
+        _check_checkpoint(resume, C, D, L, W, thin)
         state, step0, initial = resume.state, resume.step, resume.initial
         gen.set_state(resume.generator)
         draws = resume.draws.clone()
         stats: dict[str, list[Tensor]] = {k: list(v.unbind(1)) for k, v in resume.stats.items()}
-        if draws.shape != (C, D, L):
-            raise ValueError(f"checkpoint holds draws of shape {tuple(draws.shape)}, this run needs {(C, D, L)}")
     else:
         state = kernel.init(initial_tokens(kernel, C, gen, init))
         step0, initial = 0, state.tokens.clone()

@@ -5,7 +5,7 @@ contract, the Pyro distribution, and derived pair joints. Nothing here moves sta
 from .distribution import MaskedLMDistribution
 from .energy import ENERGIES, VARIANTS, EnergyTerms, energy_terms
 from .loading import antiberty_paths, load_mlm
-from .masked_lm import MaskedConditionals, MaskedLM
+from .masked_lm import MaskedConditionals, MaskedLM, NonFiniteLogitsError
 from .pairs import PAIR_METHODS, PairConditionals, PairJoint, derive_pair_joint, pair_conditionals, pair_joint
 from .target import ConstrainedTarget, DerivedTarget, Evaluation, Target, WindowedTarget
 from .tokens import Encoding, TokenCodec
@@ -15,6 +15,7 @@ __all__ = [
     "load_mlm",
     "antiberty_paths",
     "MaskedLM",
+    "NonFiniteLogitsError",
     "MaskedConditionals",
     "Encoding",
     "TokenCodec",

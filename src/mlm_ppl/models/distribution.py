@@ -18,7 +18,7 @@ import torch
 from pyro.distributions import TorchDistribution, constraints
 from torch import Tensor
 
-from .._checks import check_positive
+from .._checks import check_temperature
 from .energy import check_energy, token_scores
 from .masked_lm import MaskedLM
 from .target import Evaluation
@@ -73,7 +73,7 @@ class MaskedLMDistribution(TorchDistribution):
             raise TypeError(f"mlm must be a MaskedLM (see mlm_ppl.load_mlm), got {type(mlm).__name__}")
         self.mlm = mlm
         self.energy = check_energy(energy)
-        self.temperature = check_positive(temperature, "temperature")
+        self.temperature = check_temperature(temperature, "temperature")
         self.sampler_options = dict(sampler_options or {})
         self.template = _template_ids(mlm, template)  # (L,)
         self.free = self.template == mlm.mask_id  # (L,) bool

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import pickle
 import warnings
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from .masked_lm import MaskedLM
 
@@ -116,10 +118,16 @@ def load_mlm(
                 tokenizer = AutoTokenizer.from_pretrained(
                     source, local_files_only=True, trust_remote_code=trust_remote_code
                 )
-            except (OSError, ValueError, KeyError) as err:
+            except (OSError, ValueError, KeyError, RuntimeError, pickle.UnpicklingError, SafetensorError) as err:
+                # a missing or foreign file, truncated safetensors, pickle weights refused by weights_only
+                # loading, shapes that do not fit the config: the files, not the library, are at fault
+                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                if isinstance(err, pickle.UnpicklingError):
+                    first = "its weights are a pickle that would run code, refused (convert them to safetensors)"
                 raise ValueError(
-                    f"could not load {name!r} as a masked LM from {source}: {err}".rstrip()
-                    + "\nIt must hold a model with a masked-LM head (AutoModelForMaskedLM) and its tokenizer."
+                    f"could not load {name!r} as a masked LM from {source}: {type(err).__name__}: {first}".rstrip()
+                    + "\nIt must hold a model with a masked-LM head (AutoModelForMaskedLM) in safetensors or "
+                    "weights-only files, and its tokenizer."
                 ) from err
     _check_head(name, info)
     model = model.to(torch_device).eval()
@@ -162,6 +170,8 @@ def _check_device(device) -> torch.device:
         dev = torch.device(device)
     except RuntimeError as err:
         raise ValueError(f"invalid device {device!r}: {err}") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device {device!r} cannot run a model here; use cpu, cuda or mps")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available here; use device='cpu'")
     if dev.type == "mps" and not torch.backends.mps.is_available():

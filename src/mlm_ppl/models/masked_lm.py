@@ -24,7 +24,7 @@ from torch import Tensor
 from .energy import EnergyTerms, check_energy, energy_terms
 from .tokens import Encoding, TokenCodec
 
-__all__ = ["Encoding", "MaskedConditionals", "MaskedLM"]
+__all__ = ["Encoding", "MaskedConditionals", "MaskedLM", "NonFiniteLogitsError"]
 
 
 @dataclass(frozen=True)
@@ -313,6 +313,7 @@ class MaskedLM(TokenCodec):
                 ids = ids.masked_fill(masks[idx, :T], self.mask_id).to(device)
                 attn = enc.attention_mask[rows[idx], :T].to(device)
                 logits = self.logits_at(ids, attn, q.to(device))  # (n, k, V)
+                self._check_finite(logits, rows[idx], q)
                 if query.dim() == 1:
                     logits, targets = logits[:, 0], targets[:, 0]
                 outputs.append(reduce(logits, targets.to(device)).cpu())
@@ -325,6 +326,20 @@ class MaskedLM(TokenCodec):
         result = torch.empty_like(out)
         result[order] = out
         return result
+
+    def _check_finite(self, logits: Tensor, rows: Tensor, query: Tensor) -> None:
+        """NonFiniteLogitsError for the first copy whose logits hold a nan or an infinity."""
+        finite = torch.isfinite(logits).all(dim=-1)  # (n, k)
+        if bool(finite.all()):
+            return
+        n, j = (~finite).nonzero()[0].tolist()
+        values = logits[n, j]
+        kind = "nan" if bool(values.isnan().any()) else "inf"
+        raise NonFiniteLogitsError(
+            f"model {self.name!r} returned non-finite logits ({kind}) at token position {int(query[n, j])} of "
+            f"sequence {int(rows[n])} (position 0 is the first special token); its weights are damaged or its "
+            f"dtype ({self.dtype}) overflows. Nothing was computed from them"
+        )
 
     def chunks(self, sorted_lengths: list[int]) -> Iterator[slice]:
         """Greedy chunks of consecutive copies whose padded activations fit ``memory_budget_mb``.
@@ -386,6 +401,10 @@ class MaskedLM(TokenCodec):
         """
         check_energy(energy)
         return self.energy_terms(sequences, variant=variant, progress=progress).total(energy)
+
+
+class NonFiniteLogitsError(ValueError):
+    """The model returned nan or inf logits: every energy, conditional and draw would be meaningless."""
 
 
 # ---------------------------------------------------------------------- helpers

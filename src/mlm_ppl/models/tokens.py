@@ -104,6 +104,11 @@ class TokenCodec:
         for idx, tok in enumerate(tokens):
             if tok == "":  # ids the tokenizer never produces (padded embedding rows)
                 ordinary[idx] = False
+        if not ordinary.any():
+            raise ValueError(
+                f"model {name!r}: its tokenizer has only special tokens ({len(tokenizer)} in all); "
+                "the tokenizer files (vocab.txt, tokenizer.json, ...) are missing or empty"
+            )
         self.ordinary_mask: Tensor = ordinary  # (V,) bool: tokens that may be scored/sampled
         self._prefix_ids, self._suffix_ids = _special_frame(tokenizer, int(ordinary.nonzero()[0]), tokens)
         if residue_level is None:

@@ -1,0 +1,74 @@
+"""Files written whole or not at all, and never through a link planted at their name.
+
+Every file the library writes goes through :func:`atomic_path`: a temporary file created
+exclusively (``O_EXCL``: an existing file or symbolic link at that name is never opened) with a
+unique name in the target's directory, filled, flushed to disk, then renamed over the target
+(a rename replaces a link at the target's name; it does not follow it). A reader sees the old
+file or the new one, never half of one; a crash leaves at most a ``.NAME.*.tmp`` file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_path", "write_bytes_atomic", "write_text_atomic", "save_figure", "temp_pattern"]
+
+
+def temp_pattern(name: str) -> str:
+    """The glob pattern of the temporary files :func:`atomic_path` makes for ``name``."""
+    return f".{name}.*.tmp"
+
+
+@contextlib.contextmanager
+def _temporary(target: Path) -> Iterator[tuple[int, Path]]:
+    """``(fd, path)`` of a new temporary file beside ``target``, renamed over it on success."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        yield fd, Path(tmp)
+        os.fsync(fd)  # on disk before the rename makes it visible
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A fresh temporary path beside ``path``; renamed over ``path`` if the block succeeds.
+
+    The temporary file exists (empty) when the block starts; write it by name (for libraries
+    that only take a file name). On an exception it is removed and ``path`` is untouched.
+    """
+    with _temporary(Path(path)) as (_, tmp):
+        yield tmp
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_path`), through the descriptor
+    the temporary file was created with."""
+    with _temporary(Path(path)) as (fd, _), os.fdopen(fd, "wb", closefd=False) as fh:
+        fh.write(data)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def save_figure(fig: Any, path: str | os.PathLike, **savefig_kwargs: Any) -> str:
+    """Save a matplotlib figure as PNG to ``path`` atomically; returns the path."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", **savefig_kwargs)
+    write_bytes_atomic(path, buffer.getvalue())
+    return str(path)
