@@ -21,6 +21,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,7 @@ class RunDirectory:
         except FileExistsError:
             raise ValueError(f"{str(path)!r} exists and is not a directory") from None
         try:
-            fd = _lock(path, remove_if_refused=True)
+            fd = _lock(path)
         except BaseException:
             if created:
                 with contextlib.suppress(OSError):
@@ -183,7 +184,7 @@ class RunDirectory:
             raise ValueError(f"run directory {str(path)!r} does not exist")
         if _read_marker(path, kind) is None and _legacy_files(path, kind) is None:
             raise ValueError(f"{str(path)!r} is not an mlm-ppl {kind} run directory (no {MARKER} marker)")
-        fd = _lock(path, remove_if_refused=False)
+        fd = _lock(path)
         try:
             marker = _read_marker(path, kind)
             if marker is None:  # adopt a directory of 0.1.0, recording the files it wrote
@@ -192,6 +193,9 @@ class RunDirectory:
                     raise ValueError(f"{str(path)!r} is not an mlm-ppl {kind} run directory")
                 marker = {"format": _DIR_FORMAT, "kind": kind, "run_id": uuid.uuid4().hex, "files": files}
                 write_text_atomic(path / MARKER, json.dumps(marker, indent=1))
+            for name in marker["files"]:  # temporary files of writes cut off by a kill (we hold the lock)
+                for tmp in path.glob(temp_pattern(name)):
+                    tmp.unlink(missing_ok=True)
         except BaseException:
             _unlock(path, fd, remove=False)
             raise
@@ -219,7 +223,7 @@ class RunDirectory:
         return self.write_bytes(name, text.encode("utf-8"))
 
     @contextlib.contextmanager
-    def atomic(self, name: str):
+    def atomic(self, name: str) -> Iterator[Path]:
         """A temporary path to write ``name`` through (for writers that take a file name)."""
         with atomic_path(self.record(name)) as tmp:
             yield tmp
@@ -321,31 +325,47 @@ def _owned(path: Path, kind: str, overwrite: bool) -> dict[str, Any] | None:
     return marker
 
 
-def _lock(path: Path, *, remove_if_refused: bool) -> int:
-    """Take the directory's lock without waiting; RunLockedError naming the holder otherwise."""
+def _lock(path: Path) -> int:
+    """Take the directory's lock without waiting; RunLockedError naming the holder otherwise.
+
+    The lock file is never removed by a process that was refused; one that holds it may remove
+    it (:meth:`RunDirectory.discard`), so a lock taken on a file that has meanwhile left its
+    name is let go and taken again on the file now there.
+    """
     lock = path / LOCK
-    existed = os.path.lexists(lock)
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise ValueError(f"{lock} is a symbolic link; mlm-ppl does not write through links") from None
-        raise
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
-        os.close(fd)
-        if remove_if_refused and not existed:
-            with contextlib.suppress(OSError):
-                lock.unlink()
-        who = f"process {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
-        raise RunLockedError(
-            errno.EWOULDBLOCK, f"{str(path)!r} is in use by {who} (a run, a resume or a plot); wait for it to finish"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
-    return fd
+    for _ in range(5):
+        existed = os.path.lexists(lock)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise ValueError(f"{lock} is a symbolic link; mlm-ppl does not write through links") from None
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+            os.close(fd)
+            who = f"process {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
+            raise RunLockedError(
+                errno.EWOULDBLOCK,
+                f"{str(path)!r} is in use by {who} (a run, a resume or a plot); wait for it to finish",
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)  # the holder, for a refused process
+        except OSError:  # a full disk
+            _unlock(path, fd, remove=not existed)
+            raise
+        return fd
+    raise RunLockedError(errno.EWOULDBLOCK, f"{str(path)!r}: its lock file keeps changing; try again")
 
 
 def _unlock(path: Path, fd: int, *, remove: bool) -> None:

@@ -186,16 +186,14 @@ def check_size(config: dict[str, Any], kernel: Any, *, force: bool, err: TextIO)
     text = f"{C} chains x {steps} steps: about {memory / 2**30:.1f} GiB of draws in memory"
     if seconds is not None:
         text += f", about {seconds / 3600:.1f} h (timed: one step of {min(C, 8)} chains)"
-    print(f"estimate: {text}", file=err)
-    if force:
-        return
-    if memory > available // 2:
+    if not force and memory > available // 2:
         raise ValueError(
             f"{text}: more than half of this machine's {available / 2**30:.0f} GiB; "
             "use fewer chains or draws, or --force"
         )
-    if seconds is not None and seconds > 86400:
+    if not force and seconds is not None and seconds > 86400:
         raise ValueError(f"{text}: more than a day; use fewer chains or draws, or --force")
+    print(f"estimate: {text}", file=err)
 
 
 def _time_per_step(kernel: Any, chains: int, config: dict[str, Any]) -> float:
@@ -277,7 +275,7 @@ def _sample(
 
     directory = str(run_dir.path)
     total = config["warmup"] + config["draws"] * config["thin"]
-    if checkpoint is not None and checkpoint.step >= total:
+    if checkpoint is not None and checkpoint.step == total:
         print(f"run in {directory} is already complete; writing its outputs", file=sys.stderr)
     show = args.progress if args.progress is not None else True
     try:
