@@ -13,18 +13,13 @@ import numpy as np
 import pytest
 
 from mlm_ppl.cli import main
-from mlm_ppl.testing import save_tiny, tiny_residue_bert
+from mlm_ppl.testing import save_tiny
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
     import arviz as az
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(save_tiny(tiny_residue_bert("ACDE", seed=1), tmp_path_factory.mktemp("m") / "model"))
 
 
 def _args(model_dir, out, *extra):

@@ -10,6 +10,7 @@ skipped with a reason where the test cannot mount one.
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -25,18 +26,13 @@ import torch
 
 from mlm_ppl import load_mlm, rundir
 from mlm_ppl.cli import main
-from mlm_ppl.testing import save_tiny, tiny_antibody_bert, tiny_bert, tiny_residue_bert
+from mlm_ppl.testing import save_tiny, tiny_antibody_bert, tiny_bert
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
     import arviz as az
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(save_tiny(tiny_residue_bert("ACDE", seed=1), tmp_path_factory.mktemp("m") / "model"))
 
 
 @pytest.fixture(scope="module")
@@ -229,11 +225,11 @@ def test_a_resume_names_missing_settings_and_refuses_a_damaged_checkpoint(model_
     config["seed"] = 7
     (out / "config.json").write_text(json.dumps({"format": "mlm-ppl-run-1", **config}))
     # a checkpoint past the end of the run, or with a damaged random state: refused, nothing written
-    payload = torch.load(__import__("io").BytesIO(cp_bytes), weights_only=True)
+    payload = torch.load(io.BytesIO(cp_bytes), weights_only=True)
     for field, bad, match in (
         ("step", 10**6, "checkpoint is at step 1000000"),
         ("generator", torch.zeros(3, dtype=torch.uint8), "random-number state is damaged"),
-    ):  # noqa: E501
+    ):
         torch.save({**payload, field: bad}, out / "checkpoint.pt")
         assert main(["sample", "--resume", str(out)]) == 2
         assert match in _one_line_error(capsys)

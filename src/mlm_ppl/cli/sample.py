@@ -179,7 +179,7 @@ def check_size(config: dict[str, Any], kernel: Any, *, force: bool, err: TextIO)
     available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     seconds = None
     if C * steps >= 100_000 and memory <= available // 2:
-        seconds = _time_per_step(kernel, min(C, 8), config) * -(-C // 8) * steps
+        seconds = _time_per_step(kernel, min(C, 8)) * -(-C // 8) * steps
     big = memory > 2**30 or (seconds is not None and seconds > 3600)
     if not big:
         return
@@ -196,7 +196,7 @@ def check_size(config: dict[str, Any], kernel: Any, *, force: bool, err: TextIO)
     print(f"estimate: {text}", file=err)
 
 
-def _time_per_step(kernel: Any, chains: int, config: dict[str, Any]) -> float:
+def _time_per_step(kernel: Any, chains: int) -> float:
     """Seconds of one step of ``chains`` chains from a uniform start (init excluded)."""
     import time
 
