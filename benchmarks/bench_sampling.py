@@ -41,7 +41,7 @@ from pyro.infer import MCMC
 
 from mlm_ppl import MaskedLMDistribution, MLMKernel, load_mlm
 from mlm_ppl.data import example_heavy_chain
-from mlm_ppl.inference import MetropolisHastings, PseudoGibbs, SurrogateMH, fill_template, step_stats
+from mlm_ppl.inference import ChainStreams, MetropolisHastings, PseudoGibbs, SurrogateMH, fill_template, step_stats
 
 
 class Counter:
@@ -76,7 +76,7 @@ def pure_forward(mlm, tokens, n_copies):
 
 
 def timed_steps(kernel, state, steps, seed):
-    gen = torch.Generator().manual_seed(seed)
+    gen = ChainStreams(seed, state.tokens.shape[0])
     t0 = time.perf_counter()
     for _ in range(steps):
         state, info = kernel.step(state, gen)
@@ -122,8 +122,7 @@ def main() -> None:
     )
     for label, template in templates.items():
         dist = MaskedLMDistribution(mlm, template)
-        gen = torch.Generator().manual_seed(0)
-        start = fill_template(dist, C, gen, "sample")
+        start = fill_template(dist, C, ChainStreams(0, C), "sample")
         print(f"## {label}\n")
 
         if "mh" in parts:
@@ -194,9 +193,9 @@ def mcmc_part(dist, start, args, C):
     inside = [0.0]
     real_step = PseudoGibbs.step
 
-    def timed_step(self, state, generator):  # time spent inside the kernel while MCMC drives it
+    def timed_step(self, state, streams):  # time spent inside the kernel while MCMC drives it
         t0 = time.perf_counter()
-        out = real_step(self, state, generator)
+        out = real_step(self, state, streams)
         inside[0] += time.perf_counter() - t0
         return out
 
@@ -235,7 +234,7 @@ def cdrh3_task(device=None, chains=4):
     mlm = load_mlm("antiberty", device=device)
     seq, cdr3 = example_heavy_chain()
     dist = MaskedLMDistribution(mlm, seq[: cdr3.start] + "[MASK]" * (cdr3.stop - cdr3.start) + seq[cdr3.stop :])
-    start = fill_template(dist, chains, torch.Generator().manual_seed(0), "sample")
+    start = fill_template(dist, chains, ChainStreams(0, chains), "sample")
     return mlm, dist, start
 
 
@@ -250,7 +249,7 @@ def surrogate_variants(F):
 
 def run_for(kernel, start, seconds, seed, counter):
     """Steps of ``kernel`` from ``start`` until ``seconds`` have passed; totals and traces."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = ChainStreams(seed, start.shape[0])
     state = kernel.init(start)
     counter.reset()
     lp, hamming = [], []

@@ -21,16 +21,14 @@ mode_seeking.png.
 
 from __future__ import annotations
 
-import torch
-
 from _common import Clock, cdr3_tasks, decoded, parser, pyplot, setup, size, write_csv
 from mlm_ppl import MaskedLMDistribution, MaskPredict, MetropolisHastings, PseudoGibbs
-from mlm_ppl.inference import fill_template, geometric_annealing
+from mlm_ppl.inference import ChainStreams, fill_template, geometric_annealing
 
 
 def trace_mh(target, cfg, seed):
     """Annealed MH: (seconds, best E_norm) after every step, and the best sequence."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = ChainStreams(seed, cfg["chains"])
     kernel = MetropolisHastings(target, temperature_schedule=geometric_annealing(1.0, 0.05, cfg["mh_steps"]))
     clock = Clock()
     with clock:
@@ -49,7 +47,7 @@ def trace_mh(target, cfg, seed):
 
 def trace_greedy(target, cfg, seed):
     """Greedy fill, then coordinate ascent (pseudo-Gibbs, top_k=1)."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = ChainStreams(seed, 1)
     clock = Clock()
     with clock:
         tokens = fill_template(target, 1, gen, "greedy")

@@ -25,7 +25,7 @@ import torch
 
 from _common import Clock, cdr3_tasks, parser, pyplot, setup, size, write_csv
 from mlm_ppl import MaskedLMDistribution, MetropolisHastings, PseudoGibbs, run_chains, summary, to_inference_data
-from mlm_ppl.inference import exact, fill_template
+from mlm_ppl.inference import ChainStreams, exact, fill_template
 from mlm_ppl.testing import tiny_residue_bert
 
 TINY_TEMPLATE = "A[MASK]C[MASK][MASK]"
@@ -91,7 +91,7 @@ def exact_part(steps: int, out) -> list[dict]:
 def chains_part(mlm, cfg, seed: int, out) -> str:
     task = cdr3_tasks(1)[0]
     target = MaskedLMDistribution(mlm, task["template"], energy="norm")
-    starts = fill_template(target, cfg["chains"], torch.Generator().manual_seed(seed), "sample")
+    starts = fill_template(target, cfg["chains"], ChainStreams(seed, cfg["chains"]), "sample")
     runs, seconds = {}, {}
     for name, kernel in (
         ("pseudo-gibbs", PseudoGibbs(target, compute_lp=True)),

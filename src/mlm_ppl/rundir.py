@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import io
 import json
 import os
+import re
 import socket
 import time
 import uuid
@@ -28,6 +30,7 @@ from typing import Any
 import torch
 
 from ._files import atomic_path, temp_pattern, write_bytes_atomic, write_text_atomic
+from .inference.distributed import GroupCheckpoints
 from .inference.mask_predict import MaskPredictState
 from .inference.mh import MHState
 from .inference.pseudo_gibbs import PseudoGibbsState
@@ -42,6 +45,7 @@ __all__ = [
     "OUTPUTS",
     "PLOTS",
     "RunDirectory",
+    "kind_of",
     "RunExistsError",
     "RunLockedError",
     "start_run",
@@ -49,6 +53,9 @@ __all__ = [
     "read_config",
     "save_checkpoint",
     "load_checkpoint",
+    "group_checkpoints",
+    "group_name",
+    "checkpoint_files",
     "write_outputs",
     "write_text_atomic",
 ]
@@ -80,6 +87,17 @@ class RunExistsError(ValueError):
         self.path = path
         self.detail = detail
         self.ours = ours
+
+
+def kind_of(directory: str | os.PathLike) -> str | None:
+    """The kind of run in ``directory`` (``"sample"``, ``"batch"``, ``"pairs"``) from its marker,
+    ``"sample"`` for a 0.1.0 sampling directory, None for anything else."""
+    path = Path(directory)
+    try:
+        marker = json.loads((path / MARKER).read_text())
+        return str(marker["kind"]) if isinstance(marker, dict) else None
+    except (OSError, ValueError, KeyError):
+        return "sample" if path.is_dir() and _legacy_files(path, "sample") is not None else None
 
 
 class RunLockedError(OSError):
@@ -288,6 +306,8 @@ def _has_marker(path: Path) -> bool:
 
 def _legacy_files(path: Path, kind: str) -> list[str] | None:
     """The files of a 0.1.0 run directory of ``kind`` (no marker), or None if it is not one."""
+    if kind not in _LEGACY:
+        return None
     fmt, names = _LEGACY[kind]
     try:
         config = json.loads((path / CONFIG).read_text())
@@ -375,8 +395,21 @@ def _unlock(path: Path, fd: int, *, remove: bool) -> None:
 
 
 def _remove(path: Path, name: str) -> None:
-    """Remove ``name`` and any temporary files of it left by an interrupted write."""
-    for p in [path / name, *path.glob(temp_pattern(name))]:
+    """Remove ``name`` and any temporary files of it left by an interrupted write; a directory
+    only if it is an mlm-ppl run directory (a batch's template runs), and then only what that run
+    recorded (files of anyone else in it stay, and so does the directory)."""
+    target = path / name
+    if target.is_dir() and not target.is_symlink():
+        try:
+            files = json.loads((target / MARKER).read_text()).get("files", [])
+        except (OSError, ValueError, AttributeError):
+            return
+        for inner in [*files, MARKER, LOCK]:
+            _remove(target, str(inner))
+        with contextlib.suppress(OSError):
+            target.rmdir()
+        return
+    for p in [target, *path.glob(temp_pattern(name))]:
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
 
@@ -397,20 +430,26 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, dict[str, An
 
     The checkpoint is the record of the run: ``config.json`` must hold the settings the checkpoint
     was made with, else a ValueError names every key that differs.
+    A run on Ray workers keeps one checkpoint per group of chains (``checkpoint-g0.pt`` ...):
+    each is checked the same way, and the returned checkpoint is None (the workers read theirs).
     """
     run_dir = RunDirectory.open(directory, "sample")
     try:
         config = read_config(run_dir.path)
-        checkpoint, settings = _read_checkpoint(run_dir.path)
-        if settings is not None and settings != config:
-            keys = sorted(k for k in set(config) | set(settings) if _shown(config, k) != _shown(settings, k))
-            detail = ", ".join(
-                f"{k} ({_shown(config, k)} in {CONFIG}, {_shown(settings, k)} in the checkpoint)" for k in keys
-            )
-            raise ValueError(
-                f"{run_dir.path / CONFIG} differs from the settings the run's checkpoint was made with: {detail}; "
-                f"restore {CONFIG}, or start a new run with the new settings"
-            )
+        checkpoint = None
+        for name in sorted(checkpoint_files(run_dir.path)):
+            cp, settings = _read_checkpoint(run_dir.path / name)
+            if name == CHECKPOINT:
+                checkpoint = cp
+            if settings is not None and settings != config:
+                keys = sorted(k for k in set(config) | set(settings) if _shown(config, k) != _shown(settings, k))
+                detail = ", ".join(
+                    f"{k} ({_shown(config, k)} in {CONFIG}, {_shown(settings, k)} in {name})" for k in keys
+                )
+                raise ValueError(
+                    f"{run_dir.path / CONFIG} differs from the settings the run's checkpoint was made with: "
+                    f"{detail}; restore {CONFIG}, or start a new run with the new settings"
+                )
     except BaseException:
         run_dir.close()
         raise
@@ -441,20 +480,52 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
 
 def save_checkpoint(run_dir: RunDirectory, cp: Checkpoint, config: dict[str, Any]) -> None:
     """Write ``checkpoint.pt`` atomically, with the settings ``config`` it belongs to."""
+    run_dir.write_bytes(CHECKPOINT, _checkpoint_bytes(cp, config))
+
+
+def group_name(group: int) -> str:
+    """The checkpoint file of group ``group`` of a run on Ray workers."""
+    return f"checkpoint-g{group}.pt"
+
+
+def checkpoint_files(directory: str | os.PathLike) -> list[str]:
+    """The names of the checkpoints in a run directory: ``checkpoint.pt``, or one per group."""
+    names = [p.name for p in Path(directory).iterdir() if re.fullmatch(r"checkpoint(-g\d+)?\.pt", p.name)]
+    return sorted(names)
+
+
+def group_checkpoints(run_dir: RunDirectory, config: dict[str, Any], groups: int) -> GroupCheckpoints:
+    """Checkpoints of the groups of a run on Ray workers, kept in ``run_dir`` (names recorded now;
+    the workers write and read the files themselves, through picklable functions)."""
+    for k in range(groups):
+        run_dir.record(group_name(k))
+    path = str(run_dir.path)
+    return GroupCheckpoints(functools.partial(_save_group, path, config), functools.partial(_load_group, path))
+
+
+def _save_group(directory: str, config: dict[str, Any], group: int, cp: Checkpoint) -> None:
+    write_bytes_atomic(Path(directory) / group_name(group), _checkpoint_bytes(cp, config))
+
+
+def _load_group(directory: str, group: int) -> Checkpoint | None:
+    return _read_checkpoint(Path(directory) / group_name(group))[0]
+
+
+def _checkpoint_bytes(cp: Checkpoint, config: dict[str, Any]) -> bytes:
     payload = {
         "format": _FORMAT,
         "config": config,
         "step": cp.step,
         "state_type": type(cp.state).__name__,
         "state": _pack_state(cp.state),
-        "generator": cp.generator,
+        "streams": cp.streams,
         "draws": cp.draws,
         "stats": cp.stats,
         "initial": cp.initial,
     }
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    run_dir.write_bytes(CHECKPOINT, buffer.getvalue())
+    return buffer.getvalue()
 
 
 def _pack_state(state: Any) -> dict[str, Any]:
@@ -481,13 +552,12 @@ def _unpack_state(state_type: str, fields: dict[str, Any]) -> Any:
 
 def load_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
     """The checkpoint in ``directory``, or None if the run never wrote one."""
-    return _read_checkpoint(Path(directory))[0]
+    return _read_checkpoint(Path(directory) / CHECKPOINT)[0]
 
 
-def _read_checkpoint(path: Path) -> tuple[Checkpoint | None, dict[str, Any] | None]:
+def _read_checkpoint(file: Path) -> tuple[Checkpoint | None, dict[str, Any] | None]:
     """``(checkpoint, the settings it was made with)``; ``(None, None)`` if there is none; the
     settings are None in a checkpoint of 0.1.0, which did not store them."""
-    file = path / CHECKPOINT
     if not file.exists():
         return None, None
     try:
@@ -499,6 +569,11 @@ def _read_checkpoint(path: Path) -> tuple[Checkpoint | None, dict[str, Any] | No
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT or payload.get("state_type") not in _STATES:
         raise ValueError(f"{file} is not an mlm-ppl checkpoint")
+    if "generator" in payload and "streams" not in payload:
+        raise ValueError(
+            f"{file} was written by mlm-ppl 0.1, whose chains shared one random stream; this version gives "
+            "each chain its own, so the run cannot continue exactly: finish it with mlm-ppl 0.1, or start it again"
+        )
     try:
         state = _unpack_state(payload["state_type"], payload["state"])
         stats = dict(payload["stats"])
@@ -506,7 +581,7 @@ def _read_checkpoint(path: Path) -> tuple[Checkpoint | None, dict[str, Any] | No
             stats["n_moves"] = stats["n_changed"].clone()
         if not set(STAT_NAMES) <= set(stats) <= set(STAT_NAMES) | set(EXTRA_STAT_NAMES):
             raise ValueError(f"statistics {sorted(stats)}")
-        fields = (payload["step"], payload["generator"], payload["draws"], payload["initial"], *stats.values())
+        fields = (payload["step"], payload["streams"], payload["draws"], payload["initial"], *stats.values())
         if not isinstance(fields[0], int) or not all(isinstance(t, torch.Tensor) for t in fields[1:]):
             raise ValueError("a field of the wrong type")
         settings = payload.get("config")
@@ -514,7 +589,7 @@ def _read_checkpoint(path: Path) -> tuple[Checkpoint | None, dict[str, Any] | No
             raise ValueError("settings of the wrong type")
     except (KeyError, AttributeError, TypeError, ValueError) as err:
         raise ValueError(f"{file} is not an mlm-ppl checkpoint or is damaged ({err})") from None
-    cp = Checkpoint(payload["step"], state, payload["generator"], payload["draws"], stats, payload["initial"])
+    cp = Checkpoint(payload["step"], state, payload["streams"], payload["draws"], stats, payload["initial"])
     return cp, settings
 
 

@@ -207,4 +207,5 @@ def test_surrogate_mh_from_the_cli_matches_the_exact_energy_distribution(tmp_pat
     dist = MaskedLMDistribution(mlm, template)
     pi = exact.exact_log_probs(dist).exp()
     tokens = torch.as_tensor(idata.posterior["tokens"].values).reshape(-1, dist.template.numel())
-    check_fit(pi, empirical(dist, tokens), tv_bound=0.08)
+    # |lambda_2| 0.45 per step, thinned by 2: lag-1 autocorrelation <= 0.2, N_eff >= N (1 - 0.2) / (1 + 0.2)
+    check_fit(pi, empirical(dist, tokens), n_eff=tokens.shape[0] * 0.8 / 1.2)

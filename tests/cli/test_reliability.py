@@ -216,7 +216,7 @@ def test_a_resume_names_missing_settings_and_refuses_a_damaged_checkpoint(model_
     del config["seed"]
     (out / "config.json").write_text(json.dumps(config))
     assert main(["sample", "--resume", str(out)]) == 2
-    assert "seed (missing in config.json, 7 in the checkpoint)" in _one_line_error(capsys)
+    assert "seed (missing in config.json, 7 in checkpoint.pt)" in _one_line_error(capsys)
     # without a checkpoint config.json is the only record: it is checked like the flags
     cp_bytes = (out / "checkpoint.pt").read_bytes()
     (out / "checkpoint.pt").unlink()
@@ -228,7 +228,7 @@ def test_a_resume_names_missing_settings_and_refuses_a_damaged_checkpoint(model_
     payload = torch.load(io.BytesIO(cp_bytes), weights_only=True)
     for field, bad, match in (
         ("step", 10**6, "checkpoint is at step 1000000"),
-        ("generator", torch.zeros(3, dtype=torch.uint8), "random-number state is damaged"),
+        ("streams", torch.zeros(3, dtype=torch.uint8), "random-number state is damaged"),
     ):
         torch.save({**payload, field: bad}, out / "checkpoint.pt")
         assert main(["sample", "--resume", str(out)]) == 2

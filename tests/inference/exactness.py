@@ -19,13 +19,29 @@ def empirical(target, tokens):
     return torch.bincount(idx, minlength=exact.enumerate_states(target).shape[0]).double()
 
 
-def check_fit(probs, counts, tv_bound):
+def tv_noise(probs, n):
+    """Mean and standard deviation of the total variation between ``probs`` and the empirical law
+    of ``n`` independent draws from it (each cell's error normal: DESIGN.md section 7)."""
+    var = probs * (1 - probs) / n
+    mean = 0.5 * float(torch.sqrt(2 * var / torch.pi).sum())
+    sd = 0.5 * float(torch.sqrt((var * (1 - 2 / torch.pi)).sum()))
+    return mean, sd
+
+
+def check_fit(probs, counts, *, offset=0.0, n_eff=None):
+    """Pearson's test (p-value above 1e-3) and the total variation between ``probs`` and the
+    counts, below its expected sampling noise plus 6 standard deviations plus ``offset`` (a known
+    distance between ``probs`` and the law the draws follow, e.g. TV(p_n, pi)). The bound is
+    derived, not chosen: fixed bounds near the noise's mean passed or failed with the seed.
+    ``n_eff`` replaces the draw count for autocorrelated draws."""
     n = counts.sum()
     keep = probs * n > 10  # Pearson's test on the well-populated cells, truncated
     gof = multinomial_goodness_of_fit(probs[keep], counts[keep], total_count=int(n))
     tv = exact.total_variation(probs, counts / n)
+    mean, sd = tv_noise(probs, float(n) if n_eff is None else n_eff)
+    bound = mean + 6 * sd + offset
     assert gof > 1e-3, f"chi-square p-value {gof:.2e}"
-    assert tv < tv_bound, f"total variation {tv:.3f}"
+    assert tv < bound, f"total variation {tv:.3f} (bound {bound:.3f}: noise {mean:.3f} + 6 x {sd:.4f} + {offset:.3f})"
     return gof, tv
 
 

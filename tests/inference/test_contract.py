@@ -9,6 +9,7 @@ import torch
 from exactness import TEMPLATE
 from mlm_ppl import MaskedLMDistribution
 from mlm_ppl.inference import (
+    ChainStreams,
     MaskPredict,
     MaskPredictInfo,
     MetropolisHastings,
@@ -44,10 +45,10 @@ def test_targets_implement_the_protocol(tiny4):
         (MaskPredict, MaskPredictInfo),
     ],
 )
-def test_every_kernel_inits_from_tokens_and_steps_with_a_generator(tiny4, kernel_cls, info_cls):
+def test_every_kernel_inits_from_tokens_and_steps_with_random_streams(tiny4, kernel_cls, info_cls):
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
     kernel = kernel_cls(dist)
-    gen = torch.Generator().manual_seed(0)
+    gen = ChainStreams(0, 3)
     state = kernel.init(initial_tokens(kernel, 3, gen, "sample"))
     state, info = kernel.step(state, gen)
     assert type(info) is info_cls and info.lp.shape == (3,) and info.n_changed.shape == (3,)

@@ -5,7 +5,7 @@ import torch
 
 from exactness import after, check_fit, empirical, invariance_error
 from mlm_ppl import MaskedLMDistribution, SurrogateMH, sample
-from mlm_ppl.inference import MetropolisHastings, exact, make_kernel, run_chains, step_stats
+from mlm_ppl.inference import ChainStreams, MetropolisHastings, exact, make_kernel, run_chains, step_stats
 from mlm_ppl.models import ConstrainedTarget
 from mlm_ppl.testing import goyal_counterexample
 
@@ -54,11 +54,11 @@ def test_the_sampling_code_follows_the_exact_matrix_before_and_after_mixing(tiny
     p1 = after(kernel, 1)
     assert exact.total_variation(p1, pi) > 0.05  # not mixed after one step
     one = run_chains(kernel, 3000, 1, seed=5, init="uniform")
-    check_fit(p1, empirical(dist, one.tokens[:, 0]), tv_bound=0.06)
+    check_fit(p1, empirical(dist, one.tokens[:, 0]))
     p12 = after(kernel, 12)
     assert exact.total_variation(p12, pi) < 0.01
     run = run_chains(kernel, 3000, 1, warmup_steps=11, seed=6, init="uniform")
-    check_fit(pi, empirical(dist, run.tokens[:, 0]), tv_bound=0.06)
+    check_fit(pi, empirical(dist, run.tokens[:, 0]), offset=exact.total_variation(p12, pi))
 
 
 def test_statistics_and_cost(tiny4, monkeypatch):
@@ -70,7 +70,7 @@ def test_statistics_and_cost(tiny4, monkeypatch):
     rows = []
     real = tiny4.logits_at
     monkeypatch.setattr(tiny4, "logits_at", lambda ids, attn, q: rows.append(ids.shape[0]) or real(ids, attn, q))
-    gen = torch.Generator().manual_seed(2)
+    gen = ChainStreams(2, 5)
     moved_any = False
     for _ in range(12):
         rows.clear()

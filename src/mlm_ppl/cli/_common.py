@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-__all__ = ["add_model_args", "load", "read_lines", "bar", "at_least"]
+__all__ = ["add_model_args", "load", "read_lines", "split_lines", "bar", "at_least"]
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -35,6 +35,21 @@ def read_lines(source: str) -> list[str]:
     Lines end at ``\\n`` only (a ``\\r`` before it is dropped): a vertical tab or U+2028 inside a
     line stays in it. A tab is refused, since the output is tab-separated.
     """
+    lines = split_lines(source, "one sequence per line")
+    if not lines:
+        raise ValueError(f"no sequences in {'stdin' if source == '-' else repr(source)}")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            raise ValueError(f"line {i} is blank; give one sequence per line")
+        if "\t" in line:
+            raise ValueError(f"line {i} holds a tab, which the tab-separated output cannot; remove it")
+    return lines
+
+
+def split_lines(source: str, what: str) -> list[str]:
+    """The lines of a UTF-8 file (or stdin for ``-``), split at ``\\n`` only, ``\\r\\n`` as
+    ``\\n``; a clear error for a missing file, a directory or another encoding. ``what`` says
+    what the file should hold."""
     if source == "-":
         text = sys.stdin.read()
     else:
@@ -44,19 +59,12 @@ def read_lines(source: str) -> list[str]:
         except FileNotFoundError:
             raise FileNotFoundError(f"input file {source!r} does not exist") from None
         except IsADirectoryError:
-            raise ValueError(f"input {source!r} is a directory; give a file with one sequence per line") from None
+            raise ValueError(f"input {source!r} is a directory; give a file with {what}") from None
         except UnicodeDecodeError as err:
             raise ValueError(f"input file {source!r} is not UTF-8 text: {err}") from None
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines and lines[-1] == "":  # the newline that ends the last line
         lines.pop()
-    if not lines:
-        raise ValueError(f"no sequences in {'stdin' if source == '-' else repr(source)}")
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            raise ValueError(f"line {i} is blank; give one sequence per line")
-        if "\t" in line:
-            raise ValueError(f"line {i} holds a tab, which the tab-separated output cannot; remove it")
     return lines
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, TextIO
@@ -13,7 +12,9 @@ from ..inference.api import KERNELS
 from ..inference.base import INITS
 from ..inference.runner import EXTRA_STAT_NAMES, STAT_NAMES
 from ..models.energy import ENERGIES
+from . import batch
 from ._common import add_model_args, at_least
+from ._execute import KERNEL_FLAGS, build, execute
 
 _DEFAULTS: dict[str, Any] = dict(
     model="antiberty",
@@ -29,19 +30,7 @@ _DEFAULTS: dict[str, Any] = dict(
     dtype=None,
     device=None,
 )
-_KERNEL_FLAGS = {  # kernel option (= flag) -> the kernels it applies to
-    "scan": ("mh", "pseudo-gibbs"),
-    "block_size": ("mh",),
-    "proposal_temperature": ("mh", "surrogate-mh"),
-    "top_k": ("mh", "surrogate-mh", "pseudo-gibbs"),
-    "top_p": ("mh", "surrogate-mh"),
-    "inner_steps": ("surrogate-mh",),
-    "surrogate_window": ("surrogate-mh",),
-    "surrogate_dtype": ("surrogate-mh",),
-    "burnin": ("pseudo-gibbs",),
-    "iterations": ("mask-predict",),
-}
-_SETTINGS = tuple(_DEFAULTS) + ("template", "length") + tuple(_KERNEL_FLAGS)
+_SETTINGS = tuple(_DEFAULTS) + ("template", "length", "workers") + tuple(KERNEL_FLAGS)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,6 +48,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--template", help="sequence with mask tokens at the positions to sample, e.g. 'CAR[MASK][MASK]W'"
     )
     what.add_argument("--length", type=int, help="sample a whole sequence of N tokens")
+    what.add_argument(
+        "--templates",
+        metavar="FILE",
+        help="a batch: one template per line (TEMPLATE, or NAME<TAB>TEMPLATE), each run with the same settings "
+        "into DIR/NAME, then DIR/designs.tsv and DIR/summary.txt",
+    )
     smp.add_argument("--kernel", choices=KERNELS)
     smp.add_argument("--energy", choices=ENERGIES)
     smp.add_argument("--temperature", type=float, help="target temperature T (default 1)")
@@ -94,6 +89,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     smp.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
     smp.add_argument(
+        "--ray",
+        action="store_true",
+        help="split the chains over Ray workers (RAY_ADDRESS, or a local Ray instance); needs mlm-ppl[ray]",
+    )
+    smp.add_argument(
+        "--workers", type=int, help="--ray: workers, each with one model (default: CPUs, at most --chains)"
+    )
+    smp.add_argument(
         "--force",
         action="store_true",
         help=f"run past the size limits (more than {MAX_CHAINS} chains, half the memory, a day)",
@@ -103,7 +106,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 _INT_SETTINGS = (
     "chains", "draws", "warmup", "thin", "seed", "length", "block_size", "top_k",
-    "inner_steps", "surrogate_window", "burnin", "iterations",
+    "inner_steps", "surrogate_window", "burnin", "iterations", "workers",
 )  # fmt: skip
 _FLOAT_SETTINGS = ("temperature", "proposal_temperature", "top_p")
 MAX_CHAINS = 1000
@@ -111,14 +114,26 @@ MAX_CHAINS = 1000
 readable, and one run's memory grows with them; run several directories instead."""
 
 
-def config_from_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """Settings of a new run from the flags, checked before any work."""
+def config_from_flags(args: argparse.Namespace, template: str | None = None) -> dict[str, Any]:
+    """Settings of a new run from the flags, checked before any work (``template``: a batch's
+    first template, checked in place of ``--template``)."""
     config = {k: getattr(args, k) for k in _SETTINGS}
+    if template is not None:
+        config["template"] = template
     for k, v in _DEFAULTS.items():
         if config[k] is None:
             config[k] = v
     if not args.out:
         raise ValueError("give --out DIR for the run directory")
+    if args.workers is not None and not args.ray:
+        raise ValueError("--workers applies to --ray")
+    if args.ray:
+        from ..inference.distributed import check_address, import_ray
+
+        import_ray()  # installed? (says how to install it)
+        check_address()  # RAY_ADDRESS answers? (within seconds)
+        if config["workers"] is None:
+            config["workers"] = min(config["chains"], os.cpu_count() or 1)
     check_config(config)
     if config["chains"] > MAX_CHAINS and not args.force:
         raise ValueError(
@@ -151,14 +166,14 @@ def check_config(config: dict[str, Any]) -> None:
         raise ValueError("give --template TEXT (mask tokens at the positions to sample) or --length N")
     for flag, minimum in (("chains", 1), ("draws", 1), ("warmup", 0), ("thin", 1), ("length", 1)):
         at_least(config[flag], flag, minimum)
-    for flag, minimum in (("inner_steps", 1), ("surrogate_window", 0)):
+    for flag, minimum in (("inner_steps", 1), ("surrogate_window", 0), ("workers", 1)):
         at_least(config[flag], flag.replace("_", "-"), minimum)
     check_seed(config["seed"])
     check_temperature(config["temperature"], "--temperature")
     check_choice(config["kernel"], "--kernel", KERNELS)
     check_choice(config["energy"], "--energy", ENERGIES)
     check_choice(config["init"], "--init", INITS)
-    for flag, kernels in _KERNEL_FLAGS.items():
+    for flag, kernels in KERNEL_FLAGS.items():
         if config[flag] is not None and config["kernel"] not in kernels:
             raise ValueError(
                 f"--{flag.replace('_', '-')} applies to --kernel {' or '.join(kernels)}, not {config['kernel']}"
@@ -200,31 +215,14 @@ def _time_per_step(kernel: Any, chains: int) -> float:
     """Seconds of one step of ``chains`` chains from a uniform start (init excluded)."""
     import time
 
-    import torch
-
     from ..inference.base import initial_tokens
+    from ..inference.streams import ChainStreams
 
-    gen = torch.Generator().manual_seed(0)
-    state = kernel.init(initial_tokens(kernel, chains, gen, "uniform"))
+    streams = ChainStreams(0, chains)
+    state = kernel.init(initial_tokens(kernel, chains, streams, "uniform"))
     t0 = time.perf_counter()
-    kernel.step(state, gen)
+    kernel.step(state, streams)
     return time.perf_counter() - t0
-
-
-def build(config: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """Model, target and kernel of a run configuration."""
-    from ..inference.api import make_kernel
-    from ..models.distribution import MaskedLMDistribution
-    from ..models.loading import load_mlm
-
-    mlm = load_mlm(config["model"], device=config["device"], dtype=config["dtype"])
-    template = config["template"]
-    if template is None:
-        mask = mlm.vocab[mlm.mask_id]
-        template = (mask * config["length"]) if mlm.residue_level else " ".join([mask] * config["length"])
-    dist = MaskedLMDistribution(mlm, template, energy=config["energy"], temperature=config["temperature"])
-    options = {flag: config[flag] for flag in _KERNEL_FLAGS if config[flag] is not None}
-    return mlm, dist, make_kernel(config["kernel"], dist, **options)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -233,22 +231,25 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.resume:
         if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
             raise ValueError("--out and --resume name different directories; give only --resume DIR")
+        if args.templates:
+            raise ValueError("--resume continues a batch with its own templates; give only --resume DIR")
+        if rundir.kind_of(args.resume) == "batch":
+            batch_dir, settings, templates = batch.resume_batch(args.resume)
+            with batch_dir:
+                _check_resume_flags(args, settings)
+                return batch.run_batch(batch_dir, settings, templates, args, out)
         run_dir, config, checkpoint = rundir.resume_run(args.resume)
         with run_dir:
-            given = {k: getattr(args, k) for k in _SETTINGS if getattr(args, k) is not None}
-            clash = {k: (v, config.get(k)) for k, v in given.items() if config.get(k) != v}
-            if clash:
-                detail = ", ".join(f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items())
-                raise ValueError(
-                    f"--resume {args.resume}: settings differ from the run's: {detail}; "
-                    "resume with the run's own settings, or start a new run"
-                )
+            config.setdefault("workers", None)  # runs before Ray runs existed ran in one process
+            _check_resume_flags(args, config)
             try:
                 check_config(config)
             except ValueError as err:
                 raise ValueError(f"{run_dir.path / rundir.CONFIG}: {err}") from None
             mlm, _, kernel = build(config)
             return _sample(run_dir, config, checkpoint, mlm, kernel, args, out)
+    if args.templates:
+        return _start_batch(args, out)
     config = config_from_flags(args)
     try:
         rundir.RunDirectory.check_new(args.out, "sample", overwrite=args.overwrite)  # before the model loads
@@ -266,48 +267,58 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return _sample(run_dir, config, None, mlm, kernel, args, out)
 
 
+def _check_resume_flags(args: argparse.Namespace, config: dict[str, Any]) -> None:
+    """Flags given with ``--resume`` must be the run's own settings."""
+    if args.ray and config.get("workers") is None:
+        raise ValueError(f"--resume {args.resume}: the run ran in one process; resume it without --ray")
+    given = {k: getattr(args, k) for k in _SETTINGS if getattr(args, k) is not None}
+    clash = {k: (v, config.get(k)) for k, v in given.items() if config.get(k) != v}
+    if clash:
+        detail = ", ".join(f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items())
+        raise ValueError(
+            f"--resume {args.resume}: settings differ from the run's: {detail}; "
+            "resume with the run's own settings, or start a new run"
+        )
+
+
+def _start_batch(args: argparse.Namespace, out: TextIO) -> int:
+    """A new batch: every template and setting checked, then one run per template."""
+    from .. import rundir
+    from ..models.distribution import MaskedLMDistribution
+
+    templates = batch.read_templates(args.templates)
+    config = config_from_flags(args, template=templates[0][1])
+    try:
+        rundir.RunDirectory.check_new(args.out, "batch", overwrite=args.overwrite)
+        mlm, _, _ = build(config)  # the model, the settings and the first template
+        for name, template in templates[1:]:
+            try:
+                MaskedLMDistribution(mlm, template, energy=config["energy"], temperature=config["temperature"])
+            except ValueError as err:
+                raise ValueError(f"template {name!r}: {err}") from None
+        settings = dict(config, template=None)
+        batch_dir = batch.start_batch(args.out, settings, templates, overwrite=args.overwrite)
+    except rundir.RunExistsError as err:
+        hint = f"use --resume {err.path} to continue it, --overwrite to replace it, or another --out"
+        raise ValueError(f"{err.detail}; {hint if err.ours else 'use another --out'}") from None
+    with batch_dir:
+        return batch.run_batch(batch_dir, settings, templates, args, out)
+
+
 def _sample(
     run_dir: Any, config: dict[str, Any], checkpoint: Any, mlm: Any, kernel: Any, args: Any, out: TextIO
 ) -> int:
-    """Run (or finish) the chains in the locked ``run_dir`` and write the outputs."""
-    from .. import rundir
-    from ..inference.runner import run_chains
-
-    directory = str(run_dir.path)
-    total = config["warmup"] + config["draws"] * config["thin"]
-    if checkpoint is not None and checkpoint.step == total:
-        print(f"run in {directory} is already complete; writing its outputs", file=sys.stderr)
+    """Run (or finish) the chains in the locked ``run_dir``, write the outputs, print the report."""
     show = args.progress if args.progress is not None else True
     try:
-        result = run_chains(
-            kernel,
-            config["chains"],
-            config["draws"],
-            warmup_steps=config["warmup"],
-            thin=config["thin"],
-            seed=config["seed"],
-            init=config["init"],
-            progress=show,
-            on_checkpoint=lambda cp: rundir.save_checkpoint(run_dir, cp, config),
-            checkpoint_seconds=args.checkpoint_seconds,
-            resume=checkpoint,
+        result, report, paths = execute(
+            run_dir, config, checkpoint, mlm, kernel, progress=show, checkpoint_seconds=args.checkpoint_seconds
         )
     except KeyboardInterrupt:
-        print(f"interrupted; checkpoint saved. Continue with: mlm-ppl sample --resume {directory}", file=sys.stderr)
+        print(f"interrupted; checkpoint saved. Continue with: mlm-ppl sample --resume {run_dir.path}", file=sys.stderr)
         return 130
-    except Exception:
-        if not run_dir.has(rundir.CHECKPOINT):  # nothing worth keeping: leave no half-made directory
-            run_dir.discard()
-        raise
-    result.attrs.update(
-        model=mlm.name,
-        kernel=config["kernel"],
-        template_text=config["template"] or "",
-        config=json.dumps(config, sort_keys=True),
-    )
-    report, paths = rundir.write_outputs(run_dir, result, mlm)
     out.write(report + "\n\n")
     last = mlm.decode(result.tokens[:, -1])
     out.write("last draw of each chain:\n" + "".join(f"  chain {c}: {s}\n" for c, s in enumerate(last)))
-    out.write(f"\nwrote {paths[0]}, {', '.join(os.path.basename(p) for p in paths[1:])} in {directory}\n")
+    out.write(f"\nwrote {paths[0]}, {', '.join(os.path.basename(p) for p in paths[1:])} in {run_dir.path}\n")
     return 0

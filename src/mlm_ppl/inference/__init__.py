@@ -4,6 +4,7 @@ exact enumeration of tiny state spaces.
 * :mod:`.base`: the kernel contract, the one ``accept``, proposals, scans, starting states;
 * :mod:`.mh`, :mod:`.surrogate_mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`: one algorithm each;
 * :mod:`.exact`: enumeration and exact transition matrices;
+* :mod:`.streams`: one random stream per chain (a chain's draws depend only on ``(seed, c)``);
 * :mod:`.runner`: batched chains with checkpoints; :mod:`.api`: :func:`sample` by name;
 * :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``; :mod:`.gibbs`:
   :class:`MLMGibbs`, token sites beside continuous sites moved by ``NUTS``/``HMC``.
@@ -28,6 +29,7 @@ from .mh import MetropolisHastings, MHInfo, MHState
 from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsState
 from .pyro_kernel import MLMKernel, run_from_mcmc
 from .runner import EXTRA_STAT_NAMES, STAT_NAMES, Checkpoint, Run, run_chains, step_stats
+from .streams import ChainStreams, chain_seed
 from .surrogate_mh import SurrogateInfo, SurrogateMH, SurrogateState
 
 
@@ -52,6 +54,8 @@ __all__ = [
     # running chains
     "sample",
     "run_chains",
+    "ChainStreams",
+    "chain_seed",
     "Run",
     "Checkpoint",
     "STAT_NAMES",

@@ -25,9 +25,11 @@ from .pseudo_gibbs import PseudoGibbs
 from .runner import Run, run_chains
 from .surrogate_mh import SurrogateMH
 
-__all__ = ["KERNELS", "make_kernel", "check_kernel_options", "sample", "draw_from_distribution"]
+__all__ = ["KERNELS", "BACKENDS", "make_kernel", "check_kernel_options", "sample", "draw_from_distribution"]
 
 KERNELS = ("mh", "surrogate-mh", "pseudo-gibbs", "mask-predict")
+BACKENDS = ("local", "ray")
+"""Where :func:`sample` runs the chains: this process, or Ray actors (``workers``)."""
 """Kernel names of :func:`sample`, :func:`make_kernel`, :class:`~mlm_ppl.MLMKernel` and the CLI."""
 
 _CLASSES: dict[str, type] = {
@@ -95,6 +97,8 @@ def sample(
     init: str | Tensor = "sample",
     log_factor: Callable[[Tensor], Tensor] | None = None,
     progress: bool = False,
+    backend: str = "local",
+    workers: int | None = None,
     **kernel_options: Any,
 ) -> Run:
     """Sample the masked positions of ``template`` with C batched chains in one call.
@@ -104,14 +108,29 @@ def sample(
     the kernel (``"mh"``, ``"surrogate-mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``, with
     ``**kernel_options``),
     and runs :func:`run_chains`. All arguments are checked before any forward pass.
+
+    ``backend="ray"`` splits the chains over ``workers`` Ray actors (the ``ray`` extra;
+    :mod:`mlm_ppl.inference.distributed`), each holding a copy of the model: the result is the
+    same run, since each chain draws from its own random stream.
     """
     check_seed(seed)
     check_choice(kernel, "kernel", KERNELS)
+    check_choice(backend, "backend", BACKENDS)
+    if backend == "ray":
+        check_count(workers, "workers", 1)
+    elif workers is not None:
+        raise ValueError("workers applies to backend='ray'")
     dist = MaskedLMDistribution(mlm, template, energy=energy, temperature=temperature)
     target: Target = dist if log_factor is None else ConstrainedTarget(dist, log_factor)
     k = make_kernel(kernel, target, **kernel_options)
-    run = run_chains(
-        k, num_chains, num_samples, warmup_steps=warmup_steps, thin=thin, seed=seed, init=init, progress=progress
-    )
+    options: dict[str, Any] = dict(warmup_steps=warmup_steps, thin=thin, seed=seed, init=init, progress=progress)
+    if backend == "ray":
+        from .distributed import run_chains_ray  # imports ray only now
+
+        run = run_chains_ray(
+            lambda: k, num_chains, num_samples, workers=int(workers or 1), device=str(mlm.device), **options
+        )
+    else:
+        run = run_chains(k, num_chains, num_samples, **options)
     run.attrs.update(model=mlm.name, kernel=kernel, kernel_options=dict(kernel_options))
     return run

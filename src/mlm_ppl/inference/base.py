@@ -2,10 +2,11 @@
 scans over the free positions, starting states and annealing.
 
 A kernel holds configuration only. ``init(tokens) -> state`` and
-``step(state, generator) -> (state, info)``, with states and infos as NamedTuples; chains are
+``step(state, streams) -> (state, info)``, with states and infos as NamedTuples; chains are
 the leading batch dimension of every tensor, so ``C`` chains advance in one batched forward
-pass. A kernel moves the states of a :class:`~mlm_ppl.models.Target` and relies on nothing
-else of it.
+pass, while each draws its random numbers from its own stream
+(:class:`~mlm_ppl.inference.streams.ChainStreams`). A kernel moves the states of a
+:class:`~mlm_ppl.models.Target` and relies on nothing else of it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import Tensor
 
 from .._checks import check_choice, check_count, check_positive
 from ..models.target import Target
+from .streams import ChainStreams
 
 __all__ = [
     "SCANS",
@@ -78,18 +80,19 @@ class Kernel(Protocol):
         """The state of chains starting at ``tokens`` ``(C, L)``."""
         ...
 
-    def step(self, state: Any, generator: torch.Generator) -> tuple[Any, StepInfo]:
-        """One update of every chain."""
+    def step(self, state: Any, streams: ChainStreams) -> tuple[Any, StepInfo]:
+        """One update of every chain; chain ``c`` draws only from ``streams`` row ``c``."""
         ...
 
 
 # ---------------------------------------------------------------------- accept and proposals
-def accept(log_ratio: Tensor, generator: torch.Generator) -> Tensor:
-    """The one Metropolis-Hastings accept: ``log(u) < log_ratio`` with ``u ~ U[0, 1)``.
+def accept(log_ratio: Tensor, streams: ChainStreams) -> Tensor:
+    """The one Metropolis-Hastings accept: ``log(u) < log_ratio`` with ``u ~ U[0, 1)``, ``u`` of
+    chain ``c`` from its stream (``log_ratio`` is ``(C, ...)``).
 
     A NaN ratio rejects; ``-inf`` rejects; a ratio ``>= 0`` always accepts.
     """
-    log_u = torch.rand(log_ratio.shape, generator=generator).log()
+    log_u = streams.rand(log_ratio.shape).log()
     return log_u < log_ratio  # NaN compares False: reject
 
 
@@ -132,10 +135,10 @@ def proposal_log_probs(
     return torch.log_softmax(lg, -1)
 
 
-def sample_tokens(log_probs: Tensor, generator: torch.Generator) -> Tensor:
-    """One categorical draw per row of ``log_probs`` ``(..., V)`` -> ``(...)``."""
-    flat = log_probs.reshape(-1, log_probs.shape[-1]).exp()
-    return torch.multinomial(flat, 1, generator=generator).reshape(log_probs.shape[:-1])
+def sample_tokens(log_probs: Tensor, streams: ChainStreams) -> Tensor:
+    """One categorical draw per row of ``log_probs`` ``(C, ..., V)`` -> ``(C, ...)``, chain ``c``'s
+    from its stream."""
+    return streams.categorical(log_probs.exp())
 
 
 # ---------------------------------------------------------------------- scans
@@ -145,7 +148,7 @@ def num_blocks(num_free: int, block_size: int) -> int:
 
 
 def select_sites(
-    scan: str, step: int, order: Tensor, num_chains: int, num_free: int, block_size: int, generator: torch.Generator
+    scan: str, step: int, order: Tensor, num_chains: int, num_free: int, block_size: int, streams: ChainStreams
 ) -> tuple[Tensor, Tensor]:
     """Free-position indices ``(C, b)`` to update at ``step``, and the sweep order to keep.
 
@@ -157,11 +160,11 @@ def select_sites(
         sites = torch.arange(j * block_size, min(num_free, (j + 1) * block_size))
         return sites.expand(num_chains, -1), order
     if scan == "random":
-        keys = torch.rand((num_chains, num_free), generator=generator)
+        keys = streams.rand((num_chains, num_free))
         return keys.argsort(-1)[:, :block_size], order
     # random_sweep: a fresh random permutation per chain at the start of every sweep
     if j == 0 or order.numel() == 0:
-        order = torch.rand((num_chains, num_free), generator=generator).argsort(-1)
+        order = streams.rand((num_chains, num_free)).argsort(-1)
     return order[:, j * block_size : (j + 1) * block_size], order
 
 
@@ -181,7 +184,7 @@ def check_init(method: str) -> str:
     return check_choice(method, "init", INITS)
 
 
-def fill_template(target: Target, num_chains: int, generator: torch.Generator, method: str = "sample") -> Tensor:
+def fill_template(target: Target, num_chains: int, streams: ChainStreams, method: str = "sample") -> Tensor:
     """Complete starting states ``(C, L)``: fill the free positions left to right from the MLM.
 
     Each position is drawn (``"sample"``) or taken as the argmax (``"greedy"``) from the MLM
@@ -195,15 +198,15 @@ def fill_template(target: Target, num_chains: int, generator: torch.Generator, m
     ordinary = target.ordinary_mask
     if method == "uniform":
         logq = proposal_log_probs(torch.zeros(C, target.num_free, target.vocab_size), ordinary)
-        return tokens.scatter(1, target.free_positions.expand(C, -1), sample_tokens(logq, generator))
+        return tokens.scatter(1, target.free_positions.expand(C, -1), sample_tokens(logq, streams))
     for p in target.free_positions.tolist():
         logits = target.site_logits(tokens, torch.full((C, 1), p))[:, 0]  # (C, V)
         logq = proposal_log_probs(logits, ordinary)
-        tokens[:, p] = logq.argmax(-1) if method == "greedy" else sample_tokens(logq, generator)
+        tokens[:, p] = logq.argmax(-1) if method == "greedy" else sample_tokens(logq, streams)
     return tokens
 
 
-def initial_tokens(kernel: Kernel, num_chains: int, generator: torch.Generator, init: str | Tensor) -> Tensor:
+def initial_tokens(kernel: Kernel, num_chains: int, streams: ChainStreams, init: str | Tensor) -> Tensor:
     """The tokens ``(C, L)`` that ``kernel.init`` starts from.
 
     Given tokens are used as they are; otherwise the template is filled with
@@ -218,7 +221,7 @@ def initial_tokens(kernel: Kernel, num_chains: int, generator: torch.Generator, 
     if not getattr(kernel, "needs_complete_start", True):  # a kernel that does not say takes complete states
         check_init(init)
         return kernel.target.template.expand(C, -1).clone()
-    return fill_template(kernel.target, C, generator, init)
+    return fill_template(kernel.target, C, streams, init)
 
 
 def geometric_annealing(start: float, end: float, num_steps: int) -> Callable[[int], float]:

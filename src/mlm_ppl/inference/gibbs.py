@@ -35,6 +35,7 @@ from .api import check_kernel_options, make_kernel
 from .base import check_init, fill_template
 from .pyro_sites import HoldTokenSites, is_sample_site, other_sites_log_prob
 from .runner import Run, step_stats, target_attrs
+from .streams import ChainStreams
 
 __all__ = ["MLMGibbs", "run_from_gibbs"]
 
@@ -154,7 +155,7 @@ class MLMGibbs(MCMCKernel):
         self._kernels: dict[tuple[str, int | None], Any] = {}
         self._targets: dict[tuple[str, int | None], ConstrainedTarget] = {}
         self._states: dict[tuple[str, int | None], Any] = {}
-        self._gen = torch.Generator()
+        self._streams: ChainStreams  # set by setup(): this Pyro chain's random streams
         self._chain_index = -1
         self._supports: dict[str, Tensor] = {}
         self._z: dict[str, Tensor] = {}
@@ -202,11 +203,10 @@ class MLMGibbs(MCMCKernel):
         self._warmup_steps = int(warmup_steps)
         self._t, self._accepted = 0, 0.0
         self._chain_index += 1
-        if self.seed is None:  # pyro.set_rng_seed governs
-            seed = int(torch.randint(0, 2**62, ()).item())
-        else:
-            seed = self.seed + self._chain_index
-        self._gen = torch.Generator().manual_seed(seed)
+        if self.seed is None:  # pyro.set_rng_seed governs: a fresh seed per chain
+            self._streams = ChainStreams(int(torch.randint(0, 2**62, ()).item()), 1)
+        else:  # Pyro chain i: stream i of the seed
+            self._streams = ChainStreams(self.seed, [self._chain_index])
         self._values = {}
         with poutine.trace() as tracer, HoldTokenSites():
             self.model(*args, **kwargs)
@@ -243,12 +243,14 @@ class MLMGibbs(MCMCKernel):
                 )
             support = fn.enumerate_support(expand=False).reshape((-1,) + tuple(fn.event_shape))
             self._supports[name] = support
-            self._values[name] = support[torch.randint(0, support.shape[0], (), generator=self._gen)].clone()
+            self._values[name] = support[int(self._streams.randint(support.shape[0])[0])].clone()
         self._kernels, self._states, self._targets = {}, {}, {}
         for name in self.mlm_sites:
             batch = fns[name].batch_shape
             base = fns[name].expand(torch.Size()) if batch else fns[name]  # one sequence of the site
-            filled = fill_template(base, batch[0] if batch else 1, self._gen, self.init)  # (B or 1, L)
+            # (B or 1, L): the elements of a plate one after another, all from the chain's one stream
+            count = batch[0] if batch else 1
+            filled = torch.cat([fill_template(base, 1, self._streams, self.init) for _ in range(count)])
             self._values[name] = filled if batch else filled[0]
             for element in range(batch[0]) if batch else [None]:
                 unit = (name, element)
@@ -302,7 +304,7 @@ class MLMGibbs(MCMCKernel):
             factor = self._targets[unit].log_factor(state.tokens).to(state.log_factor.dtype)
             state = kernel.with_log_factor(state, factor)  # the other terms moved with the held values; no MLM forward
             for _ in range(self.token_steps):
-                state, info = kernel.step(state, self._gen)
+                state, info = kernel.step(state, self._streams)
                 stats = step_stats(info)
                 self._accepted += float(stats["is_accepted"].float().mean()) / (len(self._kernels) * self.token_steps)
             per_site[name].append(stats)
@@ -328,7 +330,7 @@ class MLMGibbs(MCMCKernel):
         support = self._supports[name]
         base = {**self._values, **self._continuous_values()}
         logp = torch.stack([self._log_joint({**base, name: v}) for v in support])  # (K,)
-        pick = torch.multinomial(torch.softmax(logp.double(), 0), 1, generator=self._gen)[0]
+        pick = self._streams.categorical(torch.softmax(logp.double(), 0)[None])[0]
         new = support[pick].clone()
         changed = not torch.equal(new, self._values[name])
         self._values[name] = new

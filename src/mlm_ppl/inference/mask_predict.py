@@ -11,6 +11,7 @@ from torch import Tensor
 from .._checks import check_count
 from ..models.target import Target
 from .base import proposal_log_probs
+from .streams import ChainStreams
 
 __all__ = ["MaskPredictState", "MaskPredictInfo", "MaskPredict"]
 
@@ -39,7 +40,7 @@ class MaskPredict:
     free positions with the lowest predicted probability. After ``iterations`` steps the state
     is complete and further steps change nothing.
 
-    It draws no random numbers; ``step`` takes a generator only to share the kernel signature.
+    It draws no random numbers; ``step`` takes random streams only to share the kernel signature.
     """
 
     needs_complete_start: ClassVar[bool] = False
@@ -74,7 +75,7 @@ class MaskPredict:
         return MaskPredictState(tokens, torch.zeros((C, self.target.num_free)), 0)
 
     def step(
-        self, state: MaskPredictState, generator: torch.Generator | None = None
+        self, state: MaskPredictState, streams: ChainStreams | None = None
     ) -> tuple[MaskPredictState, MaskPredictInfo]:
         """One decoding iteration of every chain."""
         tokens, probs, t = state
@@ -91,7 +92,7 @@ class MaskPredict:
         logp = proposal_log_probs(logits, self.target.ordinary_mask)
         best_lp, best = logp.max(-1)
         tokens = tokens.scatter(1, free[sites], best)
-        probs = probs.scatter(1, sites, best_lp.exp())
+        probs = probs.scatter(1, sites, best_lp.exp().to(probs.dtype))  # float64 models give float64 logits
         n_next = (F * (self.iterations - t - 1)) // self.iterations
         if n_next > 0:
             remask = probs.argsort(-1)[:, :n_next]  # lowest-probability free positions

@@ -18,6 +18,7 @@ from .._checks import check_choice, check_count, check_probability, check_temper
 from ..models.target import Evaluation, Target
 from .base import SCANS, accept, check_states, proposal_log_probs, sample_tokens, select_sites
 from .exact import block_moves
+from .streams import ChainStreams
 
 __all__ = ["MHState", "MHInfo", "MetropolisHastings"]
 
@@ -146,16 +147,16 @@ class MetropolisHastings:
         return self.target.site_logits(tokens, self.target.free_positions[sites])
 
     # -- one step
-    def step(self, state: MHState, generator: torch.Generator) -> tuple[MHState, MHInfo]:
+    def step(self, state: MHState, streams: ChainStreams) -> tuple[MHState, MHInfo]:
         """One MH update of one block in every chain."""
         tokens = state.tokens
         C = tokens.shape[0]
         sites, order = select_sites(
-            self.scan, state.step, state.order, C, self.target.num_free, self.block_size, generator
+            self.scan, state.step, state.order, C, self.target.num_free, self.block_size, streams
         )
         pos = self.target.free_positions[sites]  # (C, b)
         logq = self._proposal(self._block_logits(tokens, state.cond_logits, sites))  # (C, b, V)
-        new = sample_tokens(logq, generator)  # (C, b)
+        new = sample_tokens(logq, streams)  # (C, b)
         old = tokens.gather(1, pos)  # (C, b)
         log_fwd = logq.gather(-1, new[..., None]).sum((-1, -2))  # (C,) log q(x'_B | x_\B)
         log_rev = logq.gather(-1, old[..., None]).sum((-1, -2))  # (C,) log q(x_B | x_\B)
@@ -168,7 +169,7 @@ class MetropolisHastings:
             ev = self.target.evaluate(proposed[changed])  # the step's one batched pass
             lp_new[changed] = self.log_density(ev.energy, ev.log_factor, state.step)
         log_ratio = torch.where(changed, lp_new - lp_old + log_rev - log_fwd, torch.zeros(C))
-        accepted = accept(log_ratio, generator)
+        accepted = accept(log_ratio, streams)
         take = accepted & changed
         energy, factor, cond = state.energy.clone(), state.log_factor.clone(), state.cond_logits.clone()
         if take.any():

@@ -16,6 +16,7 @@ from .._checks import check_choice, check_count, check_temperature
 from ..models.target import ConstrainedTarget, Evaluation, Target
 from .base import SCANS, check_states, proposal_log_probs, sample_tokens, select_sites
 from .exact import block_moves
+from .streams import ChainStreams
 
 __all__ = ["PSEUDO_GIBBS_SCANS", "PseudoGibbsState", "PseudoGibbsInfo", "PseudoGibbs"]
 
@@ -132,20 +133,20 @@ class PseudoGibbs:
         rows = tokens.repeat_interleave(k, 0)  # (C*k, L)
         return self.target.site_logits(rows, pos.reshape(-1, 1)).reshape(C, k, -1)
 
-    def _sites(self, state: PseudoGibbsState, C: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    def _sites(self, state: PseudoGibbsState, C: int, streams: ChainStreams) -> tuple[Tensor, Tensor]:
         F = self.target.num_free
         if self.scan == "parallel":
             return torch.arange(F).expand(C, -1), state.order
-        return select_sites(self.scan, state.step, state.order, C, F, 1, generator)
+        return select_sites(self.scan, state.step, state.order, C, F, 1, streams)
 
-    def step(self, state: PseudoGibbsState, generator: torch.Generator) -> tuple[PseudoGibbsState, PseudoGibbsInfo]:
+    def step(self, state: PseudoGibbsState, streams: ChainStreams) -> tuple[PseudoGibbsState, PseudoGibbsInfo]:
         """Redraw the scan's positions in every chain from their MLM conditionals."""
         tokens = state.tokens
         C = tokens.shape[0]
-        sites, order = self._sites(state, C, generator)
+        sites, order = self._sites(state, C, streams)
         pos = self.target.free_positions[sites]  # (C, k)
         logq = self._proposal(self._site_logits(tokens, sites), state.step)  # (C, k, V)
-        new = sample_tokens(logq, generator)  # (C, k)
+        new = sample_tokens(logq, streams)  # (C, k)
         old = tokens.gather(1, pos)
         new_tokens = tokens.scatter(1, pos, new)
         if self.compute_lp:

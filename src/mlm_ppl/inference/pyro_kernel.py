@@ -13,9 +13,10 @@ Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 * ``end_warmup()`` is never called by MCMC: the kernel counts warm-up steps itself.
 * ``transforms = {}`` is set up front, or MCMC re-runs ``setup`` after sampling.
 * ``logging()`` output goes through ``json.dumps`` every step: plain floats only.
-* Sequential chains reuse one kernel object: ``setup`` resets all chain state and moves the
-  seed on (``seed + chain index``); with ``seed=None`` each chain seeds from torch's global RNG,
-  so ``pyro.set_rng_seed`` governs it.
+* Sequential chains reuse one kernel object: ``setup`` resets all chain state and moves on to
+  the next chains' random streams (Pyro chain ``i`` of ``C`` batched chains draws from the
+  streams of chains ``i*C .. i*C+C-1``); with ``seed=None`` each chain seeds from torch's
+  global RNG, so ``pyro.set_rng_seed`` governs it.
 * ``MCMC.summary()``, ``MCMC.diagnostics()`` and ``az.from_pyro`` fail on integer draws: per-draw
   statistics are kept on the kernel (:attr:`MLMKernel.draw_stats`).
 * With ``num_chains > 1`` MCMC uses worker processes only when ``num_chains <= cpu_count - 1``;
@@ -42,6 +43,7 @@ from .base import check_init, initial_tokens
 from .gibbs import GIBBS_KERNELS, MLMGibbs, run_from_gibbs
 from .pyro_sites import HoldTokenSites, is_sample_site, other_sites_log_prob
 from .runner import Run, step_stats, target_attrs
+from .streams import ChainStreams
 
 __all__ = ["MLMKernel", "run_from_mcmc"]
 
@@ -66,7 +68,8 @@ class MLMKernel(MCMCKernel):
         token site outside any plate). With ``num_chains > 1`` the site's value has shape
         ``(C, L)``; for ``Predictive``, flatten the chains into samples (docs/pyro.md).
     seed : int, optional
-        Seed of the kernel's ``torch.Generator``; sequential Pyro chains use ``seed + i``, ``i``
+        Seed of the chains' random streams (:class:`~mlm_ppl.inference.streams.ChainStreams`):
+        batched chain ``c`` of Pyro chain ``i`` draws from the stream of chain ``i*C + c``, ``i``
         counting every chain this kernel object has run. None (the default) draws each chain's
         seed from torch's global RNG, so ``pyro.set_rng_seed`` before ``mcmc.run()`` makes a run,
         and a re-run of the same ``MCMC`` object, reproducible.
@@ -115,7 +118,7 @@ class MLMKernel(MCMCKernel):
         self._dist: Any = None
         self.kernel: Any = None
         self._state: Any = None
-        self._gen: Any = None
+        self._streams: ChainStreams  # set by setup(): this Pyro chain's random streams
         self._warmup_steps = 0
         self._t = 0
         self._accepted = 0.0
@@ -160,17 +163,17 @@ class MLMKernel(MCMCKernel):
         has_other_terms = any(is_sample_site(s) and name != self.site for name, s in trace.nodes.items())
         self.target = ConstrainedTarget(dist, self._log_factor) if has_other_terms else dist
         self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
-        if self.seed is None:  # pyro.set_rng_seed governs, as for Pyro's own kernels
-            chain_seed = int(torch.randint(0, 2**62, ()).item())
-        else:
-            chain_seed = self.seed + self._chain_index
-        self._gen = torch.Generator().manual_seed(chain_seed)
+        C = self.num_chains
+        if self.seed is None:  # pyro.set_rng_seed governs, as for Pyro's own kernels: a fresh seed per chain
+            self._streams = ChainStreams(int(torch.randint(0, 2**62, ()).item()), C)
+        else:  # Pyro chain i: the streams of chains i*C .. i*C+C-1 of the seed
+            self._streams = ChainStreams(self.seed, range(self._chain_index * C, (self._chain_index + 1) * C))
         if self._initial_params is not None:
             tokens = self._initial_params[self.site].reshape(-1, dist.event_shape[0])
             if tokens.shape[0] != self.num_chains:
                 raise ValueError(f"initial_params has {tokens.shape[0]} chains, the kernel runs {self.num_chains}")
         else:
-            tokens = initial_tokens(self.kernel, self.num_chains, self._gen, self.init)
+            tokens = initial_tokens(self.kernel, self.num_chains, self._streams, self.init)
         self._state = self.kernel.init(tokens)
         self._initials.append(self._state.tokens.clone())
 
@@ -231,7 +234,7 @@ class MLMKernel(MCMCKernel):
         given = params[self.site].reshape(self.num_chains, -1)
         if not torch.equal(given, self._state.tokens):
             self._state = self.kernel.init(given)
-        self._state, info = self.kernel.step(self._state, self._gen)
+        self._state, info = self.kernel.step(self._state, self._streams)
         stats = step_stats(info)
         self._t += 1
         self._accepted += float(stats["is_accepted"].float().mean())

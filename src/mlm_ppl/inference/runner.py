@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from torch import Tensor
 from .._checks import check_count, check_seed
 from ..models.target import Target
 from .base import Kernel, StepInfo, initial_tokens
+from .streams import ChainStreams
 
 __all__ = ["Run", "Checkpoint", "run_chains", "step_stats", "target_attrs", "STAT_NAMES", "EXTRA_STAT_NAMES"]
 
@@ -102,11 +103,12 @@ def step_stats(info: StepInfo) -> dict[str, Tensor]:
 
 @dataclass
 class Checkpoint:
-    """Everything needed to continue a run exactly: steps done, kernel state, RNG state, draws so far."""
+    """Everything needed to continue a run exactly: steps done, kernel state, every chain's random
+    stream (:meth:`ChainStreams.get_state`, ``(C, S)``), draws so far."""
 
     step: int
     state: Any
-    generator: Tensor
+    streams: Tensor
     draws: Tensor  # (C, D, L), filled up to the draws taken
     stats: dict[str, Tensor]  # (C, d) for the d draws taken
     initial: Tensor
@@ -124,9 +126,14 @@ def _check_checkpoint(cp: Checkpoint, C: int, D: int, L: int, W: int, thin: int)
     for what, (tensor, shape) in shapes.items():
         if tuple(tensor.shape) != shape:
             raise ValueError(f"checkpoint holds {what} of shape {tuple(tensor.shape)}; this run needs {shape}")
+    if not isinstance(cp.streams, Tensor) or cp.streams.dim() != 2 or cp.streams.shape[0] != C:
+        raise ValueError(
+            "checkpoint's random-number state is damaged or was written before each chain had its own "
+            "stream (mlm-ppl 0.1); finish such a run with that version, or start it again"
+        )
     try:
-        torch.Generator().set_state(cp.generator)
-    except (RuntimeError, TypeError) as err:
+        ChainStreams(0, C).set_state(cp.streams)
+    except (RuntimeError, TypeError, ValueError) as err:
         raise ValueError(f"checkpoint's random-number state is damaged ({err})") from None
 
 
@@ -143,6 +150,8 @@ def run_chains(
     on_checkpoint: Callable[[Checkpoint], None] | None = None,
     checkpoint_seconds: float = 30.0,
     resume: Checkpoint | None = None,
+    chains: Sequence[int] | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> Run:
     """Advance ``num_chains`` chains of ``kernel`` together and keep every ``thin``-th step.
 
@@ -158,7 +167,14 @@ def run_chains(
         them and is never a draw.
     thin : int
     seed : int
-        Seeds one ``torch.Generator``: same seed, same device, same chains.
+        Seeds every chain's random stream: chain ``c`` draws from a stream that depends only on
+        ``(seed, c)`` (:class:`~mlm_ppl.inference.streams.ChainStreams`), so its draws do not
+        depend on how many chains run beside it. Same seed, same device, same chains.
+    on_step : callable, optional
+        Called with the number of steps done after each step (progress shown elsewhere).
+    chains : sequence of int, optional
+        The indices of these chains in a bigger run (default ``0 .. num_chains-1``): a group of
+        chains ``[4, 5]`` run here gives exactly chains 4 and 5 of the whole run.
     init : {"sample", "greedy", "uniform"} or Tensor
         How the free positions are first filled (:func:`~mlm_ppl.inference.fill_template`), or
         starting tokens ``(C, L)``. Mask-predict starts from the masked template whatever it is given.
@@ -174,25 +190,28 @@ def run_chains(
     D = check_count(num_samples, "num_samples", 1)
     W = check_count(warmup_steps, "warmup_steps", 0)
     thin = check_count(thin, "thin", 1)
-    gen = torch.Generator().manual_seed(check_seed(seed))
+    ids = list(range(C)) if chains is None else [check_count(c, "chain index", 0) for c in chains]
+    if len(ids) != C:
+        raise ValueError(f"chains names {len(ids)} chain indices for num_chains={C}")
+    streams = ChainStreams(check_seed(seed), ids)
     target = kernel.target
     L = target.template.numel()
     total = W + D * thin
     if resume is not None:
         _check_checkpoint(resume, C, D, L, W, thin)
         state, step0, initial = resume.state, resume.step, resume.initial
-        gen.set_state(resume.generator)
+        streams.set_state(resume.streams)
         draws = resume.draws.clone()
         stats: dict[str, list[Tensor]] = {k: list(v.unbind(1)) for k, v in resume.stats.items()}
     else:
-        state = kernel.init(initial_tokens(kernel, C, gen, init))
+        state = kernel.init(initial_tokens(kernel, C, streams, init))
         step0, initial = 0, state.tokens.clone()
         draws = torch.zeros((C, D, L), dtype=torch.long)
         stats = {}  # name -> per-draw (C,) tensors; the names are step_stats' of the kernel
 
     # (steps done, state, RNG state, draws taken): replaced in one assignment after each step, so an
     # interrupt anywhere leaves a consistent snapshot to checkpoint
-    snap = (step0, state, gen.get_state(), len(stats.get("lp", [])))
+    snap = (step0, state, streams.get_state(), len(stats.get("lp", [])))
 
     def checkpoint() -> None:
         if on_checkpoint is None:
@@ -213,7 +232,7 @@ def run_chains(
     last = time.monotonic()
     try:
         for i in range(step0, total):
-            new_state, info = kernel.step(state, gen)
+            new_state, info = kernel.step(state, streams)
             step_record = step_stats(info)
             if i >= W and (i - W + 1) % thin == 0:
                 d = (i - W + 1) // thin - 1
@@ -221,12 +240,14 @@ def run_chains(
                 for k, v in step_record.items():
                     stats.setdefault(k, []).append(v)
             state = new_state
-            snap = (i + 1, state, gen.get_state(), len(stats.get("lp", [])))
+            snap = (i + 1, state, streams.get_state(), len(stats.get("lp", [])))
             if bar is not None:
                 accepted += float(step_record["is_accepted"].float().mean())
                 seen += 1
                 bar.set_postfix(draws=snap[3], accept=f"{accepted / seen:.2f}", refresh=False)
                 bar.update(1)
+            if on_step is not None:
+                on_step(i + 1)
             if on_checkpoint is not None and time.monotonic() - last >= checkpoint_seconds:
                 checkpoint()
                 last = time.monotonic()

@@ -34,6 +34,7 @@ from .._checks import check_choice, check_count
 from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget
 from .base import accept, check_states
 from .mh import MetropolisHastings, MHState
+from .streams import ChainStreams
 
 __all__ = ["SurrogateMH", "SurrogateState", "SurrogateInfo", "SurrogateTarget", "SURROGATE_DTYPES"]
 
@@ -170,7 +171,7 @@ class SurrogateMH:
         return -energy / self.target.temperature + log_factor
 
     # -- one step
-    def step(self, state: SurrogateState, generator: torch.Generator) -> tuple[SurrogateState, SurrogateInfo]:
+    def step(self, state: SurrogateState, streams: ChainStreams) -> tuple[SurrogateState, SurrogateInfo]:
         """``inner_steps`` surrogate steps, then one exact accept/reject of the whole move."""
         C = state.tokens.shape[0]
         start = state.inner
@@ -180,7 +181,7 @@ class SurrogateMH:
         copies = torch.zeros(C, dtype=torch.long)
         for _ in range(self.inner_steps):
             before = inner.tokens
-            inner, inner_info = self.inner.step(inner, generator)
+            inner, inner_info = self.inner.step(inner, streams)
             moves += inner_info.n_changed
             accepted_inner += inner_info.is_accepted.float()
             # MH ran the window's copies for every proposal that differed from the state: those it
@@ -201,7 +202,7 @@ class SurrogateMH:
             start.energy, start.log_factor
         )
         log_a = torch.where(moved, (lp_y - lp_x) - surrogate_gain.to(lp_x.dtype), torch.zeros(C, dtype=lp_x.dtype))
-        is_accepted = accept(log_a, generator)
+        is_accepted = accept(log_a, streams)
         take = is_accepted & moved
         if take.any():
             kept = take[moved]

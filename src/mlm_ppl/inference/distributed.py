@@ -1,0 +1,234 @@
+"""Chains split over Ray actors: groups of chains on workers, merged into the single-process run.
+
+Each chain draws from its own random stream (:mod:`.streams`), so a group of chains run on a
+worker (``run_chains(..., chains=[...])``) gives exactly those chains of the whole run, and the
+groups, concatenated, are the run a single process would give with the same seed. Each worker
+is a Ray actor holding one model; with ``checkpoints`` it saves its group's checkpoint as it
+goes and, when Ray restarts it after it died, continues from there (Ray retries the group on
+the restarted actor). Ray is an optional extra (``pip install 'mlm-ppl[ray]'``): this module
+imports it only when a Ray run starts.
+
+Ray connects to ``address`` (or the ``RAY_ADDRESS`` environment variable) when one is given,
+after checking within seconds that something listens there, and starts a local Ray instance
+otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._checks import check_count
+from .base import Kernel
+from .runner import Checkpoint, Run, run_chains
+
+__all__ = ["split_chains", "import_ray", "check_address", "connect", "run_chains_ray", "merge_runs", "GroupCheckpoints"]
+
+_INSTALL = "pip install 'mlm-ppl[ray]'"
+
+
+def split_chains(num_chains: int, workers: int) -> list[list[int]]:
+    """``workers`` contiguous groups of chain indices, sizes differing by at most one (no empty group)."""
+    C = check_count(num_chains, "num_chains", 1)
+    W = min(check_count(workers, "workers", 1), C)
+    bounds = [round(i * C / W) for i in range(W + 1)]
+    return [list(range(bounds[i], bounds[i + 1])) for i in range(W)]
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or ModuleNotFoundError saying how to install it."""
+    try:
+        import ray
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(f"Ray runs need the ray extra: {_INSTALL}") from None
+    return ray
+
+
+def _reachable(address: str, timeout: float = 3.0) -> None:
+    """ValueError unless a TCP connection to ``host:port`` of a Ray address opens within ``timeout``."""
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"Ray address {address!r} is not host:port (or ray://host:port)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as err:
+        raise ValueError(
+            f"cannot reach the Ray cluster at {address!r} ({err}); start it (`ray start --head`), fix RAY_ADDRESS, "
+            "or unset RAY_ADDRESS to run on a local Ray instance"
+        ) from None
+
+
+def check_address(address: str | None = None) -> None:
+    """ValueError within seconds unless the cluster at ``address`` (or ``RAY_ADDRESS``) answers;
+    nothing to check when neither is set (a local instance will start)."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None and address != "auto":
+        _reachable(address)
+
+
+def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
+    """Connect to the Ray cluster at ``address`` or ``RAY_ADDRESS``, or start a local instance
+    with ``num_cpus``; returns the ``ray`` module. An instance already running is reused."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    check_address(address)
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if address is None:
+        ray.init(num_cpus=num_cpus, **kwargs)
+    else:
+        ray.init(address=address, **kwargs)
+    return ray
+
+
+class GroupCheckpoints:
+    """Where the workers of a run directory keep their groups' checkpoints: a picklable pair of
+    functions ``save(group, checkpoint)`` and ``load(group) -> Checkpoint | None`` (they run on
+    the workers, so they must reach the directory: a shared filesystem on a cluster)."""
+
+    def __init__(self, save: Callable[[int, Checkpoint], None], load: Callable[[int], Checkpoint | None]) -> None:
+        self.save = save
+        self.load = load
+
+
+class _Worker:
+    """A Ray actor: one model (one kernel), running groups of chains. Defined as a plain class and
+    wrapped by ``ray.remote`` at run time, so that importing this module needs no Ray."""
+
+    def __init__(self, make_kernel: Callable[[], Kernel], threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.kernel = make_kernel()
+        self.steps = 0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def progress(self) -> int:
+        return self.steps
+
+    def run_group(
+        self,
+        group: int,
+        chains: list[int],
+        num_samples: int,
+        options: dict[str, Any],
+        checkpoints: GroupCheckpoints | None,
+        checkpoint_seconds: float,
+    ) -> Run:
+        resume = checkpoints.load(group) if checkpoints is not None else None
+        self.steps = resume.step if resume is not None else 0
+
+        def counted(done: int) -> None:
+            self.steps = done
+
+        return run_chains(
+            self.kernel,
+            len(chains),
+            num_samples,
+            chains=chains,
+            resume=resume,
+            on_checkpoint=(lambda cp: checkpoints.save(group, cp)) if checkpoints is not None else None,
+            checkpoint_seconds=checkpoint_seconds,
+            on_step=counted,
+            **options,
+        )
+
+
+def run_chains_ray(
+    make_kernel: Callable[[], Kernel],
+    num_chains: int,
+    num_samples: int,
+    *,
+    workers: int,
+    warmup_steps: int = 0,
+    thin: int = 1,
+    seed: int = 0,
+    init: str | Tensor = "sample",
+    progress: bool = False,
+    checkpoints: GroupCheckpoints | None = None,
+    checkpoint_seconds: float = 30.0,
+    address: str | None = None,
+    device: str | None = None,
+) -> Run:
+    """:func:`~mlm_ppl.inference.run_chains` with the chains split over ``workers`` Ray actors.
+
+    ``make_kernel`` builds the kernel on each worker (it is pickled to them: a kernel object
+    itself, wrapped in a function, or a function that loads the model there). The result is
+    the run a single process gives with the same arguments: chain ``c`` draws from its own
+    stream wherever it runs. A worker that dies is restarted by Ray and its group runs again,
+    from its last checkpoint when ``checkpoints`` are kept. ``progress`` shows one bar for the
+    whole run.
+    """
+    groups = split_chains(num_chains, workers)
+    check_count(num_samples, "num_samples", 1)
+    ray = connect(address, num_cpus=max(len(groups), os.cpu_count() or 1))
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    gpus = float(ray.cluster_resources().get("GPU", 0))
+    per_gpu = min(1.0, gpus / len(groups)) if device is not None and str(device).startswith("cuda") else 0.0
+    if device is not None and str(device).startswith("cuda") and per_gpu == 0:
+        raise ValueError("device 'cuda' on Ray needs GPUs in the Ray cluster; it has none")
+    threads = max(1, cpus // len(groups))
+    actor = ray.remote(_Worker).options(
+        num_cpus=1,
+        num_gpus=per_gpu,
+        max_restarts=3,
+        max_task_retries=3,
+        max_concurrency=2,  # progress() meanwhile
+    )
+    actors = [actor.remote(make_kernel, threads) for _ in groups]
+    options = dict(warmup_steps=warmup_steps, thin=thin, seed=seed, init=init)
+    futures = [
+        a.run_group.remote(k, chains, num_samples, options, checkpoints, checkpoint_seconds)
+        for k, (a, chains) in enumerate(zip(actors, groups))
+    ]
+    total = (warmup_steps + num_samples * thin) * len(groups)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, unit=" step", desc=f"sampling on {len(groups)} Ray workers", dynamic_ncols=True)
+    try:
+        pending = list(futures)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            if bar is not None:
+                done = _progress(ray, actors)
+                if done is not None:
+                    bar.n = min(done, total)
+                    bar.refresh()
+        runs = ray.get(futures)
+    finally:
+        if bar is not None:
+            bar.close()
+        for a in actors:
+            ray.kill(a)
+    return merge_runs(runs, num_chains)
+
+
+def _progress(ray: Any, actors: Sequence[Any]) -> int | None:
+    """Steps done, summed over the workers, or None if a worker does not answer now (restarting)."""
+    try:
+        return sum(ray.get([a.progress.remote() for a in actors], timeout=0.2))
+    except Exception:  # a worker being restarted, or busy for longer than the poll: try again later
+        return None
+
+
+def merge_runs(runs: Sequence[Run], num_chains: int) -> Run:
+    """The groups' runs, in chain order, as one run of ``num_chains`` chains."""
+    first = runs[0]
+    tokens = torch.cat([r.tokens for r in runs])
+    stats = {k: torch.cat([r.stats[k] for r in runs]) for k in first.stats}
+    starts = [r.initial for r in runs if r.initial is not None]
+    initial = torch.cat(starts) if len(starts) == len(runs) else None
+    attrs = dict(first.attrs, num_chains=num_chains)
+    if tokens.shape[0] != num_chains:
+        raise ValueError(f"the groups hold {tokens.shape[0]} chains, the run has {num_chains}")
+    return Run(tokens, stats, attrs, initial)

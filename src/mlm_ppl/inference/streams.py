@@ -1,0 +1,102 @@
+"""Per-chain random streams: the numbers chain ``c`` draws depend only on ``(seed, c)``.
+
+Chains advance together (one batched forward pass for all of them), but each draws its random
+numbers from its own ``torch.Generator``, seeded from ``(seed, c)`` through NumPy's
+``SeedSequence`` (so the streams of neighbouring chains and seeds are unrelated). A chain's
+draws are therefore the same whether it runs alone, beside 3 or 300 other chains, in another
+process or on another worker: runs can be split, extended with more chains and compared chain
+by chain. Every kernel draws through the methods below, which loop over the chains (a few
+microseconds each, against milliseconds for the forward pass they accompany).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._checks import check_seed
+
+__all__ = ["ChainStreams", "chain_seed"]
+
+
+def chain_seed(seed: int, chain: int) -> int:
+    """The 64-bit seed of chain ``chain``'s stream in a run seeded with ``seed``."""
+    entropy = check_seed(seed) % 2**64  # torch's range, negative seeds included, as one non-negative int
+    if isinstance(chain, bool) or not isinstance(chain, int) or chain < 0:
+        raise ValueError(f"chain index must be an int >= 0, got {chain!r}")
+    return int(np.random.SeedSequence(entropy, spawn_key=(chain,)).generate_state(1, np.uint64)[0])
+
+
+class ChainStreams:
+    """One random stream per chain.
+
+    Parameters
+    ----------
+    seed : int
+        The run's seed.
+    chains : int or sequence of int
+        ``C`` (chains ``0 .. C-1``) or the indices of the chains (a group of a bigger run).
+
+    The leading dimension of every tensor drawn is the chains, in the order given.
+    """
+
+    def __init__(self, seed: int, chains: int | Sequence[int]) -> None:
+        ids = list(range(chains)) if isinstance(chains, int) else [int(c) for c in chains]
+        if not ids:
+            raise ValueError("ChainStreams needs at least one chain")
+        self.seed = check_seed(seed)
+        self.chains: tuple[int, ...] = tuple(ids)
+        self.generators = [torch.Generator().manual_seed(chain_seed(seed, c)) for c in ids]
+
+    def __len__(self) -> int:
+        return len(self.generators)
+
+    def __repr__(self) -> str:
+        return f"ChainStreams(seed={self.seed}, chains={list(self.chains)})"
+
+    def _check(self, n: int, what: str) -> None:
+        if n != len(self):
+            raise ValueError(f"{what} has {n} chains in its leading dimension; these streams have {len(self)}")
+
+    def rand(self, shape: Sequence[int]) -> Tensor:
+        """``U[0, 1)`` numbers of ``shape`` ``(C, ...)``: row ``c`` from chain ``c``'s stream."""
+        shape = tuple(shape)
+        self._check(shape[0], f"shape {shape}")
+        return torch.stack([torch.rand(shape[1:], generator=g) for g in self.generators])
+
+    def categorical(self, probs: Tensor) -> Tensor:
+        """One draw per row of ``probs`` ``(C, ..., K)`` (unnormalised, >= 0) -> ``(C, ...)`` long."""
+        self._check(probs.shape[0], f"probabilities of shape {tuple(probs.shape)}")
+        out = [
+            torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=g).reshape(p.shape[:-1])
+            for p, g in zip(probs, self.generators)
+        ]
+        return torch.stack(out)
+
+    def randint(self, high: int) -> Tensor:
+        """One integer in ``[0, high)`` per chain, ``(C,)``."""
+        return torch.stack([torch.randint(0, high, (), generator=g) for g in self.generators])
+
+    def get_state(self) -> Tensor:
+        """``(C, S)`` uint8: every stream's state, for a checkpoint."""
+        return torch.stack([g.get_state() for g in self.generators])
+
+    def set_state(self, state: Tensor) -> None:
+        """Restore :meth:`get_state`'s states; a clear error for states of another run."""
+        if not isinstance(state, Tensor) or state.dim() != 2 or state.shape[0] != len(self):
+            shape = tuple(state.shape) if isinstance(state, Tensor) else type(state).__name__
+            raise ValueError(f"random states {shape} do not fit {len(self)} chains (one row per chain expected)")
+        for g, s in zip(self.generators, state):
+            g.set_state(s.clone())  # a row of its own: set_state reads the storage from its start
+
+    def select(self, chains: Sequence[int]) -> ChainStreams:
+        """The streams of rows ``chains`` (positions in this object), shared, not copied: drawing
+        from the selection advances these streams."""
+        out = ChainStreams.__new__(ChainStreams)
+        out.seed = self.seed
+        out.chains = tuple(self.chains[i] for i in chains)
+        out.generators = [self.generators[i] for i in chains]
+        return out

@@ -1,0 +1,126 @@
+"""Runs on Ray workers equal single-process runs (docs/scaling.md).
+
+On these machines a test may send traffic only to loopback, and Ray picks the machine's own
+address for its node. So every Ray instance of these tests runs in a process inside a network
+namespace of its own with only loopback up (``unshare --net``, then ``ip link set lo up``), where
+Ray binds 127.0.0.1; the tests skip with the reason where such a namespace cannot be made.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from mlm_ppl.cli import main
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)
+    import arviz as az
+
+TEMPLATE = "A[MASK]C[MASK][MASK]"
+
+
+def _netns_prefix():
+    """``unshare ... sh -c`` running its arguments with only loopback up; skip where impossible."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'mlm-ppl[ray]')")
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
+        pytest.skip("a private network namespace needs root, unshare(1) and ip(8)")
+    probe = subprocess.run(["unshare", "--net", "sh", "-c", "ip link set lo up"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a network namespace here: {probe.stderr.strip()}")
+    return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
+
+
+def _cli_in_netns(*args):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    cmd = [*_netns_prefix(), sys.executable, "-m", "mlm_ppl.cli", *map(str, args)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _sample(model_dir, out, *extra):
+    return ["sample", "--model", model_dir, "--template", TEMPLATE, "--chains", "4", "--draws", "200",
+            "--seed", "3", "--out", str(out), "--no-progress", *extra]  # fmt: skip
+
+
+def _draws(directory):
+    idata = az.from_netcdf(os.path.join(directory, "run.nc"))
+    return idata.posterior["tokens"].values, idata.sample_stats["lp"].values
+
+
+def test_a_ray_run_equals_the_single_process_run_even_when_a_worker_is_killed(model_dir, tmp_path):
+    single = tmp_path / "single"
+    assert main(_sample(model_dir, single)) == 0
+    tokens, lp = _draws(single)
+
+    out = tmp_path / "ray"
+    proc = _cli_in_netns(*_sample(model_dir, out, "--ray", "--workers", "2", "--draws", "3000",
+                                  "--checkpoint-seconds", "0"))  # fmt: skip
+    deadline = time.time() + 600
+    victim = None
+    while victim is None:  # a worker that has checkpointed, then killed
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        if (out / "checkpoint-g1.pt").exists():
+            victim = _ray_worker_pid()
+        time.sleep(0.1)
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err
+    long_tokens, long_lp = _draws(out)
+    whole = tmp_path / "whole"
+    assert main(_sample(model_dir, whole, "--draws", "3000")) == 0
+    want_tokens, want_lp = _draws(whole)
+    np.testing.assert_array_equal(long_tokens, want_tokens)
+    np.testing.assert_allclose(long_lp, want_lp, rtol=1e-5)
+    # and a short Ray run is the short single-process run
+    short = tmp_path / "short"
+    proc = _cli_in_netns(*_sample(model_dir, short, "--ray", "--workers", "2"))
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    got_tokens, got_lp = _draws(short)
+    np.testing.assert_array_equal(got_tokens, tokens)
+    np.testing.assert_allclose(got_lp, lp, rtol=1e-5)
+
+
+def _ray_worker_pid():
+    """The pid of a live Ray worker running a group of chains (its process title), or None."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if fh.read().startswith(b"ray::_Worker"):
+                        return int(entry)
+            except OSError:  # the process ended meanwhile
+                continue
+    return None
+
+
+def test_bad_ray_arguments_are_refused_before_any_work(model_dir, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    assert main(_sample(model_dir, out, "--workers", "2")) == 2
+    assert "--workers applies to --ray" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    assert main(_sample(model_dir, out, "--ray")) == 2
+    assert "pip install 'mlm-ppl[ray]'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_an_unreachable_cluster_is_a_clear_error_within_seconds(model_dir, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'mlm-ppl[ray]')")
+    assert main(_sample(model_dir, tmp_path / "w", "--ray", "--workers", "0")) == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err
+    with socket.socket() as s:  # a loopback port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    t0 = time.monotonic()
+    assert main(_sample(model_dir, tmp_path / "x", "--ray", "--workers", "2")) == 2
+    assert time.monotonic() - t0 < 30
+    assert f"cannot reach the Ray cluster at '127.0.0.1:{port}'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
