@@ -108,9 +108,6 @@ class _Worker:
         self.kernel = make_kernel()
         self.steps = 0
 
-    def pid(self) -> int:
-        return os.getpid()
-
     def progress(self) -> int:
         return self.steps
 
@@ -184,9 +181,12 @@ def run_chains_ray(
         max_concurrency=2,  # progress() meanwhile
     )
     actors = [actor.remote(make_kernel, threads) for _ in groups]
-    options = dict(warmup_steps=warmup_steps, thin=thin, seed=seed, init=init)
+    def options(chains: list[int]) -> dict[str, Any]:  # starting tokens given for the run: each group its rows
+        start = init[chains] if isinstance(init, Tensor) else init
+        return dict(warmup_steps=warmup_steps, thin=thin, seed=seed, init=start)
+
     futures = [
-        a.run_group.remote(k, chains, num_samples, options, checkpoints, checkpoint_seconds)
+        a.run_group.remote(k, chains, num_samples, options(chains), checkpoints, checkpoint_seconds)
         for k, (a, chains) in enumerate(zip(actors, groups))
     ]
     total = (warmup_steps + num_samples * thin) * len(groups)
