@@ -181,6 +181,7 @@ def run_chains_ray(
         max_concurrency=2,  # progress() meanwhile
     )
     actors = [actor.remote(make_kernel, threads) for _ in groups]
+
     def options(chains: list[int]) -> dict[str, Any]:  # starting tokens given for the run: each group its rows
         start = init[chains] if isinstance(init, Tensor) else init
         return dict(warmup_steps=warmup_steps, thin=thin, seed=seed, init=start)

@@ -170,11 +170,6 @@ def run_chains(
         Seeds every chain's random stream: chain ``c`` draws from a stream that depends only on
         ``(seed, c)`` (:class:`~mlm_ppl.inference.streams.ChainStreams`), so its draws do not
         depend on how many chains run beside it. Same seed, same device, same chains.
-    on_step : callable, optional
-        Called with the number of steps done after each step (progress shown elsewhere).
-    chains : sequence of int, optional
-        The indices of these chains in a bigger run (default ``0 .. num_chains-1``): a group of
-        chains ``[4, 5]`` run here gives exactly chains 4 and 5 of the whole run.
     init : {"sample", "greedy", "uniform"} or Tensor
         How the free positions are first filled (:func:`~mlm_ppl.inference.fill_template`), or
         starting tokens ``(C, L)``. Mask-predict starts from the masked template whatever it is given.
@@ -185,6 +180,11 @@ def run_chains(
         step, and when the run is interrupted (then ``KeyboardInterrupt`` propagates).
     resume : Checkpoint, optional
         Continue from a checkpoint of the same run: the result equals the uninterrupted run.
+    chains : sequence of int, optional
+        The indices of these chains in a bigger run (default ``0 .. num_chains-1``): a group of
+        chains ``[4, 5]`` run here gives exactly chains 4 and 5 of the whole run.
+    on_step : callable, optional
+        Called with the number of steps done after each step (progress shown elsewhere).
     """
     C = check_count(num_chains, "num_chains", 1)
     D = check_count(num_samples, "num_samples", 1)
