@@ -136,13 +136,30 @@ ray = sample(mlm, "A[MASK]C[MASK][MASK]", num_chains=3, num_samples=40, seed=2, 
              backend="ray", workers=2)
 assert torch.equal(local.tokens, ray.tokens) and torch.equal(local.initial, ray.initial), "draws differ"
 assert torch.allclose(local.stats["lp"], ray.stats["lp"]) and local.attrs == ray.attrs, "statistics differ"
+four = sample(mlm, "A[MASK]C[MASK][MASK]", num_chains=4, num_samples=30, seed=4)
+two = sample(mlm, "A[MASK]C[MASK][MASK]", num_chains=2, num_samples=30, seed=4, backend="ray", workers=2)
+assert torch.equal(four.tokens[:2], two.tokens), "2 chains on Ray differ from the first 2 of 4"
 print("same")
 """
 
 
 def test_the_api_on_ray_gives_the_local_run(model_dir):
-    """sample(..., backend="ray"): 3 chains on 2 workers (groups of 2 and 1), given starting tokens."""
+    """sample(..., backend="ray"): 3 chains on 2 workers (groups of 2 and 1), given starting tokens,
+    equal the local run; 2 chains on 2 Ray workers are the first 2 chains of a local 4-chain run."""
     cmd = [*_netns_prefix(), sys.executable, "-c", API_SCRIPT, model_dir]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0 and done.stdout.strip().endswith("same"), done.stderr[-3000:]
+
+
+def test_a_batch_on_ray_gives_the_local_batch(model_dir, tmp_path):
+    """--templates with --ray --workers 2: the templates as Ray tasks, the same designs.tsv."""
+    templates = tmp_path / "templates.tsv"
+    templates.write_text("h1\tA[MASK]C[MASK][MASK]\nD[MASK]C[MASK]E\nlast\tAC[MASK]E[MASK]\n")
+    common = ["sample", "--model", model_dir, "--templates", str(templates), "--chains", "2", "--draws", "30",
+              "--seed", "5", "--no-progress"]  # fmt: skip
+    assert main([*common, "--out", str(tmp_path / "local")]) == 0
+    proc = _cli_in_netns(*common, "--out", tmp_path / "ray", "--ray", "--workers", "2")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert (tmp_path / "ray" / "designs.tsv").read_text() == (tmp_path / "local" / "designs.tsv").read_text()
