@@ -134,11 +134,6 @@ class RunDirectory:
     def run_id(self) -> str:
         return str(self._marker["run_id"])
 
-    @property
-    def files(self) -> tuple[str, ...]:
-        """Names of the files the run has written (or was about to write) in the directory."""
-        return tuple(self._marker["files"])
-
     # ------------------------------------------------------------------ opening
     @classmethod
     def create(cls, directory: str | os.PathLike, kind: str, *, overwrite: bool = False) -> RunDirectory:
@@ -176,7 +171,7 @@ class RunDirectory:
                 "host": socket.gethostname(),
                 "files": [],
             }
-            write_text_atomic(path / MARKER, json.dumps(marker, indent=1))
+            _write_marker(path, marker)
         except BaseException:
             _unlock(path, fd, remove=created or not _has_marker(path))
             if created:
@@ -210,7 +205,7 @@ class RunDirectory:
                 if files is None:
                     raise ValueError(f"{str(path)!r} is not an mlm-ppl {kind} run directory")
                 marker = {"format": _DIR_FORMAT, "kind": kind, "run_id": uuid.uuid4().hex, "files": files}
-                write_text_atomic(path / MARKER, json.dumps(marker, indent=1))
+                _write_marker(path, marker)
             for name in marker["files"]:  # temporary files of writes cut off by a kill (we hold the lock)
                 for tmp in path.glob(temp_pattern(name)):
                     tmp.unlink(missing_ok=True)
@@ -228,7 +223,7 @@ class RunDirectory:
             raise ValueError(f"run directory {str(self.path)!r} is closed")
         if name not in self._marker["files"]:
             self._marker["files"].append(name)
-            write_text_atomic(self.path / MARKER, json.dumps(self._marker, indent=1))
+            _write_marker(self.path, self._marker)
         return self.path / name
 
     def write_bytes(self, name: str, data: bytes) -> Path:
@@ -245,9 +240,6 @@ class RunDirectory:
         """A temporary path to write ``name`` through (for writers that take a file name)."""
         with atomic_path(self.record(name)) as tmp:
             yield tmp
-
-    def has(self, name: str) -> bool:
-        return (self.path / name).is_file()
 
     # ------------------------------------------------------------------ closing
     def discard(self) -> None:
@@ -298,6 +290,10 @@ def _read_marker(path: Path, kind: str) -> dict[str, Any] | None:
     if marker.get("kind") != kind:
         raise RunExistsError(path, f"{str(path)!r} holds an mlm-ppl {marker.get('kind')} run, not a {kind} run")
     return marker
+
+
+def _write_marker(path: Path, marker: dict[str, Any]) -> None:
+    write_text_atomic(path / MARKER, json.dumps(marker, indent=1))
 
 
 def _has_marker(path: Path) -> bool:
@@ -593,10 +589,11 @@ def _read_checkpoint(file: Path) -> tuple[Checkpoint | None, dict[str, Any] | No
     return cp, settings
 
 
-def write_outputs(run_dir: RunDirectory, run, mlm) -> tuple[str, list[str]]:
+def write_outputs(run_dir: RunDirectory, run, mlm) -> tuple[Any, list[str]]:
     """Write ``run.nc``, ``samples.txt``, ``summary.txt`` and the plots of a finished run.
 
-    Returns the summary text and the paths written (``run.nc`` first).
+    Returns the :class:`~mlm_ppl.diagnostics.Summary` (``str()`` of it is ``summary.txt``) and
+    the paths written (``run.nc`` first).
     """
     from .diagnostics import plot_diagnostics, summary, to_inference_data
 
@@ -609,8 +606,8 @@ def write_outputs(run_dir: RunDirectory, run, mlm) -> tuple[str, list[str]]:
         for d, seq in enumerate(mlm.decode(run.tokens[c])):
             lines.append(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{seq}")
     run_dir.write_text("samples.txt", "\n".join(lines) + "\n")
-    report = str(summary(idata))
-    run_dir.write_text("summary.txt", report + "\n")
+    report = summary(idata)
+    run_dir.write_text("summary.txt", str(report) + "\n")
     for name in PLOTS:  # recorded before plot_diagnostics writes them
         run_dir.record(name)
     plots = plot_diagnostics(idata, str(run_dir.path), mlm=mlm)

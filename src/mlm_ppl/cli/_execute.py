@@ -52,9 +52,9 @@ def execute(
     *,
     progress: bool,
     checkpoint_seconds: float,
-) -> tuple[Any, str, list[str]]:
+) -> tuple[Any, Any, list[str]]:
     """Run (or finish) the chains of ``config`` in the locked ``run_dir`` (in this process, or on
-    Ray workers when ``config["workers"]`` is set) and write the outputs: ``(run, report, paths)``.
+    Ray workers when ``config["workers"]`` is set) and write the outputs: ``(run, summary, paths)``.
 
     A failure before the first checkpoint removes what the run wrote; Ctrl-C propagates after
     the checkpoint is saved.
@@ -107,4 +107,4 @@ def execute(
         config=json.dumps(config, sort_keys=True),
     )
     report, paths = rundir.write_outputs(run_dir, result, mlm)
-    return result, report, paths
+    return result, report, paths  # report: the Summary written to summary.txt

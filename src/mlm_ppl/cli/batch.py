@@ -102,7 +102,6 @@ def run_template(directory: str, config: dict[str, Any], checkpoint_seconds: flo
     checkpoint, and the retried task continues from it.
     """
     from .. import rundir
-    from ..diagnostics import read_run, summary
 
     if threads is not None:
         import torch
@@ -115,7 +114,7 @@ def run_template(directory: str, config: dict[str, Any], checkpoint_seconds: flo
         run_dir, checkpoint = rundir.start_run(path, config), None
     with run_dir:
         mlm, _, kernel = build(config)
-        result, _, _ = execute(
+        result, report, _ = execute(
             run_dir, config, checkpoint, mlm, kernel, progress=False, checkpoint_seconds=checkpoint_seconds
         )
     T = config["temperature"]
@@ -125,7 +124,6 @@ def run_template(directory: str, config: dict[str, Any], checkpoint_seconds: flo
         for c in range(result.num_chains)
         for d, seq in enumerate(mlm.decode(result.tokens[c]))
     ]
-    report = summary(read_run(str(path)))
     best = min(rows, key=lambda r: r[2])
     lp = report.table.loc["lp"] if "lp" in report.table.index else None
     line = dict(

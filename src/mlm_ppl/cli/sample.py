@@ -317,7 +317,7 @@ def _sample(
     except KeyboardInterrupt:
         print(f"interrupted; checkpoint saved. Continue with: mlm-ppl sample --resume {run_dir.path}", file=sys.stderr)
         return 130
-    out.write(report + "\n\n")
+    out.write(str(report) + "\n\n")
     last = mlm.decode(result.tokens[:, -1])
     out.write("last draw of each chain:\n" + "".join(f"  chain {c}: {s}\n" for c, s in enumerate(last)))
     out.write(f"\nwrote {paths[0]}, {', '.join(os.path.basename(p) for p in paths[1:])} in {run_dir.path}\n")
