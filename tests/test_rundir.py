@@ -41,3 +41,36 @@ def test_a_checkpoint_of_the_first_release_loads_with_n_moves(tiny4, tmp_path):
         rundir.save_checkpoint(run_dir, old, {})
     loaded = rundir.load_checkpoint(run_dir.path)
     assert torch.equal(loaded.stats["n_moves"], loaded.stats["n_changed"])
+
+
+@pytest.mark.parametrize("where", ["fsync", "close", "replace"])
+def test_an_interrupt_during_an_atomic_write_stays_an_interrupt(tmp_path, monkeypatch, where):
+    """Ctrl-C that lands anywhere in a write (here: just after each system call returns) propagates
+    as KeyboardInterrupt, leaves the old file or the new one whole and no temporary file, and closes
+    the descriptor exactly once (a second close raised EBADF, which the CLI reported as an error)."""
+    import os
+
+    from mlm_ppl import _files
+
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+    closed = []
+    real = {"fsync": os.fsync, "close": os.close, "replace": os.replace}
+
+    def interrupted(name):
+        def call(*args):
+            real[name](*args)
+            if name == "close":
+                closed.append(args[0])
+            if name == where:
+                raise KeyboardInterrupt
+
+        return call
+
+    for name in real:
+        monkeypatch.setattr(_files.os, name, interrupted(name))
+    with pytest.raises(KeyboardInterrupt):
+        _files.write_text_atomic(target, "new")
+    monkeypatch.undo()
+    assert target.read_text() == ("new" if where == "replace" else "old")
+    assert len(closed) == 1 and os.listdir(tmp_path) == ["f.txt"]

@@ -30,14 +30,16 @@ def _temporary(target: Path) -> Iterator[tuple[int, Path]]:
     """``(fd, path)`` of a new temporary file beside ``target``, renamed over it on success."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        yield fd, Path(tmp)
-        os.fsync(fd)  # on disk before the rename makes it visible
-        os.close(fd)
-        fd = -1
+        # the descriptor is closed in one place, once: an interrupt (Ctrl-C) that lands just after
+        # the close must not close it again (EBADF, which would replace the KeyboardInterrupt, or
+        # worse, close a descriptor another thread has meanwhile been given)
+        try:
+            yield fd, Path(tmp)
+            os.fsync(fd)  # on disk before the rename makes it visible
+        finally:
+            os.close(fd)
         os.replace(tmp, target)
     except BaseException:
-        if fd >= 0:
-            os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
