@@ -238,7 +238,9 @@ class TableTarget:
         logits[:, : self.mask_id] = probs.log()
         return logits.float()
 
-    def site_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
+        if not masked:
+            raise ValueError("a TableTarget defines masked conditionals only; it has no logits of unmasked tokens")
         if positions.shape[1] != 1:
             raise ValueError("a TableTarget defines single-site conditionals only (block_size=1)")
         rows = [self._logits(tokens[i : i + 1], int(positions[i, 0])) for i in range(tokens.shape[0])]

@@ -63,7 +63,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     smp.add_argument("--thin", type=int, help="keep every k-th step (default 1)")
     smp.add_argument("--seed", type=int, help="seed (default 0)")
     smp.add_argument("--init", choices=INITS, help="how the masks are first filled")
-    smp.add_argument("--scan", help="random, random_sweep, left_to_right (pseudo-Gibbs also: parallel)")
+    smp.add_argument(
+        "--scan",
+        help="random, random_sweep, left_to_right; pseudo-Gibbs also parallel_masked, parallel_unmasked "
+        "(bert-gen's parallel mode; see docs/sampling.md)",
+    )
     smp.add_argument("--block-size", type=int, help="MH: positions proposed together")
     smp.add_argument("--proposal-temperature", type=float, help="MH, surrogate-MH: proposal temperature")
     smp.add_argument(

@@ -23,6 +23,7 @@ from .streams import ChainStreams
 
 __all__ = [
     "SCANS",
+    "PARALLEL_SCANS",
     "INITS",
     "Kernel",
     "StepInfo",
@@ -41,6 +42,10 @@ __all__ = [
 SCANS = ("random", "random_sweep", "left_to_right")
 """How a kernel picks the free positions to update: one uniformly random block per step, a
 fresh random permutation per sweep, or left to right."""
+PARALLEL_SCANS = ("parallel_masked", "parallel_unmasked")
+"""Pseudo-Gibbs only: every free position redrawn in one step, each from its own singly-masked
+conditional (``parallel_masked``), or all from one forward pass of the current, unmasked
+sequence (``parallel_unmasked``, bert-gen's ``parallel_generation``)."""
 
 INITS = ("sample", "greedy", "uniform")
 """How the free positions are first filled (:func:`fill_template`)."""

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..models.target import Target
-from .base import num_blocks
+from .base import PARALLEL_SCANS, num_blocks
 
 __all__ = [
     "enumerate_states",
@@ -75,7 +75,8 @@ def transition_matrix(kernel: Any, states: Tensor | None = None) -> Tensor:
     * ``scan="random"``: one step (a uniformly chosen block);
     * ``scan="left_to_right"``: one sweep (every block in order);
     * ``scan="random_sweep"``: one sweep, averaged over the sweep orders;
-    * ``scan="parallel"`` (pseudo-Gibbs): one step updating every free position at once.
+    * ``scan="parallel_masked"`` or ``"parallel_unmasked"`` (pseudo-Gibbs): one step updating
+      every free position at once.
 
     Built from the kernel's own proposal code (``kernel.block_matrix``); a kernel whose step is
     not a scan over blocks (surrogate-MH) gives its one-step matrix itself (``kernel.step_matrix``).
@@ -88,7 +89,7 @@ def transition_matrix(kernel: Any, states: Tensor | None = None) -> Tensor:
         return kernel.step_matrix(states, evaluation, index)
     S = states.shape[0]
     F = target.num_free
-    if getattr(kernel, "scan", None) == "parallel":
+    if getattr(kernel, "scan", None) in PARALLEL_SCANS:
         return kernel.block_matrix(states, evaluation, tuple(range(F)), index)
     cache: dict[tuple[int, ...], Tensor] = {}
     total = torch.zeros((S, S), dtype=torch.float64)

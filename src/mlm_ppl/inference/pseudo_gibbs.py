@@ -1,7 +1,8 @@
 """Pseudo-Gibbs ("degenerate Gibbs") resampling from MLM conditionals (Wang & Cho 2019).
 
 No accept step and no guaranteed target: see :class:`PseudoGibbs`. Use
-:class:`~mlm_ppl.inference.MetropolisHastings` to sample an energy.
+:class:`~mlm_ppl.inference.MetropolisHastings` to sample an energy. How its scans map to the
+generation modes of Wang & Cho's code (``nyu-dl/bert-gen``) is tabled in ``docs/sampling.md``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from torch import Tensor
 
 from .._checks import check_choice, check_count, check_temperature
 from ..models.target import ConstrainedTarget, Evaluation, Target
-from .base import SCANS, check_states, proposal_log_probs, sample_tokens, select_sites
+from .base import PARALLEL_SCANS, SCANS, check_states, proposal_log_probs, sample_tokens, select_sites
 from .exact import block_moves
 from .streams import ChainStreams
 
 __all__ = ["PSEUDO_GIBBS_SCANS", "PseudoGibbsState", "PseudoGibbsInfo", "PseudoGibbs"]
 
-PSEUDO_GIBBS_SCANS = SCANS + ("parallel",)
+PSEUDO_GIBBS_SCANS = SCANS + PARALLEL_SCANS
 
 
 class PseudoGibbsState(NamedTuple):
@@ -47,14 +48,34 @@ class PseudoGibbs:
     from the energy-based distribution ``exp(-E/T)`` (tests show both on enumerable cases).
     Use :class:`~mlm_ppl.inference.MetropolisHastings` to sample the energy.
 
-    **Proposal**: ``x'_i ~ q_i ∝ exp(logit_i(x_{\\i}) / proposal_temperature)`` over ordinary
-    tokens, truncated to ``top_k`` once ``step >= burnin`` (bert-gen's "burn-in, then top-k").
+    **Proposal**: ``x'_i ~ q_i ∝ exp(logit_i / proposal_temperature)`` over ordinary tokens,
+    truncated to ``top_k`` once ``step >= burnin``, where ``logit_i`` is the MLM's prediction at
+    position ``i`` read with ``i`` masked, or (``scan="parallel_unmasked"``) read unmasked.
 
     **Acceptance**: none; every draw is taken.
 
-    Scans: ``"left_to_right"`` (sequential sweeps), ``"random"`` (one random position per
-    step), ``"random_sweep"``, and ``"parallel"`` (every free position at once, each from its
-    single-site conditional given the current state).
+    Scans:
+
+    * ``"random"``: one uniformly chosen free position per step, redrawn with it masked. This is
+      the step of bert-gen's ``parallel_sequential_generation``, the mode Wang & Cho generate
+      with (the transition matrices agree; ``tests/inference/test_pseudo_gibbs.py``).
+    * ``"random_sweep"``, ``"left_to_right"``: the same update, the positions visited in a
+      fresh random order per sweep or left to right, one position per step. (bert-gen's
+      ``sequential_generation`` is not a sweep: it is *one* left-to-right fill from all
+      ``[MASK]``, which is :func:`~mlm_ppl.inference.fill_template`, the start every
+      pseudo-Gibbs run gets with ``init="sample"``.)
+    * ``"parallel_masked"``: every free position at once, each from its own singly-masked
+      conditional given the current state (``F`` masked copies per chain and step). Not a mode
+      of bert-gen; formerly ``scan="parallel"``.
+    * ``"parallel_unmasked"``: every free position at once from *one* forward pass of the
+      current sequence with nothing masked (one copy per chain and step): bert-gen's
+      ``parallel_generation``. The model then sees the token it is predicting, so this is a
+      different chain from ``"parallel_masked"``, with a different stationary law.
+
+    What bert-gen does that this kernel does not: it draws from the whole vocabulary, special
+    tokens included (we renormalise over ordinary tokens); it starts from all ``[MASK]`` with
+    positions still masked during the first steps (we start from a complete fill); and after
+    ``burnin`` with ``top_k=0`` it takes the argmax (here: ``top_k=1``).
 
     Parameters
     ----------
@@ -63,6 +84,8 @@ class PseudoGibbs:
         models with factors, observations or other sites) is refused, since pseudo-Gibbs would
         silently ignore its factor.
     scan : str
+        One of :data:`PSEUDO_GIBBS_SCANS` (``"parallel"`` is the deprecated name of
+        ``"parallel_masked"``).
     top_k : int, optional
     proposal_temperature : float
         Temperature of the MLM conditionals that positions are redrawn from. (The target's own
@@ -105,6 +128,16 @@ class PseudoGibbs:
                 "tokens from the MLM's conditionals alone and has no target; use kernel='mh', which is exact for "
                 "the whole model"
             )
+        if scan == "parallel":
+            warnings.warn(
+                "PseudoGibbs(scan='parallel') is now scan='parallel_masked' (each position from its own "
+                "singly-masked conditional); bert-gen's parallel mode (every position from one forward pass "
+                "of the unmasked sequence) is scan='parallel_unmasked'. The old name will be removed in the "
+                "next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            scan = "parallel_masked"
         self.target = target
         self.scan = check_choice(scan, "scan", PSEUDO_GIBBS_SCANS)
         self.top_k = None if top_k is None else check_count(top_k, "top_k")
@@ -127,15 +160,18 @@ class PseudoGibbs:
         return proposal_log_probs(logits, self.target.ordinary_mask, temperature=self.proposal_temperature, top_k=top_k)
 
     def _site_logits(self, tokens: Tensor, sites: Tensor) -> Tensor:
-        """``(C, k, V)`` single-site conditionals (each site masked alone) at free indices ``sites``."""
+        """``(C, k, V)`` logits at free indices ``sites`` ``(C, k)``: each site masked alone (one
+        copy per site), or for ``"parallel_unmasked"`` all read from one unmasked copy per chain."""
         C, k = sites.shape
         pos = self.target.free_positions[sites]
+        if self.scan == "parallel_unmasked":
+            return self.target.site_logits(tokens, pos, masked=False)
         rows = tokens.repeat_interleave(k, 0)  # (C*k, L)
         return self.target.site_logits(rows, pos.reshape(-1, 1)).reshape(C, k, -1)
 
     def _sites(self, state: PseudoGibbsState, C: int, streams: ChainStreams) -> tuple[Tensor, Tensor]:
         F = self.target.num_free
-        if self.scan == "parallel":
+        if self.scan in PARALLEL_SCANS:
             return torch.arange(F).expand(C, -1), state.order
         return select_sites(self.scan, state.step, state.order, C, F, 1, streams)
 
@@ -158,7 +194,8 @@ class PseudoGibbs:
 
     def block_matrix(self, states: Tensor, evaluation: Evaluation | None, sites: tuple[int, ...], index) -> Tensor:
         """``(S, S)`` transition matrix of resampling the free positions ``sites`` (each from its
-        single-site conditional given the current state; all at once when there are several)."""
+        single-site conditional given the current state, or for ``"parallel_unmasked"`` from the
+        unmasked state's logits; all at once when there are several)."""
         S = states.shape[0]
         site_t = torch.tensor(sites).expand(S, -1)
         pos = self.target.free_positions[site_t]

@@ -172,9 +172,12 @@ class MaskedLMDistribution(TorchDistribution):
     def vocab_size(self) -> int:
         return self.mlm.vocab_size
 
-    def site_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """``(N, k, V)`` MLM logits at ``positions`` (N, k) of ``tokens`` (N, L), all k masked together."""
-        return self.mlm.block_logits(tokens, positions)
+    def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
+        """``(N, k, V)`` MLM logits at ``positions`` (N, k) of ``tokens`` (N, L): all k masked together
+        (one copy per row), or with ``masked=False`` read from one forward pass of each row as it is."""
+        if masked:
+            return self.mlm.block_logits(tokens, positions)
+        return self.mlm.masked_logits(tokens, torch.zeros(tokens.shape, dtype=torch.bool), positions)
 
     def log_prob(self, value: Tensor) -> Tensor:
         """Unnormalised ``-E(value) / T``, broadcast as Pyro's distributions do: shape

@@ -94,8 +94,9 @@ class Target(Protocol):
         """Energies, log-factors and free-position conditionals of complete states ``(N, L)``."""
         ...
 
-    def site_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """``(N, k, V)`` logits at ``positions`` ``(N, k)`` of ``tokens`` ``(N, L)``, all k masked together."""
+    def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
+        """``(N, k, V)`` logits at ``positions`` ``(N, k)`` of ``tokens`` ``(N, L)``: with all k
+        masked together, or (``masked=False``) read from the tokens as they are, nothing masked."""
         ...
 
     def validate_tokens(self, tokens: Tensor) -> None:
@@ -175,8 +176,8 @@ class DerivedTarget:
         """The base's (a :class:`WindowedTarget` capability; AttributeError for bases without it)."""
         return self.base.scored_positions  # type: ignore[attr-defined]
 
-    def site_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        return self.base.site_logits(tokens, positions)
+    def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
+        return self.base.site_logits(tokens, positions, masked=masked)
 
     def validate_tokens(self, tokens: Tensor) -> None:
         self.base.validate_tokens(tokens)
