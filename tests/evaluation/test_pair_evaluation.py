@@ -18,9 +18,10 @@ from mlm_ppl.evaluation import (
     pair_metrics,
     summarize_pairs,
 )
-from mlm_ppl.evaluation.pairs import PAIR_METRICS, format_summary, parse_methods
-from mlm_ppl.models.pairs import pair_joint
-from mlm_ppl.testing import goyal_counterexample, save_tiny, table_pair_conditionals
+from mlm_ppl.evaluation.pairs import PAIR_METRICS, REFERENCE_AG, format_summary, parse_methods
+from mlm_ppl.models.pairs import pair_conditionals, pair_joint, summed_kl
+from mlm_ppl.testing import AMINO_ACIDS, goyal_counterexample, save_tiny, table_pair_conditionals, tiny_residue_bert
+from reference import naive_both_masked, naive_pair_logits
 
 TOL = 1e-6  # the Goyal table is float32
 
@@ -148,6 +149,15 @@ def test_draw_pairs(antibody):
             assert 1 <= a < b <= len(seqs[s])  # residue positions: [CLS] is 0
             if kind == "contiguous":
                 assert b == a + 1
+    # the reference convention: the same positions, random pairs in the order they were drawn
+    ours, theirs = (draw_pairs(antibody, seqs, "random", 30, 3, convention=c) for c in ("mlm-ppl", "reference"))
+    assert [(s, min(a, b), max(a, b)) for s, a, b in theirs] == ours
+    assert any(a > b for _, a, b in theirs)
+    assert draw_pairs(antibody, seqs, "contiguous", 30, 3, convention="reference") == draw_pairs(
+        antibody, seqs, "contiguous", 30, 3
+    )
+    with pytest.raises(ValueError, match="unknown convention"):
+        draw_pairs(antibody, seqs, "random", 2, 0, convention="paper")
     with pytest.raises(ValueError, match="fewer than two"):
         draw_pairs(antibody, ["A"], "random", 2, 0)
     with pytest.raises(ValueError, match="pairs must be"):
@@ -167,6 +177,91 @@ def test_evaluate_pairs_rows(antibody):
     assert rows[-1]["converged"] is True and rows[-1]["iterations"] > 0
     for r in rows[1:]:
         assert all(math.isfinite(r[m]) and r[m] >= 0 for m in PAIR_METRICS[2:-1] if m in r)
+
+
+# ---------------------------------------------------------------------- the reference convention
+def _reference_rows(mlm, sequence, a, b):
+    """The metrics of ltorroba/lms-from-mlms's evaluate_kl_compatibility.py in whole-vocabulary
+    mode, written out here from its formulas and the model's own forward passes: A is the first
+    drawn position; conditionals are normalised over every token id; its 'mrf' adds raw logits,
+    'mrf-local' log-conditionals, 'hcb-both' pivots on the both-masked argmax at A over the
+    whole vocabulary, 'iter' runs 40 plain Arnold-Gokhale steps in probability space."""
+    ids = mlm.encode(sequence).input_ids[0]
+    V = mlm.vocab_size
+    la, lb = naive_pair_logits(mlm, ids, a, b, range(V), range(V))  # (V, V): [x_a, x_b]
+    ma, mb = naive_both_masked(mlm, ids, a, b)
+    cond_a, cond_b = la.log_softmax(0), lb.log_softmax(1)
+    pivot = int(ma.argmax())
+    joint = torch.full((V, V), 1 / V**2, dtype=torch.float64)
+    for _ in range(40):
+        joint = (cond_a.exp() + cond_b.exp()) / (1 / joint.sum(1, keepdim=True) + 1 / joint.sum(0, keepdim=True))
+        joint = joint / joint.sum()
+    joints = {
+        "naive": ma.log_softmax(0)[:, None] + mb.log_softmax(0)[None, :],
+        "mrf_logit": la + lb,  # the reference's "mrf"
+        "mrf": cond_a + cond_b,  # the reference's "mrf-local"
+        "hcb": cond_a - cond_a[pivot][None, :] + cond_b[pivot][None, :],  # "hcb-both"
+        "ag": joint.log(),  # "iter"
+    }
+    gold_a, gold_b = int(ids[a]), int(ids[b])
+
+    def kl(p, q, dim):
+        return (p.exp() * (p - q)).sum(dim)
+
+    out = {}
+    for name, logq in joints.items():
+        logq = logq - logq.reshape(-1).logsumexp(0)
+        qa, qb = logq.log_softmax(0), logq.log_softmax(1)
+        fa, fb = kl(cond_a, qa, 0), kl(cond_b, qb, 1)  # one per value of the other position
+        out[name] = {
+            "pair_nll": float(-logq[gold_a, gold_b] / 2),
+            "unary_nll": float(-(qa[gold_a, gold_b] + qb[gold_a, gold_b]) / 2),
+            "kl_fwd_gold": float((fa[gold_b] + fb[gold_a]) / 2),
+            "kl_fwd_all": float(torch.cat([fa, fb]).mean()),
+        }
+    log_c = cond_a - cond_b
+    score = log_c + log_c.reshape(-1).logsumexp(0) - log_c.logsumexp(1, keepdim=True) - log_c.logsumexp(0, keepdim=True)
+    out["mlm"] = {"compatibility": float((score**2).mean())}
+    return out
+
+
+def test_one_pair_both_ways_shows_what_the_reference_convention_changes():
+    mlm = tiny_residue_bert(AMINO_ACIDS, seed=2, dtype=torch.float64)
+    seqs = ["EVQLVESGGGLVQPGG"]
+    methods = "naive,mrf,mrf_logit,hcb,ag"
+    drawn = draw_pairs(mlm, seqs, "random", 4, 0, convention="reference")
+    k = next(k for k, (_, a, b) in enumerate(drawn) if a > b)  # a pair drawn right to left
+    (_, a, b), (_, lo, hi) = drawn[k], draw_pairs(mlm, seqs, "random", 4, 0)[k]
+    assert (lo, hi) == (b, a)
+    ours = {r["method"]: r for r in next(evaluate_pairs(mlm, seqs, [(0, lo, hi)], methods))}
+    theirs = {r["method"]: r for r in next(evaluate_pairs(mlm, seqs, [(0, a, b)], methods, convention="reference"))}
+
+    # the reference convention is the reference code's computation
+    expect = _reference_rows(mlm, seqs[0], a, b)
+    for method, values in expect.items():
+        for metric, value in values.items():
+            assert theirs[method][metric] == pytest.approx(value, rel=1e-9, abs=1e-12), (method, metric)
+
+    # 1. the support: every token id (25 with the 5 special ones) against the 20 ordinary ones
+    assert theirs["mlm"]["copies"] == 2 * 25 + 1 and ours["mlm"]["copies"] == 2 * 20 + 1
+    for metric in ("kl_fwd_all", "pair_nll"):
+        assert theirs["naive"][metric] != pytest.approx(ours["naive"][metric], rel=1e-3), metric
+    assert theirs["mlm"]["compatibility"] != pytest.approx(ours["mlm"]["compatibility"], rel=1e-2)
+    # 2. AG: 40 plain steps, not converged, against the converged fixed point
+    assert theirs["ag"]["iterations"] == 40 and theirs["ag"]["converged"] is False
+    assert ours["ag"]["converged"] is True
+    whole = pair_conditionals(mlm, seqs[0], a, b, support="all")
+    j40 = summed_kl(whole.joint("ag", **REFERENCE_AG).log_joint, whole.log_cond_a, whole.log_cond_b)
+    j_conv = summed_kl(whole.joint("ag").log_joint, whole.log_cond_a, whole.log_cond_b)
+    assert float(j40 - j_conv) > 1e-3
+    # 3. the order: the reference's HCB pivots on the first drawn position, the right one here
+    swapped = pair_conditionals(mlm, seqs[0], lo, hi, support="all")
+    right = swapped.joint("hcb", pivot_side="b").log_joint.T
+    assert torch.allclose(whole.joint("hcb").log_joint, right, atol=1e-12)
+    assert not torch.allclose(swapped.joint("hcb").log_joint.T, right, atol=1e-3)
+
+    with pytest.raises(ValueError, match="whole vocabulary"):
+        next(evaluate_pairs(mlm, seqs, [(0, a, b)], methods, support=6, convention="reference"))
 
 
 # ---------------------------------------------------------------------- the command
@@ -240,9 +335,31 @@ def test_pairs_command_writes_outputs_and_resumes(model_dir, tmp_path, capsys):
     assert main([*argv[:-3], "--seed", "2", "--out", str(out), "--no-progress", "--overwrite"]) == 0
 
 
+def test_pairs_command_reference_convention(model_dir, tmp_path, capsys):
+    data = tmp_path / "seqs.txt"
+    data.write_text("ACDEFGHIKLMN\n")
+    argv = ["pairs", "--model", model_dir, "--data", str(data), "--pairs", "random", "--n", "2", "--no-progress"]
+    ref, ours = tmp_path / "ref", tmp_path / "ours"
+    assert main([*argv, "--methods", "hcb,ag", "--convention", "reference", "--out", str(ref)]) == 0
+    assert "reference convention: every token id" in capsys.readouterr().out
+    assert json.loads((ref / "config.json").read_text())["convention"] == "reference"
+    rows = _read(ref / "pairs.csv")
+    assert {int(r["copies"]) for r in rows if r["method"] == "mlm"} == {2 * 25 + 1}
+    assert {r["iterations"] for r in rows if r["method"] == "ag"} == {"40"}
+    # a pairs run of 0.1.0 wrote no convention: it continues as mlm-ppl's
+    assert main([*argv, "--methods", "ag", "--out", str(ours)]) == 0
+    config = json.loads((ours / "config.json").read_text())
+    del config["convention"]
+    (ours / "config.json").write_text(json.dumps(config))
+    assert main([*argv, "--methods", "ag", "--out", str(ours)]) == 0
+    assert main([*argv, "--methods", "ag", "--out", str(ours), "--convention", "reference"]) == 2
+    assert "other settings (convention)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "extra, match",
     [
+        (["--convention", "reference", "--support", "3"], "--support applies to --convention mlm-ppl"),
         (["--methods", "mrf,gibbs"], "unknown method"),
         (["--support", "0"], "--support must be"),
         (["--support", "99"], "exceeds"),

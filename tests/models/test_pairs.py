@@ -265,7 +265,7 @@ def test_derive_pair_joint_end_to_end(bert):
         ({"support": 1000}, ValueError, "support K"),
         ({"support": ([0, 1], [5])}, ValueError, "ordinary token ids"),
         ({"support": ([5, 5], [6])}, ValueError, "repeats"),
-        ({"support": "all"}, TypeError, "support must be"),
+        ({"support": "every"}, TypeError, "support must be None, an int K, .all."),
         ({"method": "hcb", "pivot": 0, "support": 3}, ValueError, "not a candidate"),
     ],
 )

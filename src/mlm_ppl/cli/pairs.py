@@ -37,7 +37,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--support",
         type=int,
         default=None,
-        help="K candidates per position as in the paper (default: every ordinary token)",
+        help="K candidates per position, chosen by the reference code's --joint-size rule (default: every "
+        "ordinary token)",
+    )
+    prs.add_argument(
+        "--convention",
+        choices=("mlm-ppl", "reference"),
+        default="mlm-ppl",
+        help="reference: the setting of the paper's code (lms-from-mlms) in one switch: every token id, special "
+        "tokens included; AG stops after 40 plain steps; random pairs keep their drawn order (see docs/pairs.md)",
     )
     prs.add_argument("--seed", type=int, default=0, help="seed of the pair positions")
     prs.add_argument("--out", default=None, help="output directory (default runs/pairs_<pairs>)")
@@ -64,6 +72,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     methods = [label for label, _, _ in parse_methods(args.methods)]
     at_least(args.support, "support", 1)
+    if args.support is not None and args.convention == "reference":
+        raise ValueError("--support applies to --convention mlm-ppl; the reference convention reads every token id")
     out_dir = args.out or f"runs/pairs_{args.pairs}"
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"--out {out_dir!r} is a file; give a directory")
@@ -72,7 +82,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     n_ordinary = int(mlm.ordinary_mask.sum())
     if args.support is not None and args.support > n_ordinary:
         raise ValueError(f"--support {args.support} exceeds the {n_ordinary} ordinary tokens")
-    pairs = draw_pairs(mlm, sequences, args.pairs, args.n, args.seed)  # validates the sequences
+    pairs = draw_pairs(mlm, sequences, args.pairs, args.n, args.seed, convention=args.convention)  # checks them
     config = {
         "format": PAIRS_FORMAT,
         "model": args.model,
@@ -82,6 +92,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         "n": args.n,
         "methods": methods,
         "support": args.support,
+        "convention": args.convention,
         "seed": args.seed,
     }
     try:
@@ -93,6 +104,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             out_dir,
             config=config,
             support=args.support,
+            convention=args.convention,
             overwrite=args.overwrite,
             progress=args.progress,
             data_label=args.data,

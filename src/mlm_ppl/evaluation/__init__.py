@@ -18,6 +18,7 @@ from .generation import (
     unique_ngrams,
 )
 from .pairs import (
+    CONVENTIONS,
     PAIR_KINDS,
     PAIR_METRICS,
     compatibility_score,
@@ -32,6 +33,7 @@ from .pairs import (
 )
 
 __all__ = [
+    "CONVENTIONS",
     "PAIR_KINDS",
     "PAIR_METRICS",
     "kl_divergence",

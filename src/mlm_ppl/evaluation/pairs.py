@@ -17,6 +17,10 @@ For a pair of positions ``(a, b)`` of a held-out sequence with observed tokens
                  are the conditionals of one joint, positive otherwise (method ``"mlm"``).
 
 All divergences are in nats, over the candidate support of the pair.
+
+Two conventions (:data:`CONVENTIONS`): ``"mlm-ppl"`` (default) and ``"reference"``, the
+setting of the paper's code, ``ltorroba/lms-from-mlms`` ``evaluate_kl_compatibility.py`` run
+without ``--joint-size`` (its default); the differences are tabled in ``docs/pairs.md``.
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
-from .._checks import check_count
+from .._checks import check_choice, check_count
 from .._files import save_figure
 from ..models.pairs import PAIR_METHODS, PIVOTS, PairConditionals, PairJoint, pair_conditionals
 
 __all__ = [
+    "CONVENTIONS",
+    "REFERENCE_AG",
     "PAIR_KINDS",
     "PAIR_METRICS",
     "ROW_FIELDS",
@@ -53,6 +59,14 @@ __all__ = [
 ]
 
 PAIR_KINDS = ("contiguous", "random")
+CONVENTIONS = ("mlm-ppl", "reference")
+"""``"mlm-ppl"``: the candidates of a position are the ordinary tokens (or ``K`` of them), AG
+runs to its tolerance, a random pair's positions are sorted (HCB pivots on the left one).
+``"reference"``: the reference code's whole-vocabulary mode: every token id, special tokens
+included (``support="all"``); AG stops after 40 plain steps (:data:`REFERENCE_AG`); a random
+pair keeps the order its positions were drawn in (HCB pivots on the first drawn)."""
+REFERENCE_AG = {"max_iter": 40, "accelerate": False}
+"""The reference code's Arnold-Gokhale iteration: ``--iter-steps 40`` plain steps from uniform."""
 _DIVERGENCES = ("kl_fwd", "kl_rev", "jsd")
 #: Metrics in the summary table, in order.
 PAIR_METRICS = (
@@ -132,7 +146,7 @@ def _gold(cond: PairConditionals) -> tuple[int, int]:
     if gold is None:
         raise ValueError(
             f"the observed tokens {cond.observed} are not both in the support; metrics need them "
-            "(use support=None or an int K, which always include them)"
+            "(use support=None, 'all' or an int K, which always include them)"
         )
     return gold
 
@@ -183,14 +197,19 @@ def parse_methods(spec: str | Sequence[str]) -> list[tuple[str, str, dict]]:
     return out
 
 
-def draw_pairs(mlm, sequences: Sequence[str], kind: str, n: int, seed: int) -> list[tuple[int, int, int]]:
+def draw_pairs(
+    mlm, sequences: Sequence[str], kind: str, n: int, seed: int, *, convention: str = "mlm-ppl"
+) -> list[tuple[int, int, int]]:
     """``n`` seeded pairs ``(sequence_index, a, b)``, cycling through the sequences in order.
 
-    ``kind="contiguous"``: ``b = a + 1``; ``"random"``: two distinct positions, ``a < b``.
-    Positions are token positions of the encoded sequences (``[CLS]`` is 0), ordinary tokens only.
+    ``kind="contiguous"``: ``b = a + 1``; ``"random"``: two distinct positions, ``a < b``, or
+    with ``convention="reference"`` in the order they were drawn (the same positions for the
+    same seed). Positions are token positions of the encoded sequences (``[CLS]`` is 0),
+    ordinary tokens only.
     """
     if kind not in PAIR_KINDS:
         raise ValueError(f"pairs must be one of {PAIR_KINDS}, got {kind!r}")
+    check_choice(convention, "convention", CONVENTIONS)
     check_count(n, "n")
     if not sequences:
         raise ValueError("no sequences to draw pairs from")
@@ -211,8 +230,8 @@ def draw_pairs(mlm, sequences: Sequence[str], kind: str, n: int, seed: int) -> l
             a = rng.choice(choices[s])
             out.append((s, a, a + 1))
         else:
-            a, b = sorted(rng.sample(choices[s], 2))
-            out.append((s, a, b))
+            a, b = rng.sample(choices[s], 2)
+            out.append((s, a, b) if convention == "reference" else (s, min(a, b), max(a, b)))
     return out
 
 
@@ -222,16 +241,27 @@ def evaluate_pairs(
     pairs: Sequence[tuple[int, int, int]],
     methods: str | Sequence[str],
     *,
-    support: int | None = None,
+    support: int | str | None = None,
     skip: frozenset[int] | set[int] = frozenset(),
+    convention: str = "mlm-ppl",
 ) -> Iterator[list[dict]]:
     """Evaluate every method on every pair; yield the rows of one pair at a time.
 
     Each pair's conditionals are read once (:func:`mlm_ppl.models.pairs.pair_conditionals`)
     and shared by all methods. The first row of each pair is the ``mlm`` baseline. Pairs whose
-    index is in ``skip`` (already done) are not computed.
+    index is in ``skip`` (already done) are not computed. ``convention="reference"`` reads
+    every token id (``support="all"``; a ``support`` of its own is refused) and runs AG as
+    :data:`REFERENCE_AG`; draw its pairs with the same convention.
     """
     parsed = parse_methods(methods)
+    if check_choice(convention, "convention", CONVENTIONS) == "reference":
+        if support is not None:
+            raise ValueError(
+                "the reference convention reads the whole vocabulary; a support of K candidates applies to "
+                "convention='mlm-ppl' only"
+            )
+        support = "all"
+        parsed = [(label, m, {**options, **REFERENCE_AG} if m == "ag" else options) for label, m, options in parsed]
     for k, (s, a, b) in enumerate(pairs):
         if k in skip:
             continue

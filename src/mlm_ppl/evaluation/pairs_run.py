@@ -75,6 +75,7 @@ def open_pairs_run(
             old = json.loads((path / CONFIG).read_text())
         except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
             raise RunExistsError(path, f"{str(path)!r} holds a pairs run without readable settings") from None
+        old.setdefault("convention", "mlm-ppl")  # a run of 0.1.0 has none: it followed mlm-ppl's
         if old != config:
             changed = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
             raise RunExistsError(path, f"{str(path)!r} holds a pairs run with other settings ({', '.join(changed)})")
@@ -113,20 +114,24 @@ def run_pairs(
     *,
     config: dict[str, Any],
     support: int | None = None,
+    convention: str = "mlm-ppl",
     overwrite: bool = False,
     progress: bool | None = None,
     data_label: str = "",
 ) -> PairsRun:
     """Evaluate ``methods`` on ``pairs`` into ``directory``, resuming a run with the same ``config``.
 
-    ``pairs`` come from :func:`~mlm_ppl.evaluation.draw_pairs`; ``progress`` shows a bar over
-    the pairs (default: for 8 or more).
+    ``pairs`` come from :func:`~mlm_ppl.evaluation.draw_pairs` (with the same ``convention``,
+    see :data:`~mlm_ppl.evaluation.CONVENTIONS`); ``progress`` shows a bar over the pairs
+    (default: for 8 or more).
     A run that fails before its first pair is written leaves nothing behind.
     """
     run_dir, rows = open_pairs_run(directory, config, overwrite=overwrite)
     with run_dir:
         try:
-            return _run_pairs(run_dir, mlm, sequences, pairs, methods, rows, config, support, progress, data_label)
+            return _run_pairs(
+                run_dir, mlm, sequences, pairs, methods, rows, config, support, convention, progress, data_label
+            )
         except Exception:
             if not rows:  # _run_pairs extends rows as pairs are written
                 run_dir.discard()
@@ -142,6 +147,7 @@ def _run_pairs(
     rows: list[dict],
     config: dict[str, Any],
     support: int | None,
+    convention: str,
     progress: bool | None,
     data_label: str,
 ) -> PairsRun:
@@ -157,7 +163,9 @@ def _run_pairs(
     ):
         bar.update(len(done))
         writer = csv.DictWriter(fh, fieldnames=ROW_FIELDS, lineterminator="\n")
-        for pair_rows in evaluate_pairs(mlm, sequences, pairs, list(methods), support=support, skip=done):
+        for pair_rows in evaluate_pairs(
+            mlm, sequences, pairs, list(methods), support=support, skip=done, convention=convention
+        ):
             writer.writerows(pair_rows)
             fh.flush()
             rows.extend(pair_rows)
@@ -166,9 +174,13 @@ def _run_pairs(
     summary = summarize_pairs(rows)
     write_csv(run_dir, "summary.csv", ("method", "metric", "mean", "se", "n"), summary)
     kind, seed = config.get("pairs", ""), config.get("seed", "")
+    if convention == "reference":
+        setting = "reference convention: every token id, special tokens included; AG 40 plain steps"
+    else:
+        setting = f"support {'all ordinary tokens' if support is None else f'K={support}'}"
     lines = [
         f"model {mlm.name}  |  data {data_label} ({len(sequences)} sequences)  |  {len(pairs)} {kind} pairs, "
-        f"seed {seed}  |  support {'all ordinary tokens' if support is None else f'K={support}'}",
+        f"seed {seed}  |  {setting}",
         "",
         format_summary(summary),
         "",

@@ -13,8 +13,10 @@ conditionals. Each method builds a normalised joint ``q(x_a, x_b)`` from them.
 * :mod:`.arnold_gokhale`: the Arnold-Gokhale fixed point (SQUAREM-accelerated).
 
 Everything is computed over a *support*: the ordinary tokens of the vocabulary (``2V``
-masked copies of the sequence) or, as in the paper, ``K`` candidates per position. The MLM's
-conditionals are renormalised over the support.
+masked copies of the sequence), ``K`` candidates per position chosen by the paper's rule, or
+(``support="all"``) every token id, special tokens included, as the reference code's
+whole-vocabulary mode. The MLM's conditionals are renormalised over the support. How these
+settings and the method names map to the reference code is in ``docs/pairs.md``.
 """
 
 from .arnold_gokhale import AGOptions, arnold_gokhale, summed_kl

@@ -27,8 +27,8 @@ class AGOptions:
     max_iter : int
         Cap on evaluations of the fixed-point map.
     accelerate : bool
-        SQUAREM (default) or the plain iteration (the paper's setting is ``max_iter=40,
-        accelerate=False``).
+        SQUAREM (default) or the plain iteration (the reference code runs 40 plain steps:
+        ``max_iter=40, accelerate=False``).
     """
 
     tol: float = 1e-6

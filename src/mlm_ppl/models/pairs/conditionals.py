@@ -36,7 +36,8 @@ class PairConditionals:
     positions : tuple of int
         ``(a, b)``, token positions in the encoded sequence (``[CLS]`` is 0).
     candidates_a, candidates_b : Tensor
-        ``(K_a,)`` and ``(K_b,)`` long token ids, distinct ordinary tokens.
+        ``(K_a,)`` and ``(K_b,)`` long token ids, distinct: ordinary tokens, or with
+        ``support="all"`` every token id of the vocabulary.
     logits_a : Tensor
         ``(K_a, K_b)``: entry ``[i, j]`` is the logit of ``candidates_a[i]`` at ``a``, read
         with ``a`` masked and ``b`` set to ``candidates_b[j]``.
@@ -112,7 +113,7 @@ def pair_conditionals(
     a: int,
     b: int,
     *,
-    support: int | tuple[Sequence[int], Sequence[int]] | None = None,
+    support: int | str | tuple[Sequence[int], Sequence[int]] | None = None,
     progress: bool = False,
 ) -> PairConditionals:
     """Read the MLM's conditionals at positions ``a`` and ``b`` of ``sequence`` over a support.
@@ -125,10 +126,13 @@ def pair_conditionals(
     a, b : int
         Distinct ordinary token positions of the encoded sequence (``[CLS]`` is 0, so residue
         ``i`` of an AntiBERTy sequence is position ``i + 1``).
-    support : None, int, or (list, list)
+    support : None, int, "all", or (list, list)
         None: every ordinary token of the vocabulary at both positions (``2V + 1`` masked
-        copies). An int ``K``: ``K`` candidates per position chosen as in the paper (see
-        :func:`candidate_sets`). A pair of token-id lists: those candidates.
+        copies). An int ``K``: ``K`` candidates per position chosen by the paper's rule (see
+        :func:`candidate_sets`). ``"all"``: every token id, special tokens included, as the
+        reference code's whole-vocabulary mode (``ltorroba/lms-from-mlms``) does; its
+        conditionals are normalised over the whole vocabulary, ours (None) over the ordinary
+        tokens. A pair of token-id lists: those candidates (ordinary tokens).
     progress : bool
         Progress bar over the masked copies.
 
@@ -176,6 +180,8 @@ def pair_conditionals(
         cand_a, cand_b = fixed
     elif support is None:
         cand_a = cand_b = ordinary.nonzero().flatten()
+    elif support == "all":
+        cand_a = cand_b = torch.arange(mlm.vocab_size)
     else:
         assert isinstance(support, int)  # _check_support returned None: an int K
         cand_a = candidate_sets(obs_a, single_a, marg_a, support, ordinary)
@@ -218,7 +224,7 @@ def derive_pair_joint(
     b: int,
     *,
     method: str,
-    support: int | tuple[Sequence[int], Sequence[int]] | None = None,
+    support: int | str | tuple[Sequence[int], Sequence[int]] | None = None,
     pivot: str | int | None = None,
     pivot_side: str | None = None,
     tol: float | None = None,
@@ -256,16 +262,16 @@ def _sequence_ids(mlm: "MaskedLM", sequence: str | Tensor) -> Tensor:
 
 
 def _check_support(support, ordinary: Tensor, n_ordinary: int):
-    if support is None:
+    if support is None or (isinstance(support, str) and support == "all"):
         return None
     if isinstance(support, bool):
-        raise TypeError("support must be None, an int K or a pair of token-id lists, got a bool")
+        raise TypeError("support must be None, an int K, 'all' or a pair of token-id lists, got a bool")
     if isinstance(support, int):
         if not 1 <= support <= n_ordinary:
             raise ValueError(f"support K must be in [1, {n_ordinary}] (the ordinary tokens), got {support}")
         return None
     if not (isinstance(support, (tuple, list)) and len(support) == 2):
-        raise TypeError(f"support must be None, an int K or a pair of token-id lists, got {support!r}")
+        raise TypeError(f"support must be None, an int K, 'all' or a pair of token-id lists, got {support!r}")
     out = []
     for name, tokens in zip(SIDES, support):
         t = torch.as_tensor(list(tokens), dtype=torch.long)

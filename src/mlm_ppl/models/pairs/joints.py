@@ -274,8 +274,9 @@ def pair_joint(cond: "PairConditionals", method: str, **options: Any) -> PairJoi
         ``hcb``: ``pivot``, ``pivot_side`` (:class:`HCBOptions`; defaults ``"both"``, ``"a"``).
         ``ag``: ``tol``, ``max_iter``, ``accelerate`` (:class:`AGOptions`; defaults 1e-6, 20000,
         True): stop when the fixed-point equation holds to ``tol``, or after ``max_iter``
-        evaluations of the map (then the joint's ``converged`` is False); the paper's setting
-        is ``max_iter=40, accelerate=False``. The other methods take no options.
+        evaluations of the map (then the joint's ``converged`` is False); the reference code
+        (``ltorroba/lms-from-mlms``, ``--iter-steps`` default) runs 40 plain steps, which is
+        ``max_iter=40, accelerate=False``. The other methods take no options.
     """
     return build_joint(cond, method, joint_options(method, **options))
 
