@@ -168,7 +168,7 @@ def test_bert_gen_s_sequential_mode_is_the_left_to_right_fill(tiny4_64):
 
 def test_the_old_parallel_name_warns_and_means_parallel_masked(tiny4):
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
-    with pytest.warns(DeprecationWarning, match="parallel_unmasked"):
+    with pytest.warns(FutureWarning, match="parallel_unmasked"):
         kernel = PseudoGibbs(dist, scan="parallel")
     assert kernel.scan == "parallel_masked"
     assert set(PSEUDO_GIBBS_SCANS) == {

@@ -134,7 +134,7 @@ class PseudoGibbs:
                 "singly-masked conditional); bert-gen's parallel mode (every position from one forward pass "
                 "of the unmasked sequence) is scan='parallel_unmasked'. The old name will be removed in the "
                 "next release",
-                DeprecationWarning,
+                FutureWarning,  # not DeprecationWarning: the command line's users must see it too
                 stacklevel=2,
             )
             scan = "parallel_masked"
