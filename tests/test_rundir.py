@@ -74,3 +74,17 @@ def test_an_interrupt_during_an_atomic_write_stays_an_interrupt(tmp_path, monkey
     monkeypatch.undo()
     assert target.read_text() == ("new" if where == "replace" else "old")
     assert len(closed) == 1 and os.listdir(tmp_path) == ["f.txt"]
+
+
+def test_written_files_get_the_permissions_of_an_ordinary_write(tmp_path):
+    """Temporary files are created 0600; the file put in place has the mode ``open()`` would give."""
+    import os
+    import stat
+
+    from mlm_ppl import _files
+
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    _files.write_text_atomic(tmp_path / "atomic.txt", "x")
+    mode = stat.S_IMODE(os.stat(tmp_path / "atomic.txt").st_mode)
+    assert mode == stat.S_IMODE(os.stat(plain).st_mode) == _files.FILE_MODE

@@ -20,6 +20,16 @@ from typing import Any
 __all__ = ["atomic_path", "write_bytes_atomic", "write_text_atomic", "save_figure", "temp_pattern"]
 
 
+def _process_umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: done once, at import
+    os.umask(mask)
+    return mask
+
+
+#: Permissions of every file written: what ``open(path, "w")`` would give (``mkstemp`` alone gives 0600).
+FILE_MODE = 0o666 & ~_process_umask()
+
+
 def temp_pattern(name: str) -> str:
     """The glob pattern of the temporary files :func:`atomic_path` makes for ``name``."""
     return f".{name}.*.tmp"
@@ -30,6 +40,7 @@ def _temporary(target: Path) -> Iterator[tuple[int, Path]]:
     """``(fd, path)`` of a new temporary file beside ``target``, renamed over it on success."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)
         # the descriptor is closed in one place, once: an interrupt (Ctrl-C) that lands just after
         # the close must not close it again (EBADF, which would replace the KeyboardInterrupt, or
         # worse, close a descriptor another thread has meanwhile been given)
