@@ -1,10 +1,10 @@
-"""Arnold-Gokhale on real AntiBERTy pairs: the paper's 40 steps, the plain iteration, SQUAREM.
+"""Arnold-Gokhale on real AntiBERTy pairs: the reference code's 40 steps, the plain iteration, SQUAREM.
 
 Reads the conditionals of N pairs of human heavy-chain germline V genes (half contiguous,
 half random positions, full 20-residue support) once, then for every pair runs
 
 * ``plain-40``: 40 plain fixed-point steps from the uniform joint (Torroba Hennigen & Kim's
-  setting);
+  code's setting, --iter-steps 40);
 * ``plain``: the plain iteration until the KKT residual is below ``--tol`` (cap ``--cap``);
 * ``squarem``: the library's default, accelerated, same stopping rule;
 
