@@ -7,13 +7,13 @@ position. These two families are in general *incompatible*: no joint has both as
 conditionals. Each method builds a normalised joint ``q(x_a, x_b)`` from them.
 
 * :mod:`.conditionals`: reading the MLM (:func:`pair_conditionals`, :class:`PairConditionals`,
-  the paper's candidate sets) and :func:`derive_pair_joint` (read, then build);
+  the reference code's candidate sets) and :func:`derive_pair_joint` (read, then build);
 * :mod:`.joints`: one small function per method (naive, MRF, MRF-logit, HCB, AG), their
   checked options, and :class:`PairJoint`, a Pyro ``Categorical`` over the candidate pairs;
 * :mod:`.arnold_gokhale`: the Arnold-Gokhale fixed point (SQUAREM-accelerated).
 
 Everything is computed over a *support*: the ordinary tokens of the vocabulary (``2V``
-masked copies of the sequence), ``K`` candidates per position chosen by the paper's rule, or
+masked copies of the sequence), ``K`` candidates per position chosen by the reference code's rule, or
 (``support="all"``) every token id, special tokens included, as the reference code's
 whole-vocabulary mode. The MLM's conditionals are renormalised over the support. How these
 settings and the method names map to the reference code is in ``docs/pairs.md``.

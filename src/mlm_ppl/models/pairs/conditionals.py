@@ -89,11 +89,13 @@ class PairConditionals:
 
 
 def candidate_sets(observed: int, single: Tensor, marginal: Tensor, size: int, ordinary: Tensor) -> Tensor:
-    """Torroba Hennigen & Kim's restricted support of one position: ``size`` token ids.
+    """A restricted support of one position, ``size`` token ids, by the rule of the paper's code
+    (``ltorroba/lms-from-mlms`` ``generate_sets``, its ``--joint-size K``).
 
     The observed token first, then the ``(size - 1) // 2`` most likely other tokens of the
     single-masked conditional ``single`` (V,), then the most likely remaining tokens of the
-    both-masked marginal ``marginal`` (V,); ordinary tokens only.
+    both-masked marginal ``marginal`` (V,); ordinary tokens only (the reference code ranks the
+    whole vocabulary, so special tokens can be among its candidates).
     """
     chosen = [int(observed)]
     taken = ~ordinary.clone()
@@ -128,7 +130,7 @@ def pair_conditionals(
         ``i`` of an AntiBERTy sequence is position ``i + 1``).
     support : None, int, "all", or (list, list)
         None: every ordinary token of the vocabulary at both positions (``2V + 1`` masked
-        copies). An int ``K``: ``K`` candidates per position chosen by the paper's rule (see
+        copies). An int ``K``: ``K`` candidates per position chosen by the reference code's rule (see
         :func:`candidate_sets`). ``"all"``: every token id, special tokens included, as the
         reference code's whole-vocabulary mode (``ltorroba/lms-from-mlms``) does; its
         conditionals are normalised over the whole vocabulary, ours (None) over the ordinary
