@@ -207,8 +207,7 @@ class RunDirectory:
                 marker = {"format": _DIR_FORMAT, "kind": kind, "run_id": uuid.uuid4().hex, "files": files}
                 _write_marker(path, marker)
             for name in marker["files"]:  # temporary files of writes cut off by a kill (we hold the lock)
-                for tmp in path.glob(temp_pattern(name)):
-                    tmp.unlink(missing_ok=True)
+                _remove_temporaries(path, name)
         except BaseException:
             _unlock(path, fd, remove=False)
             raise
@@ -405,9 +404,14 @@ def _remove(path: Path, name: str) -> None:
         with contextlib.suppress(OSError):
             target.rmdir()
         return
-    for p in [target, *path.glob(temp_pattern(name))]:
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
+    target.unlink(missing_ok=True)
+    _remove_temporaries(path, name)
+
+
+def _remove_temporaries(path: Path, name: str) -> None:
+    """Remove the temporary files an interrupted atomic write of ``name`` left in ``path``."""
+    for tmp in path.glob(temp_pattern(name)):
+        tmp.unlink(missing_ok=True)
 
 
 def start_run(directory: str | os.PathLike, config: dict[str, Any], *, overwrite: bool = False) -> RunDirectory:
