@@ -437,7 +437,7 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, dict[str, An
     try:
         config = read_config(run_dir.path)
         checkpoint = None
-        for name in sorted(checkpoint_files(run_dir.path)):
+        for name in checkpoint_files(run_dir.path):
             cp, settings = _read_checkpoint(run_dir.path / name)
             if name == CHECKPOINT:
                 checkpoint = cp

@@ -28,9 +28,9 @@ from .surrogate_mh import SurrogateMH
 __all__ = ["KERNELS", "BACKENDS", "make_kernel", "check_kernel_options", "sample", "draw_from_distribution"]
 
 KERNELS = ("mh", "surrogate-mh", "pseudo-gibbs", "mask-predict")
+"""Kernel names of :func:`sample`, :func:`make_kernel`, :class:`~mlm_ppl.MLMKernel` and the CLI."""
 BACKENDS = ("local", "ray")
 """Where :func:`sample` runs the chains: this process, or Ray actors (``workers``)."""
-"""Kernel names of :func:`sample`, :func:`make_kernel`, :class:`~mlm_ppl.MLMKernel` and the CLI."""
 
 _CLASSES: dict[str, type] = {
     "mh": MetropolisHastings,

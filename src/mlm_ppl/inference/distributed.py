@@ -167,12 +167,13 @@ def run_chains_ray(
     groups = split_chains(num_chains, workers)
     check_count(num_samples, "num_samples", 1)
     ray = connect(address, num_cpus=max(len(groups), os.cpu_count() or 1))
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    gpus = float(ray.cluster_resources().get("GPU", 0))
-    per_gpu = min(1.0, gpus / len(groups)) if device is not None and str(device).startswith("cuda") else 0.0
-    if device is not None and str(device).startswith("cuda") and per_gpu == 0:
-        raise ValueError("device 'cuda' on Ray needs GPUs in the Ray cluster; it has none")
-    threads = max(1, cpus // len(groups))
+    resources = ray.cluster_resources()
+    per_gpu = 0.0
+    if device is not None and str(device).startswith("cuda"):
+        per_gpu = min(1.0, float(resources.get("GPU", 0)) / len(groups))
+        if per_gpu == 0:
+            raise ValueError("device 'cuda' on Ray needs GPUs in the Ray cluster; it has none")
+    threads = max(1, int(resources.get("CPU", 1)) // len(groups))
     actor = ray.remote(_Worker).options(
         num_cpus=1,
         num_gpus=per_gpu,

@@ -126,15 +126,13 @@ def _check_checkpoint(cp: Checkpoint, C: int, D: int, L: int, W: int, thin: int)
     for what, (tensor, shape) in shapes.items():
         if tuple(tensor.shape) != shape:
             raise ValueError(f"checkpoint holds {what} of shape {tuple(tensor.shape)}; this run needs {shape}")
-    if not isinstance(cp.streams, Tensor) or cp.streams.dim() != 2 or cp.streams.shape[0] != C:
-        raise ValueError(
-            "checkpoint's random-number state is damaged or was written before each chain had its own "
-            "stream (mlm-ppl 0.1); finish such a run with that version, or start it again"
-        )
     try:
-        ChainStreams(0, C).set_state(cp.streams)
+        ChainStreams(0, C).set_state(cp.streams)  # one state per chain, each a valid generator state
     except (RuntimeError, TypeError, ValueError) as err:
-        raise ValueError(f"checkpoint's random-number state is damaged ({err})") from None
+        raise ValueError(
+            f"checkpoint's random-number state is damaged or was written before each chain had its own stream "
+            f"(mlm-ppl 0.1: finish such a run with that version, or start it again) ({err})"
+        ) from None
 
 
 def run_chains(
