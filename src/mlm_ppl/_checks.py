@@ -1,8 +1,10 @@
 """Argument checks shared by every layer: one wording for one mistake.
 
-Each function returns the checked value (converted where that is safe) or raises a
-``ValueError``/``TypeError`` that names the argument and says what to give instead. They run
-before any forward pass, so a bad argument never costs work.
+Each function returns the checked value (converted where that is safe) or raises an error that
+names the argument and says what to give instead: a ``TypeError`` for a value of the wrong type
+(text where a number belongs, a float where an integer belongs, a bool for either), a
+``ValueError`` for a value of the right type out of range. They run before any forward pass,
+so a bad argument never costs work.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import math
 from typing import Any
 
 __all__ = [
+    "check_type",
     "check_count",
+    "count_at_least",
     "check_positive",
     "check_temperature",
     "check_probability",
@@ -25,17 +29,45 @@ MIN_TEMPERATURE = 1e-6
 normalising) for logits of ordinary size, and every chain is stuck on its start."""
 
 
+_KINDS = {int: "an integer", float: "a number", str: "text", bool: "true or false"}
+
+
+def check_type(value: Any, name: str, kind: type) -> Any:
+    """``value`` as ``kind`` (``int``, ``float``, ``str`` or ``bool``), else a TypeError naming ``name``.
+
+    A bool is neither an integer nor a number here; an int is a number (returned as a float).
+    """
+    ok = {
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+        bool: isinstance(value, bool),
+    }[kind]
+    if not ok:
+        raise TypeError(f"{name} must be {_KINDS[kind]}, got {type(value).__name__} {value!r}")
+    return float(value) if kind is float else value
+
+
 def check_count(value: Any, name: str, minimum: int = 1) -> int:
-    """An integer ``>= minimum`` (not a bool), else a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    """An integer ``>= minimum``: a TypeError for a non-integer, a ValueError below ``minimum``."""
+    check_type(value, name, int)
+    if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
 
 
+def count_at_least(minimum: int):
+    """:func:`check_count` with ``minimum`` fixed, as a ``check(value, name)`` of a kernel option."""
+
+    def check(value: Any, name: str) -> int:
+        return check_count(value, name, minimum)
+
+    return check
+
+
 def check_positive(value: Any, name: str) -> float:
     """A finite number ``> 0``: a TypeError for a non-number, a ValueError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = check_type(value, name, float)
     if not 0 < value < math.inf:
         raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
     return float(value)
@@ -53,8 +85,9 @@ def check_temperature(value: Any, name: str) -> float:
 
 
 def check_probability(value: Any, name: str) -> float:
-    """A number in ``(0, 1]``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+    """A number in ``(0, 1]``: a TypeError for a non-number, a ValueError otherwise."""
+    value = check_type(value, name, float)
+    if not 0 < value <= 1:
         raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
     return float(value)
 

@@ -165,8 +165,6 @@ def from_pyro(
 
     kernel = mcmc.kernel
     others: dict[str, np.ndarray] = {}
-    if isinstance(kernel, MLMKernel) and kernel.gibbs is not None:  # several token sites or a plate
-        kernel = kernel.gibbs
     if isinstance(kernel, MLMKernel):
         run, target = run_from_mcmc(mcmc, kernel, site, element), kernel.target
     elif isinstance(kernel, MLMGibbs):

@@ -1,6 +1,8 @@
 """How states move: MCMC kernels over token sequences, batched chains, the Pyro adapter, and
 exact enumeration of tiny state spaces.
 
+* :mod:`.spec`: how a kernel declares itself (name, Options, State, Info, capabilities);
+  :mod:`.registry`: the kernels by name (:func:`register` adds one everywhere);
 * :mod:`.base`: the kernel contract, the one ``accept``, proposals, scans, starting states;
 * :mod:`.mh`, :mod:`.surrogate_mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`: one algorithm each;
 * :mod:`.exact`: enumeration and exact transition matrices;
@@ -24,31 +26,15 @@ from .base import (
     proposal_log_probs,
 )
 from .gibbs import MLMGibbs, run_from_gibbs
-from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictState
-from .mh import MetropolisHastings, MHInfo, MHState
-from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsState
+from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictOptions, MaskPredictState
+from .mh import MetropolisHastings, MHInfo, MHOptions, MHState
+from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsOptions, PseudoGibbsState
 from .pyro_kernel import MLMKernel, run_from_mcmc
-from .runner import EXTRA_STAT_NAMES, STAT_NAMES, Checkpoint, Run, run_chains, step_stats
+from .registry import kernel_class, register, unregister
+from .runner import STAT_NAMES, Checkpoint, Run, run_chains, step_stats
+from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams, chain_seed
-from .surrogate_mh import SurrogateInfo, SurrogateMH, SurrogateState
-
-
-def __getattr__(name: str) -> object:
-    """``ConstrainedTarget`` moved to :mod:`mlm_ppl.models`; importable from here for one more release."""
-    if name == "ConstrainedTarget":
-        import warnings
-
-        from ..models.target import ConstrainedTarget
-
-        warnings.warn(
-            "mlm_ppl.inference.ConstrainedTarget moved to mlm_ppl.models; the old path will be removed in the "
-            "next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return ConstrainedTarget
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+from .surrogate_mh import SurrogateInfo, SurrogateMH, SurrogateOptions, SurrogateState
 
 __all__ = [
     # running chains
@@ -59,7 +45,6 @@ __all__ = [
     "Run",
     "Checkpoint",
     "STAT_NAMES",
-    "EXTRA_STAT_NAMES",
     "step_stats",
     "MLMKernel",
     "MLMGibbs",
@@ -67,20 +52,31 @@ __all__ = [
     "run_from_gibbs",
     "KERNELS",
     "make_kernel",
+    "register",
+    "unregister",
+    "kernel_class",
     "draw_from_distribution",
-    # kernels
+    # kernels, and how one declares itself
     "Kernel",
+    "KernelBase",
+    "Options",
+    "option",
+    "Capabilities",
     "StepInfo",
     "MetropolisHastings",
+    "MHOptions",
     "MHState",
     "MHInfo",
     "SurrogateMH",
+    "SurrogateOptions",
     "SurrogateState",
     "SurrogateInfo",
     "PseudoGibbs",
+    "PseudoGibbsOptions",
     "PseudoGibbsState",
     "PseudoGibbsInfo",
     "MaskPredict",
+    "MaskPredictOptions",
     "MaskPredictState",
     "MaskPredictInfo",
     # pieces

@@ -7,7 +7,6 @@ log-factors), the kernel (:func:`make_kernel`) and runs :func:`~mlm_ppl.inferenc
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -15,50 +14,30 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_count, check_seed
-from ..models.distribution import MaskedLMDistribution
+from ..models.distribution import MaskedLMDistribution, register_sampler
 from ..models.masked_lm import MaskedLM
 from ..models.target import ConstrainedTarget, Target
-from .base import Kernel
-from .mask_predict import MaskPredict
 from .mh import MetropolisHastings
-from .pseudo_gibbs import PseudoGibbs
+from .registry import KERNELS, kernel_class, make_kernel
 from .runner import Run, run_chains
-from .surrogate_mh import SurrogateMH
+from .spec import Options
 
 __all__ = ["KERNELS", "BACKENDS", "make_kernel", "check_kernel_options", "sample", "draw_from_distribution"]
 
-KERNELS = ("mh", "surrogate-mh", "pseudo-gibbs", "mask-predict")
-"""Kernel names of :func:`sample`, :func:`make_kernel`, :class:`~mlm_ppl.MLMKernel` and the CLI."""
 BACKENDS = ("local", "ray")
 """Where :func:`sample` runs the chains: this process, or Ray actors (``workers``)."""
 
-_CLASSES: dict[str, type] = {
-    "mh": MetropolisHastings,
-    "surrogate-mh": SurrogateMH,
-    "pseudo-gibbs": PseudoGibbs,
-    "mask-predict": MaskPredict,
-}
 
+def check_kernel_options(name: str, options: dict[str, Any]) -> Options:
+    """A kernel's name and options, checked before any target exists: the kernel's ``Options``.
 
-def check_kernel_options(name: str, options: dict[str, Any]) -> None:
-    """Check a kernel name and that its options are ones it takes, before any target exists.
-
-    Values are checked when the kernel is built (some depend on the target, e.g. ``block_size``).
+    Checks that depend on the target (e.g. ``block_size``) run when the kernel is built.
     """
-    check_choice(name, "kernel", KERNELS)
+    cls = kernel_class(name)
     try:
-        inspect.signature(_CLASSES[name]).bind(None, **options)
-    except TypeError as err:
-        raise TypeError(f"kernel {name!r}: {err}") from None
-
-
-def make_kernel(name: str, target: Target, **options: Any) -> Kernel:
-    """Build a kernel by name: ``"mh"``, ``"surrogate-mh"``, ``"pseudo-gibbs"`` or ``"mask-predict"``."""
-    check_choice(name, "kernel", KERNELS)
-    try:
-        return _CLASSES[name](target, **options)
-    except TypeError as err:
-        raise TypeError(f"kernel {name!r}: {err}") from None
+        return cls.Options.from_dict(options, f"kernel {name!r}")
+    except ValueError as err:  # unknown names: the same TypeError the kernel's constructor gives
+        raise TypeError(str(err)) from None
 
 
 def draw_from_distribution(
@@ -114,7 +93,7 @@ def sample(
     same run, since each chain draws from its own random stream.
     """
     check_seed(seed)
-    check_choice(kernel, "kernel", KERNELS)
+    check_kernel_options(kernel, kernel_options)
     check_choice(backend, "backend", BACKENDS)
     if backend == "ray":
         check_count(workers, "workers", 1)
@@ -134,3 +113,6 @@ def sample(
         run = run_chains(k, num_chains, num_samples, **options)
     run.attrs.update(model=mlm.name, kernel=kernel, kernel_options=dict(kernel_options))
     return run
+
+
+register_sampler(draw_from_distribution)  # MaskedLMDistribution.sample runs MH chains (models/ never imports this)

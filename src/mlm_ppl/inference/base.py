@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_count, check_positive
-from ..models.target import Target
+from ..models.target import Evaluation, Target
+from .spec import Capabilities
 from .streams import ChainStreams
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Kernel",
     "StepInfo",
     "accept",
+    "acceptance_probability",
     "proposal_log_probs",
     "sample_tokens",
     "select_sites",
@@ -66,20 +68,33 @@ class StepInfo(Protocol):
 
 
 class Kernel(Protocol):
-    """The kernel contract.
+    """The kernel contract. :class:`~mlm_ppl.inference.spec.KernelBase` implements it; a kernel
+    declares its name, ``Options``, ``State``, ``Info`` and ``capabilities`` once, as class
+    attributes (:mod:`mlm_ppl.inference.spec`).
 
     Attributes
     ----------
     target : Target
         What is sampled.
-    needs_complete_start : bool
-        True when :meth:`init` takes complete states (MH, pseudo-Gibbs: the template filled by
-        :func:`fill_template`); False when it starts from the masked template (mask-predict).
-        A kernel without the attribute is taken to need complete states.
+    options : Options
+        The kernel's checked options (a frozen dataclass of its ``Options`` type).
+    capabilities : Capabilities
+        What else may be asked of it: a log-factor (:meth:`with_log_factor`), a place in
+        ``MLMGibbs``, complete starting states, an exact transition matrix (:meth:`transition_matrix`).
     """
 
+    name: ClassVar[str]
+    Options: ClassVar[type]
+    State: ClassVar[type]
+    Info: ClassVar[type]
+    capabilities: ClassVar[Capabilities]
     target: Target
-    needs_complete_start: ClassVar[bool]
+    options: Any
+
+    @classmethod
+    def stat_names(cls) -> tuple[str, ...]:
+        """The per-draw statistics of a run of this kernel."""
+        ...
 
     def init(self, tokens: Tensor) -> Any:
         """The state of chains starting at ``tokens`` ``(C, L)``."""
@@ -87,6 +102,14 @@ class Kernel(Protocol):
 
     def step(self, state: Any, streams: ChainStreams) -> tuple[Any, StepInfo]:
         """One update of every chain; chain ``c`` draws only from ``streams`` row ``c``."""
+        ...
+
+    def with_log_factor(self, state: Any, log_factor: Tensor) -> Any:
+        """The state with new extra log terms (``capabilities.log_factor``)."""
+        ...
+
+    def transition_matrix(self, states: Tensor, evaluation: Evaluation, index: Callable[[Tensor], Tensor]) -> Tensor:
+        """The exact ``(S, S)`` transition matrix of one step (``capabilities.exact_matrix``)."""
         ...
 
 
@@ -99,6 +122,12 @@ def accept(log_ratio: Tensor, streams: ChainStreams) -> Tensor:
     """
     log_u = streams.rand(log_ratio.shape).log()
     return log_u < log_ratio  # NaN compares False: reject
+
+
+def acceptance_probability(log_ratio: Tensor) -> Tensor:
+    """``min(1, exp(log_ratio))``, 0 for a NaN ratio (which :func:`accept` rejects): the
+    ``acceptance_rate`` statistic and the exact matrices' acceptance, written once."""
+    return torch.nan_to_num(log_ratio.clamp(max=0).exp(), nan=0.0)
 
 
 def proposal_log_probs(
@@ -223,7 +252,7 @@ def initial_tokens(kernel: Kernel, num_chains: int, streams: ChainStreams, init:
         if init.dim() == 2 and init.shape[0] != C:
             raise ValueError(f"init has {init.shape[0]} chains but num_chains={C}")
         return init
-    if not getattr(kernel, "needs_complete_start", True):  # a kernel that does not say takes complete states
+    if not kernel.capabilities.complete_start:
         check_init(init)
         return kernel.target.template.expand(C, -1).clone()
     return fill_template(kernel.target, C, streams, init)

@@ -27,7 +27,16 @@ from .._checks import check_count
 from .base import Kernel
 from .runner import Checkpoint, Run, run_chains
 
-__all__ = ["split_chains", "import_ray", "check_address", "connect", "run_chains_ray", "merge_runs", "GroupCheckpoints"]
+__all__ = [
+    "split_chains",
+    "import_ray",
+    "check_address",
+    "connect",
+    "run_chains_ray",
+    "run_tasks_ray",
+    "merge_runs",
+    "GroupCheckpoints",
+]
 
 _INSTALL = "pip install 'mlm-ppl[ray]'"
 
@@ -173,7 +182,7 @@ def run_chains_ray(
         per_gpu = min(1.0, float(resources.get("GPU", 0)) / len(groups))
         if per_gpu == 0:
             raise ValueError("device 'cuda' on Ray needs GPUs in the Ray cluster; it has none")
-    threads = max(1, int(resources.get("CPU", 1)) // len(groups))
+    threads = _threads_per_worker(resources, len(groups))
     actor = ray.remote(_Worker).options(
         num_cpus=1,
         num_gpus=per_gpu,
@@ -213,6 +222,47 @@ def run_chains_ray(
         for a in actors:
             ray.kill(a)
     return merge_runs(runs, num_chains)
+
+
+def _threads_per_worker(resources: dict[str, Any], workers: int) -> int:
+    """Torch threads for each of ``workers`` workers sharing the cluster's CPUs."""
+    return max(1, int(resources.get("CPU", 1)) // workers)
+
+
+def run_tasks_ray(
+    task: Callable[..., Any],
+    jobs: Sequence[tuple],
+    *,
+    workers: int,
+    on_done: Callable[[], None] | None = None,
+    address: str | None = None,
+) -> list[Any]:
+    """``task(*job, threads=T)`` for every job, as Ray tasks, at most ``workers`` at a time, each
+    with ``T`` torch threads of the cluster's CPUs; the results in job order. A task whose
+    worker died is retried (up to 3 times): a task that keeps its own checkpoints (a batch's
+    template runs) continues from them. ``on_done`` is called as each task finishes."""
+    W = check_count(workers, "workers", 1)
+    ray = connect(address, num_cpus=max(W, os.cpu_count() or 1))
+    threads = _threads_per_worker(ray.cluster_resources(), W)
+    remote = ray.remote(task).options(num_cpus=1, max_retries=3)
+    futures: list[Any] = []
+    pending: set[Any] = set()
+
+    def wait_one() -> None:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        pending.discard(done[0])
+        if on_done is not None:
+            on_done()
+
+    for job in jobs:
+        if len(pending) >= W:
+            wait_one()
+        ref = remote.remote(*job, threads=threads)
+        futures.append(ref)
+        pending.add(ref)
+    while pending:
+        wait_one()
+    return ray.get(futures)
 
 
 def _progress(ray: Any, actors: Sequence[Any]) -> int | None:

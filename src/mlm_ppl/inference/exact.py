@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..models.target import Target
-from .base import PARALLEL_SCANS, num_blocks
+from ..models.target import Target, log_density
+from .base import Kernel, num_blocks
 
 __all__ = [
     "enumerate_states",
     "state_index",
     "exact_log_probs",
     "transition_matrix",
+    "scan_matrix",
     "stationary_distribution",
     "total_variation",
     "scan_cycles",
@@ -66,40 +66,43 @@ def exact_log_probs(target: Target, states: Tensor | None = None) -> Tensor:
     """``(S,)`` exact normalised log-probabilities ``log softmax(-E/T + log_factor)`` over all states."""
     states = enumerate_states(target) if states is None else states
     ev = target.evaluate(states)
-    return torch.log_softmax((-ev.energy / target.temperature + ev.log_factor).double(), 0)
+    return torch.log_softmax(log_density(ev.energy, ev.log_factor, target.temperature).double(), 0)
 
 
-def transition_matrix(kernel: Any, states: Tensor | None = None) -> Tensor:
+def transition_matrix(kernel: Kernel, states: Tensor | None = None) -> Tensor:
     """``(S, S)`` exact transition matrix of ``kernel`` over all states of its target, float64.
 
     * ``scan="random"``: one step (a uniformly chosen block);
     * ``scan="left_to_right"``: one sweep (every block in order);
     * ``scan="random_sweep"``: one sweep, averaged over the sweep orders;
     * ``scan="parallel_masked"`` or ``"parallel_unmasked"`` (pseudo-Gibbs): one step updating
-      every free position at once.
+      every free position at once;
+    * surrogate-MH: one step (the inner chain's exact matrix, corrected).
 
-    Built from the kernel's own proposal code (``kernel.block_matrix``); a kernel whose step is
-    not a scan over blocks (surrogate-MH) gives its one-step matrix itself (``kernel.step_matrix``).
+    Built from the kernel's own proposal code (``kernel.transition_matrix``); a kernel without
+    the capability (``capabilities.exact_matrix``) is refused.
     """
+    if not kernel.capabilities.exact_matrix:
+        raise TypeError(f"kernel {kernel.name!r} has no exact transition matrix")
     target = kernel.target
     states = enumerate_states(target) if states is None else states
-    index = state_index(target)
-    evaluation = target.evaluate(states)
-    if hasattr(kernel, "step_matrix"):
-        return kernel.step_matrix(states, evaluation, index)
-    S = states.shape[0]
-    F = target.num_free
-    if getattr(kernel, "scan", None) in PARALLEL_SCANS:
-        return kernel.block_matrix(states, evaluation, tuple(range(F)), index)
+    return kernel.transition_matrix(states, target.evaluate(states), state_index(target))
+
+
+def scan_matrix(scan: str, num_free: int, block_size: int, block_matrix: Callable[[tuple[int, ...]], Tensor]) -> Tensor:
+    """The matrix of one scan cycle (:func:`scan_cycles`) from the matrices of single block
+    updates, ``block_matrix(block)`` (each computed once)."""
     cache: dict[tuple[int, ...], Tensor] = {}
-    total = torch.zeros((S, S), dtype=torch.float64)
-    for weight, blocks in scan_cycles(kernel.scan, F, getattr(kernel, "block_size", 1)):
-        P = torch.eye(S, dtype=torch.float64)
+    total: Tensor | None = None
+    for weight, blocks in scan_cycles(scan, num_free, block_size):
+        P: Tensor | None = None
         for block in blocks:
             if block not in cache:
-                cache[block] = kernel.block_matrix(states, evaluation, block, index)
-            P = P @ cache[block]
-        total += weight * P
+                cache[block] = block_matrix(block)
+            P = cache[block] if P is None else P @ cache[block]
+        assert P is not None  # every cycle has a block
+        total = weight * P if total is None else total + weight * P
+    assert total is not None
     return total
 
 

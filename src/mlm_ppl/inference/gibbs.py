@@ -23,55 +23,25 @@ from typing import Any
 
 import pyro.poutine as poutine
 import torch
-from pyro.distributions import TorchDistribution, constraints
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
-from pyro.poutine.messenger import Messenger
 from torch import Tensor
 
-from .._checks import check_choice, check_count, check_seed
+from .._checks import check_count, check_seed
 from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
-from .api import check_kernel_options, make_kernel
+from .api import check_kernel_options
 from .base import check_init, fill_template
-from .pyro_sites import HoldTokenSites, is_sample_site, other_sites_log_prob
+from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob
+from .registry import KERNELS, kernel_class, make_kernel
 from .runner import Run, step_stats, target_attrs
 from .streams import ChainStreams
 
-__all__ = ["MLMGibbs", "run_from_gibbs"]
-
-GIBBS_KERNELS = ("mh", "surrogate-mh")
-"""Token kernels :class:`MLMGibbs` can run: they have a target, so they see the rest of the model."""
+__all__ = ["MLMGibbs", "run_from_gibbs", "gibbs_kernels"]
 
 
-class _Held(TorchDistribution):
-    """Stands in for a site held at its value: log density 0, so the inner potential never runs it."""
-
-    arg_constraints: dict = {}
-    support = constraints.real
-
-    def __init__(self, batch_shape: torch.Size, event_shape: torch.Size) -> None:
-        super().__init__(batch_shape, event_shape, validate_args=False)
-
-    def log_prob(self, value: Tensor) -> Tensor:
-        return torch.zeros(value.shape[: value.dim() - len(self.event_shape)])
-
-
-class _HoldSites(Messenger):
-    """Give the named sites their held values as observations; MLM sites get a zero density."""
-
-    def __init__(self, values: dict[str, Tensor], mlm_sites: set[str]) -> None:
-        super().__init__()
-        self.values = values
-        self.mlm_sites = mlm_sites
-
-    def _pyro_sample(self, msg: Any) -> None:
-        name = msg["name"]
-        if name in self.values:
-            msg["value"] = self.values[name]
-            msg["is_observed"] = True
-            if name in self.mlm_sites:
-                fn = msg["fn"]
-                msg["fn"] = _Held(fn.batch_shape, fn.event_shape)
+def gibbs_kernels() -> tuple[str, ...]:
+    """The kernels that may move a token site inside :class:`MLMGibbs` (``capabilities.gibbs``)."""
+    return tuple(name for name, cls in KERNELS.items() if cls.capabilities.gibbs)
 
 
 class MLMGibbs(MCMCKernel):
@@ -86,7 +56,8 @@ class MLMGibbs(MCMCKernel):
         passed itself: ``MLMGibbs(model)``.
     kernel : {"mh", "surrogate-mh"}
         The kernel of the token sites: Metropolis-Hastings with MLM proposals, or its
-        surrogate-transition form (both exact). Pseudo-Gibbs has no target and would ignore the
+        surrogate-transition form (both exact; any registered kernel whose
+        ``capabilities.gibbs`` is true). Pseudo-Gibbs has no target and would ignore the
         rest of the model, so it is refused.
     seed : int, optional
         Seed of the token and discrete updates; None draws one from torch's global RNG at each
@@ -127,12 +98,12 @@ class MLMGibbs(MCMCKernel):
                 "inner_kernel must be a pyro.infer.HMC or NUTS built on the model, e.g. NUTS(model), or the model "
                 "itself when it has no continuous latent sites"
             )
-        if kernel == "pseudo-gibbs":
+        if not kernel_class(kernel).capabilities.gibbs:
             raise ValueError(
-                "pseudo-Gibbs cannot sample a model with other latent sites or likelihood terms: it ignores them "
-                "(it has no target); use kernel='mh'"
+                f"kernel {kernel!r} cannot move a token site inside MLMGibbs: it does not sample the rest of the "
+                f"model (other latent sites, likelihood terms); use one of {', '.join(map(repr, gibbs_kernels()))}"
             )
-        self.kernel_name = check_choice(kernel, "kernel", GIBBS_KERNELS)
+        self.kernel_name = kernel
         check_kernel_options(kernel, kernel_options)  # unknown options fail here, not at mcmc.run()
         self.kernel_options = kernel_options
         self.seed = None if seed is None else check_seed(seed)
@@ -166,7 +137,7 @@ class MLMGibbs(MCMCKernel):
     # ------------------------------------------------------------------ models
     def _inner_model(self, *args: Any, **kwargs: Any) -> Any:
         """The model the inner kernel sees: token and discrete sites held, MLM energy left out."""
-        with _HoldSites(self._values, set(self.mlm_sites)):
+        with HoldSites(self._values, zero_density=self.mlm_sites):
             return self.model(*args, **kwargs)
 
     def _log_joint(self, values: dict[str, Tensor]) -> Tensor:
@@ -203,12 +174,9 @@ class MLMGibbs(MCMCKernel):
         self._warmup_steps = int(warmup_steps)
         self._t, self._accepted = 0, 0.0
         self._chain_index += 1
-        if self.seed is None:  # pyro.set_rng_seed governs: a fresh seed per chain
-            self._streams = ChainStreams(int(torch.randint(0, 2**62, ()).item()), 1)
-        else:  # Pyro chain i: stream i of the seed
-            self._streams = ChainStreams(self.seed, [self._chain_index])
+        self._streams = chain_streams(self.seed, self._chain_index, 1)
         self._values = {}
-        with poutine.trace() as tracer, HoldTokenSites():
+        with poutine.trace() as tracer, HoldSites():
             self.model(*args, **kwargs)
         trace = tracer.trace
         latent = {name: s for name, s in trace.nodes.items() if is_sample_site(s) and not s["is_observed"]}

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-import warnings
-from typing import ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .._checks import check_count
-from ..models.target import Target
+from .._checks import count_at_least
 from .base import proposal_log_probs
+from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
-__all__ = ["MaskPredictState", "MaskPredictInfo", "MaskPredict"]
+__all__ = ["MaskPredictOptions", "MaskPredictState", "MaskPredictInfo", "MaskPredict"]
+
+
+@dataclass(frozen=True)
+class MaskPredictOptions(Options):
+    """Options of :class:`MaskPredict`."""
+
+    iterations: int = option(10, "decoding iterations", check=count_at_least(1))
 
 
 class MaskPredictState(NamedTuple):
@@ -31,7 +38,7 @@ class MaskPredictInfo(NamedTuple):
     n_changed: Tensor  # (C,) positions predicted in this iteration (0 once decoding is done)
 
 
-class MaskPredict:
+class MaskPredict(KernelBase[MaskPredictOptions]):
     """Mask-predict parallel decoding (Ghazvininejad et al. 2019), a deterministic baseline.
 
     **Target**: none; a greedy decoder. Starting with every free position masked, iteration
@@ -43,22 +50,15 @@ class MaskPredict:
     It draws no random numbers; ``step`` takes random streams only to share the kernel signature.
     """
 
-    needs_complete_start: ClassVar[bool] = False
-
-    def __init__(self, target: Target, *, iterations: int = 10) -> None:
-        self.target = target
-        self.iterations = check_count(iterations, "iterations")
+    name = "mask-predict"
+    Options = MaskPredictOptions
+    State = MaskPredictState
+    Info = MaskPredictInfo
+    capabilities = Capabilities(log_factor=False, gibbs=False, complete_start=False, exact_matrix=False)
+    options: MaskPredictOptions
 
     def init(self, tokens: Tensor) -> MaskPredictState:
         """Decodings of ``tokens`` ``(C, L)``, every free position masked (whatever it held)."""
-        if isinstance(tokens, int) and not isinstance(tokens, bool):
-            warnings.warn(
-                "MaskPredict.init(num_chains) is now init(tokens) like every kernel: pass "
-                "target.template.expand(num_chains, -1); the int form will be removed in the next release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            tokens = self.target.template.expand(check_count(tokens, "num_chains"), -1)
         L = self.target.template.numel()
         if not isinstance(tokens, Tensor):
             raise TypeError(f"tokens must be a (C, {L}) torch.long tensor, got {type(tokens).__name__}")
@@ -85,7 +85,7 @@ class MaskPredict:
         masked = tokens[:, free] == mask_id  # (C, F): still to predict
         n_masked = int(masked[0].sum())
         nan = torch.full((C,), float("nan"))
-        if t >= self.iterations or n_masked == 0:
+        if t >= self.options.iterations or n_masked == 0:
             return state._replace(step=t + 1), MaskPredictInfo(nan, torch.zeros(C, dtype=torch.long))
         sites = masked.nonzero()[:, 1].reshape(C, n_masked)  # (C, m) free indices, same count per chain
         logits = self.target.site_logits(tokens, free[sites])  # (C, m, V)
@@ -93,11 +93,8 @@ class MaskPredict:
         best_lp, best = logp.max(-1)
         tokens = tokens.scatter(1, free[sites], best)
         probs = probs.scatter(1, sites, best_lp.exp().to(probs.dtype))  # float64 models give float64 logits
-        n_next = (F * (self.iterations - t - 1)) // self.iterations
+        n_next = (F * (self.options.iterations - t - 1)) // self.options.iterations
         if n_next > 0:
             remask = probs.argsort(-1)[:, :n_next]  # lowest-probability free positions
             tokens = tokens.scatter(1, free[remask], mask_id)
         return MaskPredictState(tokens, probs, t + 1), MaskPredictInfo(nan, torch.full((C,), n_masked))
-
-    def __repr__(self) -> str:
-        return f"MaskPredict(iterations={self.iterations})"

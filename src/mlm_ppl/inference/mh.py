@@ -9,18 +9,49 @@ proposed state in one batched pass, and accepts with :func:`~mlm_ppl.inference.b
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_count, check_probability, check_temperature
-from ..models.target import Evaluation, Target
-from .base import SCANS, accept, check_states, proposal_log_probs, sample_tokens, select_sites
-from .exact import block_moves
+from .._checks import check_probability, check_temperature, count_at_least
+from ..models.target import Evaluation, Target, log_density
+from .base import (
+    SCANS,
+    accept,
+    acceptance_probability,
+    check_states,
+    proposal_log_probs,
+    sample_tokens,
+    select_sites,
+)
+from .exact import block_moves, scan_matrix
+from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
-__all__ = ["MHState", "MHInfo", "MetropolisHastings"]
+__all__ = ["MHOptions", "MHState", "MHInfo", "MetropolisHastings"]
+
+
+def _callable(value, name: str):
+    if not callable(value):
+        raise TypeError(f"{name} must be a callable step -> temperature, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class MHOptions(Options):
+    """Options of :class:`MetropolisHastings` (and of surrogate-MH's inner proposals)."""
+
+    scan: str = option("random", "which free positions each step proposes (random, random_sweep, left_to_right)",
+                       choices=SCANS)  # fmt: skip
+    block_size: int = option(1, "positions proposed together", check=count_at_least(1))
+    proposal_temperature: float = option(1.0, "temperature of the MLM proposals", check=check_temperature)
+    top_k: int | None = option(None, "truncate proposals to the k most likely tokens", check=count_at_least(1))
+    top_p: float | None = option(None, "nucleus truncation of proposals", check=check_probability)
+    temperature_schedule: Callable[[int], float] | None = option(
+        None, "step -> target temperature (annealing; Python only)", check=_callable, cli=False
+    )
 
 
 class MHState(NamedTuple):
@@ -46,9 +77,10 @@ class MHInfo(NamedTuple):
     is_accepted: Tensor  # (C,) bool
     acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)); 1 for a proposal equal to the state
     n_changed: Tensor  # (C,) positions that changed in this step
+    evaluated: Tensor  # (C,) bool: the proposal differed from the state, so its masked copies ran
 
 
-class MetropolisHastings:
+class MetropolisHastings(KernelBase[MHOptions]):
     """Metropolis-Hastings with MLM-conditional proposals (Goyal, Dyer & Berg-Kirkpatrick 2021).
 
     **Target**: ``p(x) ∝ exp(-E(x)/T + log_factor(x))`` of the target (a
@@ -86,32 +118,19 @@ class MetropolisHastings:
         the chain then no longer samples ``p``. See :func:`~mlm_ppl.inference.geometric_annealing`.
     """
 
-    needs_complete_start: ClassVar[bool] = True
+    name = "mh"
+    Options = MHOptions
+    State = MHState
+    Info = MHInfo
+    capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True)
+    options: MHOptions
 
-    def __init__(
-        self,
-        target: Target,
-        *,
-        scan: str = "random",
-        block_size: int = 1,
-        proposal_temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        temperature_schedule: Callable[[int], float] | None = None,
-    ) -> None:
-        self.target = target
-        self.scan = check_choice(scan, "scan", SCANS)
-        self.block_size = check_count(block_size, "block_size")
-        if self.block_size > target.num_free:
+    def check_target(self, target: Target) -> None:
+        if self.options.block_size > target.num_free:
             raise ValueError(
-                f"block_size={block_size} is larger than the {target.num_free} free positions of the template"
+                f"block_size={self.options.block_size} is larger than the {target.num_free} free positions "
+                "of the template"
             )
-        self.proposal_temperature = check_temperature(proposal_temperature, "proposal_temperature")
-        self.top_k = None if top_k is None else check_count(top_k, "top_k")
-        self.top_p = None if top_p is None else check_probability(top_p, "top_p")
-        if temperature_schedule is not None and not callable(temperature_schedule):
-            raise TypeError("temperature_schedule must be a callable step -> temperature")
-        self.temperature_schedule = temperature_schedule
 
     # -- state
     def init(self, tokens: Tensor) -> MHState:
@@ -125,19 +144,16 @@ class MetropolisHastings:
         return state._replace(log_factor=log_factor)
 
     def log_density(self, energy: Tensor, log_factor: Tensor, step: int | None = None) -> Tensor:
-        """``-E/T + log_factor`` at the target temperature, or the annealed one at ``step``."""
+        """The target's log density, at its temperature or the annealed one at ``step``."""
         T = self.target.temperature
-        if step is not None and self.temperature_schedule is not None:
-            T = float(self.temperature_schedule(step))
-        return -energy / T + log_factor
+        if step is not None and self.options.temperature_schedule is not None:
+            T = float(self.options.temperature_schedule(step))
+        return log_density(energy, log_factor, T)
 
     def _proposal(self, logits: Tensor) -> Tensor:
+        o = self.options
         return proposal_log_probs(
-            logits,
-            self.target.ordinary_mask,
-            temperature=self.proposal_temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
+            logits, self.target.ordinary_mask, temperature=o.proposal_temperature, top_k=o.top_k, top_p=o.top_p
         )
 
     def _block_logits(self, tokens: Tensor, cond_logits: Tensor, sites: Tensor) -> Tensor:
@@ -152,7 +168,7 @@ class MetropolisHastings:
         tokens = state.tokens
         C = tokens.shape[0]
         sites, order = select_sites(
-            self.scan, state.step, state.order, C, self.target.num_free, self.block_size, streams
+            self.options.scan, state.step, state.order, C, self.target.num_free, self.options.block_size, streams
         )
         pos = self.target.free_positions[sites]  # (C, b)
         logq = self._proposal(self._block_logits(tokens, state.cond_logits, sites))  # (C, b, V)
@@ -179,8 +195,9 @@ class MetropolisHastings:
         info = MHInfo(
             lp=self.log_density(new_state.energy, new_state.log_factor),
             is_accepted=accepted,
-            acceptance_rate=torch.nan_to_num(log_ratio.clamp(max=0).exp(), nan=0.0),
+            acceptance_rate=acceptance_probability(log_ratio),
             n_changed=torch.where(take, (new != old).sum(-1), torch.zeros(C, dtype=torch.long)),
+            evaluated=changed,
         )
         return new_state, info
 
@@ -203,14 +220,18 @@ class MetropolisHastings:
         for log_fwd, dest in block_moves(self.target, states, pos, logq, index):
             q = log_fwd.exp()
             ratio = lp[dest] - lp + log_rev - log_fwd
-            a = torch.nan_to_num(ratio.clamp(max=0).exp(), nan=0.0)
+            a = acceptance_probability(ratio)
             a = torch.where(dest == rows, torch.ones_like(a), a)
             P.index_put_((rows, dest), q * a, accumulate=True)
             P.index_put_((rows, rows), q * (1 - a), accumulate=True)
         return P
 
-    def __repr__(self) -> str:
-        return (
-            f"MetropolisHastings(scan={self.scan!r}, block_size={self.block_size}, "
-            f"proposal_temperature={self.proposal_temperature}, top_k={self.top_k}, top_p={self.top_p})"
+    def transition_matrix(self, states: Tensor, evaluation: Evaluation, index) -> Tensor:
+        """``(S, S)``: one step (``scan="random"``) or one sweep (the other scans) of :meth:`block_matrix`."""
+        o = self.options
+        return scan_matrix(
+            o.scan,
+            self.target.num_free,
+            o.block_size,
+            lambda block: self.block_matrix(states, evaluation, block, index),
         )

@@ -7,21 +7,38 @@ generation modes of Wang & Cho's code (``nyu-dl/bert-gen``) is tabled in ``docs/
 
 from __future__ import annotations
 
-import warnings
-from typing import ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_count, check_temperature
-from ..models.target import ConstrainedTarget, Evaluation, Target
+from .._checks import check_temperature, count_at_least
+from ..models.target import ConstrainedTarget, Evaluation, Target, log_density
 from .base import PARALLEL_SCANS, SCANS, check_states, proposal_log_probs, sample_tokens, select_sites
-from .exact import block_moves
+from .exact import block_moves, scan_matrix
+from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
-__all__ = ["PSEUDO_GIBBS_SCANS", "PseudoGibbsState", "PseudoGibbsInfo", "PseudoGibbs"]
+__all__ = ["PSEUDO_GIBBS_SCANS", "PseudoGibbsOptions", "PseudoGibbsState", "PseudoGibbsInfo", "PseudoGibbs"]
 
 PSEUDO_GIBBS_SCANS = SCANS + PARALLEL_SCANS
+
+
+@dataclass(frozen=True)
+class PseudoGibbsOptions(Options):
+    """Options of :class:`PseudoGibbs`."""
+
+    scan: str = option(
+        "random",
+        "random, random_sweep, left_to_right, parallel_masked, parallel_unmasked (bert-gen's parallel mode; "
+        "see docs/sampling.md)",
+        choices=PSEUDO_GIBBS_SCANS,
+    )
+    top_k: int | None = option(None, "truncate the conditionals to the k most likely tokens", check=count_at_least(1))
+    proposal_temperature: float = option(1.0, "temperature of the MLM conditionals", check=check_temperature)
+    burnin: int = option(0, "steps before top_k applies", check=count_at_least(0))
+    compute_lp: bool = option(False, "also evaluate each new state's log density (costs an MH step's copies)")
 
 
 class PseudoGibbsState(NamedTuple):
@@ -39,7 +56,7 @@ class PseudoGibbsInfo(NamedTuple):
     n_changed: Tensor  # (C,) positions whose token changed
 
 
-class PseudoGibbs:
+class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
     """Pseudo-Gibbs ("degenerate Gibbs") resampling from MLM conditionals (Wang & Cho 2019).
 
     **Target**: none guaranteed. Each update replaces a position by a draw from the MLM's
@@ -84,8 +101,7 @@ class PseudoGibbs:
         models with factors, observations or other sites) is refused, since pseudo-Gibbs would
         silently ignore its factor.
     scan : str
-        One of :data:`PSEUDO_GIBBS_SCANS` (``"parallel"`` is the deprecated name of
-        ``"parallel_masked"``).
+        One of :data:`PSEUDO_GIBBS_SCANS`.
     top_k : int, optional
     proposal_temperature : float
         Temperature of the MLM conditionals that positions are redrawn from. (The target's own
@@ -95,85 +111,47 @@ class PseudoGibbs:
     compute_lp : bool
         Also evaluate the target's log density of each new state for ``info.lp`` (costs the L
         masked copies that an MH step costs); otherwise ``info.lp`` is NaN.
-    temperature : float, optional
-        Deprecated name of ``proposal_temperature`` (removed in the next release).
     """
 
-    needs_complete_start: ClassVar[bool] = True
+    name = "pseudo-gibbs"
+    Options = PseudoGibbsOptions
+    State = PseudoGibbsState
+    Info = PseudoGibbsInfo
+    capabilities = Capabilities(log_factor=False, gibbs=False, complete_start=True, exact_matrix=True)
+    options: PseudoGibbsOptions
 
-    def __init__(
-        self,
-        target: Target,
-        *,
-        scan: str = "random",
-        top_k: int | None = None,
-        proposal_temperature: float = 1.0,
-        burnin: int = 0,
-        compute_lp: bool = False,
-        temperature: float | None = None,
-    ) -> None:
-        if temperature is not None:
-            if proposal_temperature != 1.0:
-                raise TypeError("give proposal_temperature only (temperature is its deprecated name)")
-            warnings.warn(
-                "PseudoGibbs(temperature=...) is now proposal_temperature=...: the old name read like the "
-                "target's temperature; it will be removed in the next release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            proposal_temperature = temperature
+    def check_target(self, target: Target) -> None:
         if isinstance(target, ConstrainedTarget):
             raise ValueError(
                 "pseudo-Gibbs would ignore the log-factor (constraints, likelihood terms, other sites): it redraws "
                 "tokens from the MLM's conditionals alone and has no target; use kernel='mh', which is exact for "
                 "the whole model"
             )
-        if scan == "parallel":
-            warnings.warn(
-                "PseudoGibbs(scan='parallel') is now scan='parallel_masked' (each position from its own "
-                "singly-masked conditional); bert-gen's parallel mode (every position from one forward pass "
-                "of the unmasked sequence) is scan='parallel_unmasked'. The old name will be removed in the "
-                "next release",
-                FutureWarning,  # not DeprecationWarning: the command line's users must see it too
-                stacklevel=2,
-            )
-            scan = "parallel_masked"
-        self.target = target
-        self.scan = check_choice(scan, "scan", PSEUDO_GIBBS_SCANS)
-        self.top_k = None if top_k is None else check_count(top_k, "top_k")
-        self.proposal_temperature = check_temperature(proposal_temperature, "proposal_temperature")
-        self.burnin = check_count(burnin, "burnin", 0)
-        self.compute_lp = bool(compute_lp)
-
-    @property
-    def temperature(self) -> float:
-        """Deprecated name of :attr:`proposal_temperature` (removed in the next release)."""
-        warnings.warn("PseudoGibbs.temperature is now proposal_temperature", DeprecationWarning, stacklevel=2)
-        return self.proposal_temperature
 
     def init(self, tokens: Tensor) -> PseudoGibbsState:
         """Chains starting at complete states ``(C, L)``."""
         return PseudoGibbsState(check_states(self.target, tokens), 0, torch.empty(0, dtype=torch.long))
 
     def _proposal(self, logits: Tensor, step: int) -> Tensor:
-        top_k = self.top_k if step >= self.burnin else None
-        return proposal_log_probs(logits, self.target.ordinary_mask, temperature=self.proposal_temperature, top_k=top_k)
+        o = self.options
+        top_k = o.top_k if step >= o.burnin else None
+        return proposal_log_probs(logits, self.target.ordinary_mask, temperature=o.proposal_temperature, top_k=top_k)
 
     def _site_logits(self, tokens: Tensor, sites: Tensor) -> Tensor:
         """``(C, k, V)`` logits at free indices ``sites`` ``(C, k)``: each site masked alone (one
         copy per site), or for ``"parallel_unmasked"`` all read from one unmasked copy per chain."""
         C, k = sites.shape
         pos = self.target.free_positions[sites]
-        if self.scan == "parallel_unmasked":
+        if self.options.scan == "parallel_unmasked":
             return self.target.site_logits(tokens, pos, masked=False)
         rows = tokens.repeat_interleave(k, 0)  # (C*k, L)
         return self.target.site_logits(rows, pos.reshape(-1, 1)).reshape(C, k, -1)
 
     def _sites(self, state: PseudoGibbsState, C: int, streams: ChainStreams) -> tuple[Tensor, Tensor]:
         F = self.target.num_free
-        if self.scan in PARALLEL_SCANS:
+        if self.options.scan in PARALLEL_SCANS:
             return torch.arange(F).expand(C, -1), state.order
-        return select_sites(self.scan, state.step, state.order, C, F, 1, streams)
+        return select_sites(self.options.scan, state.step, state.order, C, F, 1, streams)
 
     def step(self, state: PseudoGibbsState, streams: ChainStreams) -> tuple[PseudoGibbsState, PseudoGibbsInfo]:
         """Redraw the scan's positions in every chain from their MLM conditionals."""
@@ -185,9 +163,9 @@ class PseudoGibbs:
         new = sample_tokens(logq, streams)  # (C, k)
         old = tokens.gather(1, pos)
         new_tokens = tokens.scatter(1, pos, new)
-        if self.compute_lp:
+        if self.options.compute_lp:
             ev = self.target.evaluate(new_tokens)
-            lp = -ev.energy / self.target.temperature + ev.log_factor
+            lp = log_density(ev.energy, ev.log_factor, self.target.temperature)
         else:
             lp = torch.full((C,), float("nan"))
         return PseudoGibbsState(new_tokens, state.step + 1, order), PseudoGibbsInfo(lp, (new != old).sum(-1))
@@ -199,15 +177,16 @@ class PseudoGibbs:
         S = states.shape[0]
         site_t = torch.tensor(sites).expand(S, -1)
         pos = self.target.free_positions[site_t]
-        logq = self._proposal(self._site_logits(states, site_t), self.burnin)
+        logq = self._proposal(self._site_logits(states, site_t), self.options.burnin)
         P = torch.zeros((S, S), dtype=torch.float64)
         rows = torch.arange(S)
         for log_fwd, dest in block_moves(self.target, states, pos, logq, index):
             P.index_put_((rows, dest), log_fwd.exp(), accumulate=True)
         return P
 
-    def __repr__(self) -> str:
-        return (
-            f"PseudoGibbs(scan={self.scan!r}, proposal_temperature={self.proposal_temperature}, "
-            f"top_k={self.top_k}, burnin={self.burnin})"
-        )
+    def transition_matrix(self, states: Tensor, evaluation: Evaluation, index) -> Tensor:
+        """``(S, S)``: one step of a parallel scan, one step (``"random"``) or one sweep of the others."""
+        F = self.target.num_free
+        if self.options.scan in PARALLEL_SCANS:
+            return self.block_matrix(states, evaluation, tuple(range(F)), index)
+        return scan_matrix(self.options.scan, F, 1, lambda block: self.block_matrix(states, evaluation, block, index))

@@ -3,9 +3,9 @@
 The model's latent sites are token sites, distributed as :class:`~mlm_ppl.MaskedLMDistribution`;
 everything else that depends on the tokens (``pyro.factor`` constraints, observed likelihood
 terms) enters the acceptance ratio: Metropolis-within-Gibbs on the full log joint, with observed
-sites fixed. One site outside any ``pyro.plate`` runs batched chains; several sites, or a site
-under a plate (a batch of sequences), are updated in turn by :class:`~mlm_ppl.MLMGibbs`, to which
-the kernel then hands every call.
+sites fixed. It moves one token site outside any ``pyro.plate`` (batched chains if asked); every
+other model (several token sites, a site under a plate, other latent sites) is
+:class:`~mlm_ppl.MLMGibbs`'s, and ``MLMKernel`` refuses it with a message that says so.
 
 Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 
@@ -14,9 +14,7 @@ Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 * ``transforms = {}`` is set up front, or MCMC re-runs ``setup`` after sampling.
 * ``logging()`` output goes through ``json.dumps`` every step: plain floats only.
 * Sequential chains reuse one kernel object: ``setup`` resets all chain state and moves on to
-  the next chains' random streams (Pyro chain ``i`` of ``C`` batched chains draws from the
-  streams of chains ``i*C .. i*C+C-1``); with ``seed=None`` each chain seeds from torch's
-  global RNG, so ``pyro.set_rng_seed`` governs it.
+  the next chains' random streams (:func:`~mlm_ppl.inference.pyro_sites.chain_streams`).
 * ``MCMC.summary()``, ``MCMC.diagnostics()`` and ``az.from_pyro`` fail on integer draws: per-draw
   statistics are kept on the kernel (:attr:`MLMKernel.draw_stats`).
 * With ``num_chains > 1`` MCMC uses worker processes only when ``num_chains <= cpu_count - 1``;
@@ -38,10 +36,10 @@ from torch import Tensor
 from .._checks import check_count, check_seed
 from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
-from .api import check_kernel_options, make_kernel
+from .api import check_kernel_options
 from .base import check_init, initial_tokens
-from .gibbs import GIBBS_KERNELS, MLMGibbs, run_from_gibbs
-from .pyro_sites import HoldTokenSites, is_sample_site, other_sites_log_prob
+from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob
+from .registry import kernel_class, make_kernel
 from .runner import Run, step_stats, target_attrs
 from .streams import ChainStreams
 
@@ -54,13 +52,12 @@ class MLMKernel(MCMCKernel):
     Parameters
     ----------
     model : callable
-        A Pyro model whose latent sites are all distributed as
-        :class:`~mlm_ppl.MaskedLMDistribution`; observed sites and ``pyro.factor`` terms may
-        depend on the tokens. Several token sites, or one under a ``pyro.plate`` (independent
-        sequences, each updated in turn given the others), need ``kernel="mh"`` and
-        ``num_chains=1`` (run ``MCMC(num_chains=C)``); the kernel then delegates to
-        ``MLMGibbs(model)`` (:attr:`gibbs`). Models with continuous latents: ``MLMGibbs(NUTS(model))``.
-    kernel : {"mh", "pseudo-gibbs"}
+        A Pyro model whose one latent site is a :class:`~mlm_ppl.MaskedLMDistribution` outside
+        any ``pyro.plate``; observed sites and ``pyro.factor`` terms may depend on the tokens.
+        Several token sites, one under a ``pyro.plate``, or other latent sites are refused with
+        the kernel to use instead: ``MLMGibbs(model)`` (token and discrete sites) or
+        ``MLMGibbs(NUTS(model))`` (continuous sites).
+    kernel : {"mh", "surrogate-mh", "pseudo-gibbs"}
         Which kernel moves the tokens; ``**kernel_options`` go to it (``scan``,
         ``block_size``, ``top_k`` ...).
     num_chains : int
@@ -78,8 +75,7 @@ class MLMKernel(MCMCKernel):
 
     Notes
     -----
-    :attr:`draw_stats` holds the per-draw statistics of every Pyro chain run so far (in
-    :class:`~mlm_ppl.MLMGibbs`'s form, per site, when the kernel delegates to it).
+    :attr:`draw_stats` holds the per-draw statistics of every Pyro chain run so far.
     """
 
     def __init__(
@@ -94,8 +90,11 @@ class MLMKernel(MCMCKernel):
     ) -> None:
         if not callable(model):
             raise TypeError("model must be a callable Pyro model")
-        if kernel == "mask-predict":
-            raise ValueError("mask-predict is a decoder, not an MCMC kernel; use mlm_ppl.sample(kernel='mask-predict')")
+        if not kernel_class(kernel).capabilities.complete_start:
+            raise ValueError(
+                f"{kernel!r} is a decoder from the masked template, not an MCMC kernel; use "
+                f"mlm_ppl.sample(kernel={kernel!r})"
+            )
         check_kernel_options(kernel, kernel_options)  # unknown kernels and options fail here, not at mcmc.run()
         self.model = model
         self.kernel_name = kernel
@@ -108,7 +107,6 @@ class MLMKernel(MCMCKernel):
         self._initials: list[Tensor] = []
         self._chain_index = -1
         self._initial_params: dict[str, Tensor] | None = None
-        self.gibbs: MLMGibbs | None = None  # runs models with several token sites or plates
         self._reset()
 
     def _reset(self) -> None:
@@ -122,7 +120,6 @@ class MLMKernel(MCMCKernel):
         self._warmup_steps = 0
         self._t = 0
         self._accepted = 0.0
-        self._delegate: MLMGibbs | None = None  # self.gibbs while it runs this chain
 
     # ------------------------------------------------------------------ setup
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
@@ -132,7 +129,7 @@ class MLMKernel(MCMCKernel):
         self._chain_index += 1
         self._warmup_steps = int(warmup_steps)
         self._args, self._kwargs = args, kwargs
-        with poutine.trace() as tracer, HoldTokenSites():
+        with poutine.trace() as tracer, HoldSites():
             self.model(*args, **kwargs)
         trace = tracer.trace
         sites = [
@@ -156,18 +153,18 @@ class MLMKernel(MCMCKernel):
         dist = trace.nodes[sites[0]]["fn"]
         assert isinstance(dist, MaskedLMDistribution)  # the site was chosen for it
         if len(sites) > 1 or dist.batch_shape != torch.Size():
-            self._setup_gibbs(sites, warmup_steps, args, kwargs)
-            return
+            shape = f"token sites {sites}" if len(sites) > 1 else f"token site {sites[0]!r} under a pyro.plate"
+            raise ValueError(
+                f"MLMKernel moves one token site outside any pyro.plate; this model has {shape}. Sample it with "
+                f"MLMGibbs(model, kernel={self.kernel_name!r}), which updates each site (and each sequence of a "
+                "plate) in turn given the others, and run MCMC(num_chains=C) for several chains"
+            )
         self.site = sites[0]
         self._dist = dist
         has_other_terms = any(is_sample_site(s) and name != self.site for name, s in trace.nodes.items())
         self.target = ConstrainedTarget(dist, self._log_factor) if has_other_terms else dist
         self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
-        C = self.num_chains
-        if self.seed is None:  # pyro.set_rng_seed governs, as for Pyro's own kernels: a fresh seed per chain
-            self._streams = ChainStreams(int(torch.randint(0, 2**62, ()).item()), C)
-        else:  # Pyro chain i: the streams of chains i*C .. i*C+C-1 of the seed
-            self._streams = ChainStreams(self.seed, range(self._chain_index * C, (self._chain_index + 1) * C))
+        self._streams = chain_streams(self.seed, self._chain_index, self.num_chains)
         if self._initial_params is not None:
             tokens = self._initial_params[self.site].reshape(-1, dist.event_shape[0])
             if tokens.shape[0] != self.num_chains:
@@ -176,28 +173,6 @@ class MLMKernel(MCMCKernel):
             tokens = initial_tokens(self.kernel, self.num_chains, self._streams, self.init)
         self._state = self.kernel.init(tokens)
         self._initials.append(self._state.tokens.clone())
-
-    def _setup_gibbs(self, sites: list[str], warmup_steps: int, args: tuple, kwargs: dict) -> None:
-        """Several token sites or a plate: hand the chain to ``MLMGibbs(model)``."""
-        shape = "several token sites" if len(sites) > 1 else f"token site {sites[0]!r} under a pyro.plate"
-        if self.num_chains != 1:
-            raise ValueError(
-                f"batched chains (num_chains={self.num_chains}) need one token site outside any pyro.plate; this "
-                f"model has {shape}. Use num_chains=1 and MCMC(num_chains=C)"
-            )
-        if self.kernel_name not in GIBBS_KERNELS:
-            raise ValueError(
-                f"a model with {shape} is updated site by site with kernel 'mh' or 'surrogate-mh', "
-                f"not {self.kernel_name!r}"
-            )
-        if self._initial_params is not None:
-            raise ValueError(f"a model with {shape} starts from init=..., not from initial_params")
-        if self.gibbs is None:
-            self.gibbs = MLMGibbs(
-                self.model, kernel=self.kernel_name, seed=self.seed, init=self.init, **self.kernel_options
-            )
-        self.gibbs.setup(warmup_steps, *args, **kwargs)
-        self._delegate = self.gibbs
 
     def _log_factor(self, tokens: Tensor) -> Tensor:
         """``(N,)`` log density of every site but the token site, with the tokens substituted."""
@@ -211,8 +186,6 @@ class MLMKernel(MCMCKernel):
     # ------------------------------------------------------------------ params
     @property
     def initial_params(self) -> dict[str, Tensor]:
-        if self._delegate is not None:
-            return self._delegate.initial_params
         if self._state is None:
             if self._initial_params is not None:
                 return self._initial_params
@@ -229,8 +202,6 @@ class MLMKernel(MCMCKernel):
     # ------------------------------------------------------------------ sampling
     def sample(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
         """One kernel step; a change of the token site's value from outside restarts from it."""
-        if self._delegate is not None:
-            return self._delegate.sample(params)
         given = params[self.site].reshape(self.num_chains, -1)
         if not torch.equal(given, self._state.tokens):
             self._state = self.kernel.init(given)
@@ -247,28 +218,19 @@ class MLMKernel(MCMCKernel):
 
     @property
     def initial_states(self) -> list[Any]:
-        """Per Pyro chain run so far: the ``(num_chains, L)`` states it started from (after the
-        fill-in); :attr:`MLMGibbs.initial_states` when the kernel delegates to it."""
-        return self.gibbs.initial_states if self.gibbs is not None else list(self._initials)
+        """Per Pyro chain run so far: the ``(num_chains, L)`` states it started from (after the fill-in)."""
+        return list(self._initials)
 
     @property
     def draw_stats(self) -> list[Any]:
-        """Per Pyro chain run so far: ``lp``, ``is_accepted``, ``acceptance_rate``,
-        ``n_changed``, ``n_moves`` (and a kernel's extras) of each draw, tensors of shape
-        ``(D, num_chains)`` (warm-up excluded);
-        :attr:`MLMGibbs.draw_stats` (per site) when the kernel delegates to it."""
-        if self.gibbs is not None:
-            return self.gibbs.draw_stats
+        """Per Pyro chain run so far: the kernel's statistics (``kernel_class(kernel).stat_names()``)
+        of each draw, tensors of shape ``(D, num_chains)`` (warm-up excluded)."""
         return [{k: torch.stack(v) for k, v in chain.items()} for chain in self._chains]
 
     def logging(self) -> dict[str, Any]:
-        if self._delegate is not None:
-            return self._delegate.logging()
         return {"acc. rate": round(self._accepted / max(self._t, 1), 3)}
 
     def diagnostics(self) -> dict[str, Any]:
-        if self._delegate is not None:
-            return self._delegate.diagnostics()
         if not self._chains or self._t <= self._warmup_steps:
             return {"acceptance rate": float("nan")}
         accepted = torch.stack(self._chains[-1]["is_accepted"]).float()
@@ -282,13 +244,9 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
     """The :class:`~mlm_ppl.inference.Run` of a finished ``pyro.infer.MCMC`` run of ``kernel``.
 
     Pyro chains (and the batched chains inside each) become the run's chains: ``(C, D, L)``.
-    For a model with several token sites or a plate, ``site`` and ``element`` pick one sequence
-    as in :func:`~mlm_ppl.inference.run_from_gibbs`.
     """
     if not isinstance(kernel, MLMKernel):
         raise TypeError(f"kernel must be the MLMKernel that MCMC ran, got {type(kernel).__name__}")
-    if kernel.gibbs is not None:
-        return run_from_gibbs(mcmc, kernel.gibbs, site, element)
     if site not in (None, kernel.site) or element is not None:
         raise ValueError(f"the model has one token site {kernel.site!r}, not under a plate")
     x = mcmc.get_samples(group_by_chain=True)[kernel.site]  # (P, D, L) or (P, D, C, L)

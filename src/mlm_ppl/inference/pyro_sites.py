@@ -1,20 +1,23 @@
 """Pyro plumbing shared by the MCMC kernels (:class:`~mlm_ppl.MLMKernel`, :class:`~mlm_ppl.MLMGibbs`):
-finding token sites, holding them while tracing, and the log density of the rest of a model."""
+finding token sites, holding them while a model runs, each Pyro chain's random streams, and the
+log density of the rest of a model."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import pyro.poutine as poutine
 import torch
+from pyro.distributions import TorchDistribution, constraints
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from ..models.distribution import MaskedLMDistribution
+from .streams import ChainStreams
 
-__all__ = ["HoldTokenSites", "check_same_mlm_site", "is_sample_site", "other_sites_log_prob"]
+__all__ = ["HoldSites", "chain_streams", "check_same_mlm_site", "is_sample_site", "other_sites_log_prob"]
 
 
 def is_sample_site(site: Any) -> bool:
@@ -22,14 +25,52 @@ def is_sample_site(site: Any) -> bool:
     return site["type"] == "sample" and not site_is_subsample(site)
 
 
-class HoldTokenSites(Messenger):
-    """While a model is traced to find its sites: a latent MaskedLMDistribution site takes its
-    (masked) template as a cheap placeholder value instead of running MH chains to sample it."""
+class _Held(TorchDistribution):
+    """Stands in for a site held at its value: log density 0, so a potential never runs it."""
 
-    def _pyro_sample(self, msg):
-        fn = msg["fn"]
-        if isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
+    arg_constraints: dict = {}
+    support = constraints.real
+
+    def __init__(self, batch_shape: torch.Size, event_shape: torch.Size) -> None:
+        super().__init__(batch_shape, event_shape, validate_args=False)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return torch.zeros(value.shape[: value.dim() - len(self.event_shape)])
+
+
+class HoldSites(Messenger):
+    """Sites held while a model runs: the one holder of token sites.
+
+    Sites named in ``values`` take those values as observations (those in ``zero_density`` also
+    get a log density of 0: the MLM terms left out of an inner HMC potential). Any other latent
+    :class:`~mlm_ppl.MaskedLMDistribution` site takes its masked template as a placeholder, so
+    tracing a model to find its sites never runs MH chains to sample one.
+    """
+
+    def __init__(self, values: Mapping[str, Tensor] | None = None, zero_density: Collection[str] = ()) -> None:
+        super().__init__()
+        self.values = dict(values or {})
+        self.zero_density = set(zero_density)
+
+    def _pyro_sample(self, msg: Any) -> None:
+        name, fn = msg["name"], msg["fn"]
+        if name in self.values:
+            msg["value"] = self.values[name]
+            msg["is_observed"] = True
+            if name in self.zero_density:
+                msg["fn"] = _Held(fn.batch_shape, fn.event_shape)
+        elif isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
             msg["value"] = fn.template.expand(fn.batch_shape + fn.event_shape).clone()
+
+
+def chain_streams(seed: int | None, chain_index: int, num_chains: int) -> ChainStreams:
+    """The random streams of Pyro chain ``chain_index`` (counting every chain a kernel object ran)
+    with ``num_chains`` batched chains inside it: the streams of chains
+    ``chain_index * C .. chain_index * C + C - 1`` of ``seed``; with ``seed=None`` a fresh seed from
+    torch's global RNG, so ``pyro.set_rng_seed`` governs, as for Pyro's own kernels."""
+    if seed is None:
+        return ChainStreams(int(torch.randint(0, 2**62, ()).item()), num_chains)
+    return ChainStreams(seed, range(chain_index * num_chains, (chain_index + 1) * num_chains))
 
 
 def check_same_mlm_site(name: str, fn: Any, expected: MaskedLMDistribution) -> None:

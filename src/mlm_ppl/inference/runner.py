@@ -8,7 +8,6 @@ progress, and checkpoints so that an interrupted run resumes exactly.
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,15 +18,10 @@ from torch import Tensor
 from .._checks import check_count, check_seed
 from ..models.target import Target
 from .base import Kernel, StepInfo, initial_tokens
+from .spec import STAT_NAMES
 from .streams import ChainStreams
 
-__all__ = ["Run", "Checkpoint", "run_chains", "step_stats", "target_attrs", "STAT_NAMES", "EXTRA_STAT_NAMES"]
-
-STAT_NAMES = ("lp", "is_accepted", "acceptance_rate", "n_changed", "n_moves")
-"""Per-draw statistics of every run, in ArviZ's names where ArviZ has one."""
-
-EXTRA_STAT_NAMES = ("inner_acceptance", "masked_copies")
-"""Per-draw statistics recorded when a kernel's Info reports them (surrogate-MH)."""
+__all__ = ["Run", "Checkpoint", "run_chains", "step_stats", "target_attrs", "STAT_NAMES"]
 
 
 @dataclass
@@ -40,8 +34,8 @@ class Run:
         ``(C, D, L)`` long token ids of the draws (after warm-up and thinning).
     stats : dict of Tensor
         ``(C, D)`` per-draw statistics (:func:`step_stats`): ``lp`` (log target density),
-        ``is_accepted``, ``acceptance_rate``, ``n_changed``, ``n_moves``, and a kernel's
-        extras (:data:`EXTRA_STAT_NAMES`).
+        ``is_accepted``, ``acceptance_rate``, ``n_changed``, ``n_moves``, and the other fields
+        of the kernel's Info (``kernel.stat_names()``).
     attrs : dict
         Kernel, energy, temperature, template, seed, warm-up ... for the record.
     initial : Tensor, optional
@@ -73,8 +67,8 @@ def target_attrs(target: Target) -> dict[str, Any]:
 
 
 def step_stats(info: StepInfo) -> dict[str, Tensor]:
-    """The per-draw statistics :data:`STAT_NAMES` of one step's info, each ``(C,)``, and those of
-    :data:`EXTRA_STAT_NAMES` the info reports.
+    """The per-draw statistics of one step's info, each ``(C,)``: :data:`STAT_NAMES`, then every
+    other field of the info (``Kernel.stat_names()`` in order).
 
     A kernel without an accept step (pseudo-Gibbs, mask-predict) always takes its move: its
     draws are recorded as accepted with acceptance probability 1, as for a Gibbs step in
@@ -97,7 +91,7 @@ def step_stats(info: StepInfo) -> dict[str, Tensor]:
         "n_changed": n_changed,
         "n_moves": n_changed if n_moves is None else n_moves,
     }
-    out.update({k: getattr(info, k) for k in EXTRA_STAT_NAMES if hasattr(info, k)})
+    out.update({k: v for k, v in info._asdict().items() if k not in out})  # type: ignore[attr-defined]
     return out
 
 
@@ -129,10 +123,7 @@ def _check_checkpoint(cp: Checkpoint, C: int, D: int, L: int, W: int, thin: int)
     try:
         ChainStreams(0, C).set_state(cp.streams)  # one state per chain, each a valid generator state
     except (RuntimeError, TypeError, ValueError) as err:
-        raise ValueError(
-            f"checkpoint's random-number state is damaged or was written before each chain had its own stream "
-            f"(mlm-ppl 0.1: finish such a run with that version, or start it again) ({err})"
-        ) from None
+        raise ValueError(f"checkpoint's random-number state is damaged ({err})") from None
 
 
 def run_chains(
@@ -218,7 +209,7 @@ def run_chains(
         if n:
             packed = {k: torch.stack(v[:n], 1) for k, v in stats.items()}
         else:
-            packed = {k: torch.empty((C, 0)) for k in STAT_NAMES}
+            packed = {k: torch.empty((C, 0)) for k in kernel.stat_names()}
         on_checkpoint(Checkpoint(steps_done, st, rng, draws, packed, initial))
 
     bar = None
@@ -266,21 +257,3 @@ def run_chains(
         **target_attrs(target),
     )
     return Run(draws, {k: torch.stack(v, dim=1) for k, v in stats.items()}, attrs, initial)
-
-
-_MOVED_TO_API = ("sample", "make_kernel", "KERNELS", "draw_from_distribution")
-
-
-def __getattr__(name: str) -> Any:
-    """The names that moved to :mod:`mlm_ppl.inference.api`, for one more release."""
-    if name in _MOVED_TO_API:
-        warnings.warn(
-            f"mlm_ppl.inference.runner.{name} moved to mlm_ppl.inference.api (also mlm_ppl.inference.{name}); "
-            "the old path will be removed in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from . import api  # deprecated re-export: the one lazy import back up the inference package
-
-        return getattr(api, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,21 +25,42 @@ full energy.
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_count
-from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget
-from .base import accept, check_states
+from .._checks import check_probability, check_temperature, count_at_least
+from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget, log_density
+from .base import accept, acceptance_probability, check_states
+from .exact import transition_matrix
 from .mh import MetropolisHastings, MHState
+from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
-__all__ = ["SurrogateMH", "SurrogateState", "SurrogateInfo", "SurrogateTarget", "SURROGATE_DTYPES"]
+__all__ = ["SurrogateOptions", "SurrogateMH", "SurrogateState", "SurrogateInfo", "SurrogateTarget", "SURROGATE_DTYPES"]
 
 SURROGATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """Dtypes the surrogate's model may run in (``surrogate_dtype``); None: the target model's own."""
+
+
+@dataclass(frozen=True)
+class SurrogateOptions(Options):
+    """Options of :class:`SurrogateMH`."""
+
+    inner_steps: int | None = option(
+        None, "surrogate steps per exact correction (default 4 x free positions)", check=count_at_least(1)
+    )
+    surrogate_window: int = option(
+        0, "the surrogate scores positions within R of a free position", check=count_at_least(0)
+    )
+    surrogate_dtype: str | None = option(
+        None, "the surrogate's dtype (float32, bfloat16, float16)", choices=tuple(SURROGATE_DTYPES)
+    )
+    proposal_temperature: float = option(1.0, "temperature of the inner MLM proposals", check=check_temperature)
+    top_k: int | None = option(None, "truncate inner proposals to the k most likely tokens", check=count_at_least(1))
+    top_p: float | None = option(None, "nucleus truncation of inner proposals", check=check_probability)
 
 
 class SurrogateTarget(DerivedTarget):
@@ -88,7 +109,7 @@ class SurrogateInfo(NamedTuple):
     masked_copies: Tensor  # (C,) masked copies run by the step: inner proposals and the correction
 
 
-class SurrogateMH:
+class SurrogateMH(KernelBase[SurrogateOptions]):
     """Surrogate-transition Metropolis-Hastings (Liu 2001, section 9.4): exact for the target.
 
     **Target**: ``p(x) ∝ exp(-E(x)/T + log_factor(x))`` of the target (a
@@ -119,19 +140,14 @@ class SurrogateMH:
         The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings`.
     """
 
-    needs_complete_start: ClassVar[bool] = True
+    name = "surrogate-mh"
+    Options = SurrogateOptions
+    State = SurrogateState
+    Info = SurrogateInfo
+    capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True)
+    options: SurrogateOptions
 
-    def __init__(
-        self,
-        target: Target,
-        *,
-        inner_steps: int | None = None,
-        surrogate_window: int = 0,
-        surrogate_dtype: str | None = None,
-        proposal_temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-    ) -> None:
+    def check_target(self, target: Target) -> None:
         try:  # a WindowedTarget; checked by use, as a Protocol check may not evaluate properties
             scored: Tensor = target.scored_positions  # type: ignore[attr-defined]
         except AttributeError:
@@ -139,18 +155,12 @@ class SurrogateMH:
                 "SurrogateMH needs a target whose energy is a sum of per-position terms that it can restrict "
                 f"(a MaskedLMDistribution, or a ConstrainedTarget over one); got {type(target).__name__}"
             ) from None
-        if isinstance(surrogate_window, bool) or not isinstance(surrogate_window, int) or surrogate_window < 0:
-            raise ValueError(f"surrogate_window must be an int >= 0, got {surrogate_window!r}")
-        dtype = None
-        if surrogate_dtype is not None:
-            dtype = SURROGATE_DTYPES[check_choice(surrogate_dtype, "surrogate_dtype", tuple(SURROGATE_DTYPES))]
-        self.target = target
-        self.inner_steps = 4 * target.num_free if inner_steps is None else check_count(inner_steps, "inner_steps")
-        self.surrogate_window = surrogate_window
-        self.surrogate_dtype = surrogate_dtype
-        self.surrogate = SurrogateTarget(target, surrogate_window, dtype)  # type: ignore[arg-type]
+        o = self.options
+        dtype = None if o.surrogate_dtype is None else SURROGATE_DTYPES[o.surrogate_dtype]
+        self.inner_steps = 4 * target.num_free if o.inner_steps is None else o.inner_steps
+        self.surrogate = SurrogateTarget(target, o.surrogate_window, dtype)  # type: ignore[arg-type]
         self.inner = MetropolisHastings(
-            self.surrogate, scan="random", proposal_temperature=proposal_temperature, top_k=top_k, top_p=top_p
+            self.surrogate, scan="random", proposal_temperature=o.proposal_temperature, top_k=o.top_k, top_p=o.top_p
         )
         self._full_copies = int(scored.numel())
         self._window_copies = int(self.surrogate.positions.numel())
@@ -167,8 +177,8 @@ class SurrogateMH:
         return state._replace(log_factor=log_factor, inner=self.inner.with_log_factor(state.inner, log_factor))
 
     def log_density(self, energy: Tensor, log_factor: Tensor) -> Tensor:
-        """``-E/T + log_factor`` (the same form for the target and the surrogate)."""
-        return -energy / self.target.temperature + log_factor
+        """The log density at the target's temperature (the same form for the target and the surrogate)."""
+        return log_density(energy, log_factor, self.target.temperature)
 
     # -- one step
     def step(self, state: SurrogateState, streams: ChainStreams) -> tuple[SurrogateState, SurrogateInfo]:
@@ -180,15 +190,10 @@ class SurrogateMH:
         accepted_inner = torch.zeros(C)
         copies = torch.zeros(C, dtype=torch.long)
         for _ in range(self.inner_steps):
-            before = inner.tokens
             inner, inner_info = self.inner.step(inner, streams)
             moves += inner_info.n_changed
             accepted_inner += inner_info.is_accepted.float()
-            # MH ran the window's copies for every proposal that differed from the state: those it
-            # took (the tokens changed) and those it refused (acceptance below 1; a proposal equal
-            # to the state has acceptance 1 and costs nothing)
-            evaluated = (inner.tokens != before).any(-1) | (inner_info.acceptance_rate < 1)
-            copies += evaluated.long() * self._window_copies
+            copies += inner_info.evaluated.long() * self._window_copies  # the window's copies ran
         moved = (inner.tokens != state.tokens).any(-1)  # (C,)
 
         lp_x = self.log_density(state.energy, state.log_factor)
@@ -220,7 +225,7 @@ class SurrogateMH:
         info = SurrogateInfo(
             lp=self.log_density(energy, log_factor),
             is_accepted=is_accepted,
-            acceptance_rate=torch.nan_to_num(log_a.clamp(max=0).exp(), nan=0.0).float(),
+            acceptance_rate=acceptance_probability(log_a).float(),
             n_changed=(new.tokens != state.tokens).sum(-1),
             n_moves=torch.where(take, moves, torch.zeros_like(moves)),
             inner_acceptance=accepted_inner / self.inner_steps,
@@ -229,25 +234,17 @@ class SurrogateMH:
         return new, info
 
     # -- exact transition matrix (for exact enumeration)
-    def step_matrix(self, states: Tensor, evaluation: Evaluation, index) -> Tensor:
+    def transition_matrix(self, states: Tensor, evaluation: Evaluation, index) -> Tensor:
         """``(S, S)`` transition matrix of one step over all ``states`` (``evaluation`` is the
         target's of them): the inner chain's exact ``inner_steps``-step matrix on the
         surrogate, corrected by the outer acceptance. Uses the kernels' own code."""
-        from .exact import transition_matrix  # exact imports nothing of this module: no cycle
-
         Q = torch.linalg.matrix_power(transition_matrix(self.inner, states), self.inner_steps)
         lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
         sur = self.surrogate.evaluate(states)
         lp_sur = self.log_density(sur.energy, sur.log_factor).double()
         gain = lp - lp_sur  # log a(x -> y) = gain[y] - gain[x]
-        A = torch.nan_to_num((gain[None, :] - gain[:, None]).clamp(max=0).exp(), nan=0.0)
+        A = acceptance_probability(gain[None, :] - gain[:, None])
         P = Q * A
         P.diagonal().zero_()
         P.diagonal().copy_(1 - P.sum(1))
         return P
-
-    def __repr__(self) -> str:
-        return (
-            f"SurrogateMH(inner_steps={self.inner_steps}, surrogate_window={self.surrogate_window}, "
-            f"surrogate_dtype={self.surrogate_dtype!r}, inner={self.inner!r})"
-        )

@@ -12,6 +12,7 @@ unnormalised, as for Pyro's ``SpanningTree`` ("logits (aka negative energies)").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,9 +22,9 @@ from torch import Tensor
 from .._checks import check_temperature
 from .energy import check_energy, token_scores
 from .masked_lm import MaskedLM
-from .target import Evaluation
+from .target import Evaluation, log_density
 
-__all__ = ["MaskedLMDistribution"]
+__all__ = ["MaskedLMDistribution", "register_sampler"]
 
 
 class MaskedLMDistribution(TorchDistribution):
@@ -191,7 +192,7 @@ class MaskedLMDistribution(TorchDistribution):
             self.validate_tokens(value)
         flat = value.reshape(-1, value.shape[-1])
         energy = self.evaluate(flat).energy
-        lp = (-energy / self.temperature).reshape(value.shape[:-1]).to(value.device)
+        lp = log_density(energy, torch.zeros_like(energy), self.temperature).reshape(value.shape[:-1]).to(value.device)
         return lp.expand(torch.broadcast_shapes(value.shape[:-1], self.batch_shape))
 
     def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> Tensor:
@@ -208,14 +209,15 @@ class MaskedLMDistribution(TorchDistribution):
         ``sampler_options=dict(num_steps=...)`` to choose the length. :class:`~mlm_ppl.MLMKernel`
         and :class:`~mlm_ppl.MLMGibbs` never call it: they hold token sites while tracing.
 
-        This is the one place where :mod:`mlm_ppl.models` calls into :mod:`mlm_ppl.inference`
-        (a lazy import: the distribution describes the target, the sampling API moves states).
+        The chains are run by the sampler that :mod:`mlm_ppl.inference` registers
+        (:func:`register_sampler`) when it is imported, as it is by ``import mlm_ppl``: the
+        distribution describes the target and never imports the code that moves states.
         """
-        from ..inference.api import draw_from_distribution  # the one lazy call from models/ into inference/
-
+        if _SAMPLER is None:
+            raise RuntimeError("no sampler is registered for MaskedLMDistribution.sample; import mlm_ppl first")
         shape = torch.Size(sample_shape) + self.batch_shape
         n = max(1, shape.numel())
-        tokens = draw_from_distribution(self, n, **self.sampler_options)  # (n, L)
+        tokens = _SAMPLER(self, n, **self.sampler_options)  # (n, L)
         return tokens.reshape(shape + self.event_shape)
 
     def __reduce__(self):
@@ -237,6 +239,16 @@ class MaskedLMDistribution(TorchDistribution):
             f"MaskedLMDistribution({self.mlm.name!r}, L={self.event_shape[0]}, free={self.num_free}, "
             f"energy={self.energy!r}, temperature={self.temperature}, batch_shape={tuple(self.batch_shape)})"
         )
+
+
+_SAMPLER: Callable[..., Tensor] | None = None
+
+
+def register_sampler(sampler: Callable[..., Tensor]) -> None:
+    """Set what :meth:`MaskedLMDistribution.sample` calls: ``sampler(dist, n, **sampler_options)``
+    returns ``(n, L)`` draws. :mod:`mlm_ppl.inference.api` registers its MH chains."""
+    global _SAMPLER
+    _SAMPLER = sampler
 
 
 def _rebuild(mlm, template, energy, temperature, sampler_options, batch_shape, validate_args):

@@ -24,7 +24,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-__all__ = ["Evaluation", "Target", "WindowedTarget", "DerivedTarget", "ConstrainedTarget"]
+__all__ = ["Evaluation", "Target", "WindowedTarget", "DerivedTarget", "ConstrainedTarget", "log_density"]
 
 
 class Evaluation(NamedTuple):
@@ -45,6 +45,11 @@ class Evaluation(NamedTuple):
     energy: Tensor
     log_factor: Tensor
     cond_logits: Tensor
+
+
+def log_density(energy: Tensor, log_factor: Tensor, temperature: float) -> Tensor:
+    """The unnormalised log density of a target, ``-E/T + log_factor``: the one place it is written."""
+    return -energy / temperature + log_factor
 
 
 @runtime_checkable

@@ -1,0 +1,217 @@
+"""How a kernel declares itself, once: its name, options, State, Info and capabilities.
+
+A kernel is a subclass of :class:`KernelBase` with five class attributes:
+
+* ``name``: what :func:`~mlm_ppl.sample`, the command line (``--kernel``), ``MLMKernel`` and
+  checkpoints call it;
+* ``Options``: a frozen dataclass of :class:`Options`, each field made with :func:`option`
+  (type from its annotation, default, one check, help). The command line's flags, the
+  validation of a run's ``config.json`` and the checkpoint's record of the settings are all
+  derived from it;
+* ``State`` and ``Info``: NamedTuples. A checkpoint stores the State's fields; the per-draw
+  statistics written to ``run.nc`` are the Info's fields (:meth:`KernelBase.stat_names`);
+* ``capabilities``: :class:`Capabilities`, what the rest of the library may ask of it.
+
+:func:`~mlm_ppl.inference.registry.register` makes a kernel known everywhere
+(``docs/architecture.md`` adds one in a worked example).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from torch import Tensor
+
+from .._checks import check_choice, check_type
+from ..models.target import Evaluation, Target
+
+__all__ = ["STAT_NAMES", "Capabilities", "Options", "option", "OptionInfo", "KernelBase"]
+
+STAT_NAMES = ("lp", "is_accepted", "acceptance_rate", "n_changed", "n_moves")
+"""Per-draw statistics of every run (ArviZ's names where ArviZ has one); a kernel's Info may report
+more (every field of its Info is a statistic)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the rest of the library may ask of a kernel.
+
+    Attributes
+    ----------
+    log_factor : bool
+        It samples its target's whole log density, log-factor included, and
+        :meth:`KernelBase.with_log_factor` updates a state's log-factor without a forward pass:
+        it may sample a target with constraints or likelihood terms.
+    gibbs : bool
+        It may move a token site inside :class:`~mlm_ppl.MLMGibbs` (it needs ``log_factor``) and
+        is exact for its target.
+    complete_start : bool
+        :meth:`KernelBase.init` takes complete states (the template filled); False: the masked
+        template (a decoder).
+    exact_matrix : bool
+        :meth:`KernelBase.transition_matrix` gives its exact transition matrix (tiny targets).
+    """
+
+    log_factor: bool
+    gibbs: bool
+    complete_start: bool
+    exact_matrix: bool
+
+
+@dataclass(frozen=True)
+class OptionInfo:
+    """One option as the command line and the run record see it."""
+
+    name: str
+    type: type  # int, float, str or bool: the flag's type; object for a Python-only option
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None
+    cli: bool  # False: Python only (e.g. a callable), never in a run's config.json
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    check: Callable[[Any, str], Any] | None = None,
+    choices: tuple[str, ...] | None = None,
+    cli: bool = True,
+) -> Any:
+    """A field of an :class:`Options` dataclass: its default, a one-line help, and one check
+    (``check(value, name) -> value``, raising TypeError for a value of the wrong type and
+    ValueError for one out of range), or ``choices``. None is always allowed for a default of None."""
+    meta = {"help": help, "check": check, "choices": choices, "cli": cli}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+_SCALARS = {int: "an integer", float: "a number", str: "text", bool: "true or false"}
+
+
+def _scalar(hint: Any) -> type:
+    """``int`` of ``int | None`` and so on; ``object`` for anything else (Python-only options)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return args[0] if len(args) == 1 and args[0] in _SCALARS else object
+
+
+@dataclass(frozen=True)
+class Options:
+    """Base of every kernel's options: each field checked once, when the options are made."""
+
+    def __post_init__(self) -> None:
+        for info in self.describe():
+            value = getattr(self, info.name)
+            if value is None and info.default is None:
+                continue
+            if info.choices is not None:
+                value = check_choice(value, info.name, info.choices)
+            elif info.type is not object:
+                value = check_type(value, info.name, info.type)
+            check = self._field(info.name).metadata["check"]
+            if check is not None:
+                value = check(value, info.name)
+            object.__setattr__(self, info.name, value)
+
+    @classmethod
+    def _field(cls, name: str) -> dataclasses.Field:
+        return {f.name: f for f in dataclasses.fields(cls)}[name]
+
+    @classmethod
+    def describe(cls) -> tuple[OptionInfo, ...]:
+        """Every option: name, type, default, help, choices, whether the command line has it."""
+        hints = typing.get_type_hints(cls)
+        return tuple(
+            OptionInfo(
+                f.name, _scalar(hints[f.name]), f.default, f.metadata["help"], f.metadata["choices"], f.metadata["cli"]
+            )  # fmt: skip
+            for f in dataclasses.fields(cls)
+        )
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], what: str = "options") -> Options:
+        """Options from a mapping (a run's ``config.json``): unknown names are a ValueError naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"{what}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                f"this kernel takes {', '.join(sorted(known)) or 'none'}"
+            )
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options a run records (Python-only ones left out)."""
+        return {i.name: getattr(self, i.name) for i in self.describe() if i.cli}
+
+    def given(self) -> dict[str, Any]:
+        """The options that differ from their defaults (what a user wrote)."""
+        return {i.name: getattr(self, i.name) for i in self.describe() if getattr(self, i.name) != i.default}
+
+
+O = TypeVar("O", bound=Options)
+
+
+class KernelBase(Generic[O]):
+    """The contract every kernel fulfils (:class:`~mlm_ppl.inference.base.Kernel`), and what it
+    declares about itself (see the module docstring).
+
+    ``Kernel(target, **options)`` checks the options (unknown ones are a TypeError naming the
+    kernel), keeps them as :attr:`options`, and calls :meth:`check_target`.
+    """
+
+    name: ClassVar[str]
+    Options: ClassVar[type[Options]]
+    State: ClassVar[type]
+    Info: ClassVar[type]
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self, target: Target, **options: Any) -> None:
+        self.target = target
+        known = {f.name for f in dataclasses.fields(self.Options)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(
+                f"kernel {self.name!r} takes no option {', '.join(map(repr, unknown))}; "
+                f"its options are {', '.join(sorted(known)) or 'none'}"
+            )
+        self.options: O = self.Options(**options)  # type: ignore[assignment]
+        self.check_target(target)
+
+    def check_target(self, target: Target) -> None:
+        """Checks of the options against the target (e.g. a block no larger than the free positions)."""
+
+    @classmethod
+    def stat_names(cls) -> tuple[str, ...]:
+        """Per-draw statistics of a run of this kernel: :data:`STAT_NAMES` and its Info's other fields."""
+        fields: tuple[str, ...] = cls.Info._fields  # type: ignore[attr-defined]
+        return STAT_NAMES + tuple(f for f in fields if f not in STAT_NAMES)
+
+    # -- the contract
+    def init(self, tokens: Tensor) -> Any:
+        """The state of chains starting at ``tokens`` ``(C, L)``."""
+        raise NotImplementedError
+
+    def step(self, state: Any, streams: Any) -> tuple[Any, Any]:
+        """One update of every chain; chain ``c`` draws only from ``streams`` row ``c``."""
+        raise NotImplementedError
+
+    # -- capabilities (a kernel that declares one overrides its method)
+    def with_log_factor(self, state: Any, log_factor: Tensor) -> Any:
+        """The state with new extra log terms (the rest of a model moved; the MLM terms did not)."""
+        raise TypeError(f"kernel {self.name!r} does not sample a log-factor (capabilities.log_factor is False)")
+
+    def transition_matrix(self, states: Tensor, evaluation: Evaluation, index: Callable[[Tensor], Tensor]) -> Tensor:
+        """``(S, S)`` exact transition matrix of one step (see :func:`~mlm_ppl.inference.exact.transition_matrix`)."""
+        raise TypeError(f"kernel {self.name!r} has no exact transition matrix (capabilities.exact_matrix is False)")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.options.given().items())
+        return f"{type(self).__name__}({shown})"

@@ -1,0 +1,119 @@
+"""Run directories: owned, locked, written atomically; a checkpoint that is the run's record.
+
+* :mod:`.directory`: the owner (marker, lock, atomic writes) of any run directory;
+* :mod:`.checkpoint`: the checkpoint format of a sampling run;
+* :mod:`.outputs`: what a finished sampling run writes.
+
+Here: a sampling run's directory from start to resume. ``config.json`` holds its
+:class:`~mlm_ppl.settings.RunSettings`; the checkpoint holds them again, and a resume refuses a
+``config.json`` that differs from them. Resuming gives exactly the draws of an uninterrupted
+run. See ``docs/reliability.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..inference.runner import Checkpoint
+from ..settings import RunSettings
+from .checkpoint import (
+    CHECKPOINT,
+    FORMAT,
+    checkpoint_files,
+    group_checkpoints,
+    group_name,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
+from .directory import CONFIG, LOCK, MARKER, RunDirectory, RunExistsError, RunLockedError, kind_of
+from .outputs import OUTPUTS, PLOTS, write_outputs
+
+__all__ = [
+    "CONFIG",
+    "CHECKPOINT",
+    "MARKER",
+    "LOCK",
+    "OUTPUTS",
+    "PLOTS",
+    "RunDirectory",
+    "kind_of",
+    "RunExistsError",
+    "RunLockedError",
+    "start_run",
+    "resume_run",
+    "read_settings",
+    "save_checkpoint",
+    "load_checkpoint",
+    "group_checkpoints",
+    "group_name",
+    "checkpoint_files",
+    "write_outputs",
+]
+
+
+def start_run(directory: str | os.PathLike, settings: RunSettings, *, overwrite: bool = False) -> RunDirectory:
+    """Create and lock ``directory`` for a new sampling run and write its ``config.json``."""
+    run_dir = RunDirectory.create(directory, "sample", overwrite=overwrite)
+    try:
+        run_dir.write_text(CONFIG, json.dumps({"format": FORMAT, **settings.to_dict()}, indent=1, sort_keys=True))
+    except BaseException:
+        run_dir.discard()
+        raise
+    return run_dir
+
+
+def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings, Checkpoint | None]:
+    """Lock the run in ``directory`` and read it: ``(run directory, settings, checkpoint or None)``.
+
+    The checkpoint is the record of the run: ``config.json`` must hold the settings the checkpoint
+    was made with, else a ValueError names every setting that differs.
+    A run on Ray workers keeps one checkpoint per group of chains (``checkpoint-g0.pt`` ...):
+    each is checked the same way, and the returned checkpoint is None (the workers read theirs).
+    """
+    run_dir = RunDirectory.open(directory, "sample")
+    try:
+        settings = read_settings(run_dir.path)
+        checkpoint = None
+        for name in checkpoint_files(run_dir.path):
+            cp, recorded = read_checkpoint(run_dir.path / name)
+            if name == CHECKPOINT:
+                checkpoint = cp
+            made_with = RunSettings.from_dict(recorded, str(run_dir.path / name))
+            diff = settings.differences(made_with)
+            if diff:
+                detail = ", ".join(f"{k} ({a!r} in {CONFIG}, {b!r} in {name})" for k, a, b in diff)
+                raise ValueError(
+                    f"{run_dir.path / CONFIG} differs from the settings the run's checkpoint was made with: "
+                    f"{detail}; restore {CONFIG}, or start a new run with the new settings"
+                )
+    except BaseException:
+        run_dir.close()
+        raise
+    return run_dir, settings, checkpoint
+
+
+def read_settings(directory: str | os.PathLike) -> RunSettings:
+    """The settings of the run in ``directory``; a ValueError naming the file if they are not a run's."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise ValueError(f"run directory {str(path)!r} does not exist")
+    file = path / CONFIG
+    try:
+        config = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{str(path)!r} is not an mlm-ppl run directory (no {CONFIG})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{file} is corrupt ({err}); it was not written by mlm-ppl or was damaged") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        found = config.get("format") if isinstance(config, dict) else None
+        raise ValueError(
+            f"{file} is not an mlm-ppl run configuration (format {FORMAT!r} expected, found {found!r}"
+            + ("; it was written by mlm-ppl 0.2 or earlier: finish the run with that version" if found else "")
+            + ")"
+        )
+    config = dict(config)
+    config.pop("format")
+    return RunSettings.from_dict(config, str(file))

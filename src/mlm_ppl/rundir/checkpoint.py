@@ -1,0 +1,159 @@
+"""The checkpoint format: what a sampling run writes as it goes, so that it resumes exactly.
+
+``checkpoint.pt`` (or one ``checkpoint-gK.pt`` per group of chains on Ray workers) holds the
+run's settings (:meth:`~mlm_ppl.settings.RunSettings.to_dict`), the kernel's name, its State
+(the fields of the registered kernel's ``State``, nested states as tagged dicts), every chain's
+random stream, the draws and the kernel's statistics so far. It is read with
+``torch.load(weights_only=True)``: plain tensors, numbers and dicts, no classes.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._files import write_bytes_atomic
+from ..inference.distributed import GroupCheckpoints
+from ..inference.registry import KERNELS
+from ..inference.runner import Checkpoint
+from .directory import RunDirectory
+
+__all__ = [
+    "CHECKPOINT",
+    "FORMAT",
+    "save_checkpoint",
+    "load_checkpoint",
+    "read_checkpoint",
+    "group_checkpoints",
+    "group_name",
+    "checkpoint_files",
+]
+
+CHECKPOINT = "checkpoint.pt"
+FORMAT = "mlm-ppl-run-2"  # config.json and checkpoint.pt of a sampling run (2: typed settings, kernel named)
+_OLD_FORMATS = {"mlm-ppl-run-1": "mlm-ppl 0.2 or earlier"}
+
+
+def save_checkpoint(run_dir: RunDirectory, cp: Checkpoint, settings: Mapping[str, Any]) -> None:
+    """Write ``checkpoint.pt`` atomically, with the run's settings (``RunSettings.to_dict()``)."""
+    run_dir.write_bytes(CHECKPOINT, _checkpoint_bytes(cp, settings))
+
+
+def group_name(group: int) -> str:
+    """The checkpoint file of group ``group`` of a run on Ray workers."""
+    return f"checkpoint-g{group}.pt"
+
+
+def checkpoint_files(directory: str | Path) -> list[str]:
+    """The names of the checkpoints in a run directory: ``checkpoint.pt``, or one per group."""
+    return sorted(p.name for p in Path(directory).iterdir() if re.fullmatch(r"checkpoint(-g\d+)?\.pt", p.name))
+
+
+def group_checkpoints(run_dir: RunDirectory, settings: Mapping[str, Any], groups: int) -> GroupCheckpoints:
+    """Checkpoints of the groups of a run on Ray workers, kept in ``run_dir`` (names recorded now;
+    the workers write and read the files themselves, through picklable functions)."""
+    for k in range(groups):
+        run_dir.record(group_name(k))
+    path = str(run_dir.path)
+    return GroupCheckpoints(functools.partial(_save_group, path, dict(settings)), functools.partial(_load_group, path))
+
+
+def _save_group(directory: str, settings: dict[str, Any], group: int, cp: Checkpoint) -> None:
+    write_bytes_atomic(Path(directory) / group_name(group), _checkpoint_bytes(cp, settings))
+
+
+def _load_group(directory: str, group: int) -> Checkpoint | None:
+    return read_checkpoint(Path(directory) / group_name(group))[0]
+
+
+def _kernel_of(state: Any) -> str:
+    """The registered kernel whose State ``state`` is."""
+    for name, cls in KERNELS.items():
+        if type(state) is cls.State:
+            return name
+    raise ValueError(f"no registered kernel has the state {type(state).__name__}")
+
+
+def _checkpoint_bytes(cp: Checkpoint, settings: Mapping[str, Any]) -> bytes:
+    payload = {
+        "format": FORMAT,
+        "settings": dict(settings),
+        "kernel": _kernel_of(cp.state),
+        "step": cp.step,
+        "state": _pack_state(cp.state),
+        "streams": cp.streams,
+        "draws": cp.draws,
+        "stats": cp.stats,
+        "initial": cp.initial,
+    }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return buffer.getvalue()
+
+
+def _pack_state(state: Any) -> dict[str, Any]:
+    """A kernel state as a plain dict of tensors and numbers; a nested state (surrogate-MH's inner
+    chain) becomes a dict of its own, tagged."""
+    return {k: {"nested": _pack_state(v)} if hasattr(v, "_asdict") else v for k, v in state._asdict().items()}
+
+
+def _unpack_state(cls: type, fields: dict[str, Any]) -> Any:
+    """``cls(**fields)``, nested states rebuilt from ``cls``'s field annotations."""
+    hints = typing.get_type_hints(cls)
+    values = {
+        k: _unpack_state(hints[k], v["nested"]) if isinstance(v, dict) and "nested" in v else v
+        for k, v in fields.items()
+    }
+    try:
+        return cls(**values)
+    except TypeError as err:  # fields of another version or another kernel
+        raise ValueError(f"kernel state {cls.__name__} does not match this version ({err})") from None
+
+
+def load_checkpoint(directory: str | Path) -> Checkpoint | None:
+    """The checkpoint in ``directory``, or None if the run never wrote one."""
+    return read_checkpoint(Path(directory) / CHECKPOINT)[0]
+
+
+def read_checkpoint(file: Path) -> tuple[Checkpoint | None, dict[str, Any] | None]:
+    """``(checkpoint, the settings it was made with)``; ``(None, None)`` if there is none."""
+    if not file.exists():
+        return None, None
+    try:
+        payload = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many kinds for a damaged or foreign file; every one means the same here
+        raise ValueError(
+            f"{file} is corrupt or not an mlm-ppl checkpoint ({type(err).__name__}); "
+            "start the run again, overwriting it"
+        ) from None
+    fmt = payload.get("format") if isinstance(payload, dict) else None
+    if fmt in _OLD_FORMATS:
+        raise ValueError(
+            f"{file} was written by {_OLD_FORMATS[fmt]}, whose checkpoints this version does not read: finish the "
+            "run with that version, or start it again"
+        )
+    if fmt != FORMAT or payload.get("kernel") not in KERNELS:
+        raise ValueError(f"{file} is not an mlm-ppl checkpoint (or its kernel {payload.get('kernel')!r} is unknown)")
+    try:
+        kernel = KERNELS[payload["kernel"]]
+        state = _unpack_state(kernel.State, payload["state"])
+        stats = dict(payload["stats"])
+        if set(stats) != set(kernel.stat_names()):
+            raise ValueError(f"statistics {sorted(stats)}, {payload['kernel']} reports {sorted(kernel.stat_names())}")
+        fields = (payload["step"], payload["streams"], payload["draws"], payload["initial"], *stats.values())
+        if not isinstance(fields[0], int) or not all(isinstance(t, torch.Tensor) for t in fields[1:]):
+            raise ValueError("a field of the wrong type")
+        settings = payload["settings"]
+        if not isinstance(settings, dict):
+            raise ValueError("settings of the wrong type")
+    except (KeyError, AttributeError, TypeError, ValueError) as err:
+        raise ValueError(f"{file} is not an mlm-ppl checkpoint or is damaged ({err})") from None
+    cp = Checkpoint(payload["step"], state, payload["streams"], payload["draws"], stats, payload["initial"])
+    return cp, settings

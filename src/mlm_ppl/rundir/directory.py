@@ -1,0 +1,292 @@
+"""The owner of a run directory: its marker, its lock, and atomic writes of its files.
+
+A run directory holds ``.mlm-ppl`` (the marker: format, kind, run id and every file name the run
+writes, each recorded before it is written) and ``.mlm-ppl.lock`` (the lock, held by the process
+working in the directory); every file is written through a temporary file and a rename
+(:mod:`mlm_ppl._files`). What the files hold is the business of :mod:`.checkpoint` and
+:mod:`.outputs`. See ``docs/reliability.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .._files import atomic_path, temp_pattern, write_bytes_atomic, write_text_atomic
+from .lock import LOCK, RunLockedError, release_lock, take_lock
+
+__all__ = ["CONFIG", "MARKER", "LOCK", "RunDirectory", "kind_of", "RunExistsError", "RunLockedError"]
+
+CONFIG = "config.json"
+MARKER = ".mlm-ppl"
+_DIR_FORMAT = "mlm-ppl-dir-1"  # the marker
+
+
+class RunExistsError(ValueError):
+    """A directory that already holds something, where a new run was to start.
+
+    ``detail`` says what is there; the caller adds how to resume, overwrite or go elsewhere in
+    its own terms (the CLI names its flags). ``ours`` is False for a directory that holds files
+    this library did not write (it is never overwritten).
+    """
+
+    def __init__(self, path: Path, detail: str, *, ours: bool = True) -> None:
+        hint = "resume it, overwrite it, or choose another directory" if ours else "choose another directory"
+        super().__init__(f"{detail}; {hint}")
+        self.path = path
+        self.detail = detail
+        self.ours = ours
+
+
+def kind_of(directory: str | os.PathLike) -> str | None:
+    """The kind of run in ``directory`` (``"sample"``, ``"batch"``, ``"pairs"``) from its marker,
+    None for anything else."""
+    try:
+        marker = json.loads((Path(directory) / MARKER).read_text())
+        return str(marker["kind"]) if isinstance(marker, dict) else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+class RunDirectory:
+    """A directory owned by one run and locked by this process while it is open.
+
+    Open one with :meth:`create` (a new run) or :meth:`open` (continue or read a run); use it as a
+    context manager, or call :meth:`close`, to release the lock. Files are written with
+    :meth:`write_bytes`, :meth:`write_text` or :meth:`atomic`, which record the name in the
+    marker first: ``overwrite`` and :meth:`discard` remove exactly the recorded files.
+
+    Attributes
+    ----------
+    path : Path
+    kind : str
+        ``"sample"`` or ``"pairs"``: a directory of one kind is never taken for the other.
+    run_id : str
+        Random hex id of the run, written in the marker at creation.
+    created : bool
+        True when this process made the directory itself (then :meth:`discard` removes it).
+    """
+
+    def __init__(self, path: Path, kind: str, lock_fd: int, marker: dict[str, Any], created: bool) -> None:
+        self.path = path
+        self.kind = kind
+        self.created = created
+        self._lock_fd = lock_fd
+        self._marker = marker
+
+    @property
+    def run_id(self) -> str:
+        return str(self._marker["run_id"])
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def create(cls, directory: str | os.PathLike, kind: str, *, overwrite: bool = False) -> RunDirectory:
+        """A new run in ``directory``: created if absent, taken if empty, replaced if it holds a run
+        of the same kind and ``overwrite`` (only its recorded files are removed).
+
+        Raises :class:`RunExistsError` for a directory with anything else in it, or with a run and
+        no ``overwrite``; :class:`RunLockedError` while another process holds it.
+        """
+        path = Path(directory)
+        _check_dir_path(path)
+        _owned(path, kind, overwrite)  # refuse before creating anything
+        created = not path.exists()
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise ValueError(f"{str(path)!r} exists and is not a directory") from None
+        try:
+            fd = take_lock(path)
+        except BaseException:
+            if created:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+            raise
+        try:
+            marker = _owned(path, kind, overwrite)  # again, under the lock: another process may have started
+            if marker is not None:
+                for name in marker["files"]:
+                    _remove(path, name)
+            marker = {
+                "format": _DIR_FORMAT,
+                "kind": kind,
+                "run_id": uuid.uuid4().hex,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "host": socket.gethostname(),
+                "files": [],
+            }
+            _write_marker(path, marker)
+        except BaseException:
+            release_lock(path, fd, remove=created or not _has_marker(path))
+            if created:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+            raise
+        return cls(path, kind, fd, marker, created)
+
+    @staticmethod
+    def check_new(directory: str | os.PathLike, kind: str, *, overwrite: bool = False) -> None:
+        """The checks of :meth:`create`, without creating or locking anything (to fail before work)."""
+        path = Path(directory)
+        _check_dir_path(path)
+        _owned(path, kind, overwrite)
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike, kind: str) -> RunDirectory:
+        """The existing run of ``kind`` in ``directory``, locked. Raises ValueError if it is not
+        one, :class:`RunLockedError` if another process holds it.
+        """
+        path = Path(directory)
+        if not path.is_dir():
+            raise ValueError(f"run directory {str(path)!r} does not exist")
+        if _read_marker(path, kind) is None:
+            raise ValueError(f"{str(path)!r} is not an mlm-ppl {kind} run directory (no {MARKER} marker)")
+        fd = take_lock(path)
+        try:
+            marker = _read_marker(path, kind)
+            if marker is None:
+                raise ValueError(f"{str(path)!r} is not an mlm-ppl {kind} run directory (no {MARKER} marker)")
+            for name in marker["files"]:  # temporary files of writes cut off by a kill (we hold the lock)
+                _remove_temporaries(path, name)
+        except BaseException:
+            release_lock(path, fd, remove=False)
+            raise
+        return cls(path, kind, fd, marker, False)
+
+    # ------------------------------------------------------------------ writing
+    def record(self, name: str) -> Path:
+        """Record ``name`` in the marker (before it is written); returns its path."""
+        if os.sep in name or name.startswith("."):
+            raise ValueError(f"run files are plain names in the directory, got {name!r}")
+        if self._lock_fd < 0:
+            raise ValueError(f"run directory {str(self.path)!r} is closed")
+        if name not in self._marker["files"]:
+            self._marker["files"].append(name)
+            _write_marker(self.path, self._marker)
+        return self.path / name
+
+    def write_bytes(self, name: str, data: bytes) -> Path:
+        """Write ``name`` atomically; returns its path."""
+        path = self.record(name)
+        write_bytes_atomic(path, data)
+        return path
+
+    def write_text(self, name: str, text: str) -> Path:
+        return self.write_bytes(name, text.encode("utf-8"))
+
+    @contextlib.contextmanager
+    def atomic(self, name: str) -> Iterator[Path]:
+        """A temporary path to write ``name`` through (for writers that take a file name)."""
+        with atomic_path(self.record(name)) as tmp:
+            yield tmp
+
+    # ------------------------------------------------------------------ closing
+    def discard(self) -> None:
+        """Remove everything the run wrote (and the directory, if this process created it), and
+        release the lock: for a run that failed before it had anything worth keeping."""
+        for name in self._marker["files"]:
+            _remove(self.path, name)
+        _remove(self.path, MARKER)
+        release_lock(self.path, self._lock_fd, remove=True)
+        self._lock_fd = -1
+        if self.created:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+
+    def close(self) -> None:
+        """Release the lock (the directory and its files stay)."""
+        if self._lock_fd >= 0:
+            release_lock(self.path, self._lock_fd, remove=False)
+            self._lock_fd = -1
+
+    def __enter__(self) -> RunDirectory:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r}, kind={self.kind!r}, run_id={self.run_id!r})"
+
+
+def _check_dir_path(path: Path) -> None:
+    if path.is_symlink() and not path.exists():
+        raise ValueError(f"{str(path)!r} is a symbolic link to nothing ({os.readlink(path)}); give a directory")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{str(path)!r} is a file; give a directory")
+
+
+def _read_marker(path: Path, kind: str) -> dict[str, Any] | None:
+    """The marker of a run of ``kind`` in ``path``; None if there is none; ValueError for another kind."""
+    try:
+        marker = json.loads((path / MARKER).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        raise ValueError(f"{path / MARKER} is damaged; remove the directory by hand if it is yours") from None
+    if not isinstance(marker, dict) or marker.get("format") != _DIR_FORMAT or not isinstance(marker.get("files"), list):
+        raise ValueError(f"{path / MARKER} is not an mlm-ppl marker")
+    if marker.get("kind") != kind:
+        raise RunExistsError(path, f"{str(path)!r} holds an mlm-ppl {marker.get('kind')} run, not a {kind} run")
+    return marker
+
+
+def _write_marker(path: Path, marker: dict[str, Any]) -> None:
+    write_text_atomic(path / MARKER, json.dumps(marker, indent=1))
+
+
+def _has_marker(path: Path) -> bool:
+    return (path / MARKER).is_file()
+
+
+def _owned(path: Path, kind: str, overwrite: bool) -> dict[str, Any] | None:
+    """Whether a new run of ``kind`` may start in ``path``: None if it is absent or empty, the
+    old run's marker if ``overwrite`` may replace it; RunExistsError otherwise."""
+    if not path.is_dir():
+        return None
+    others = [p.name for p in path.iterdir() if p.name != LOCK]
+    if not others:
+        return None
+    marker = _read_marker(path, kind)
+    if marker is None:
+        raise RunExistsError(
+            path,
+            f"{str(path)!r} is not empty and is not an mlm-ppl {kind} run directory "
+            f"(no {MARKER} marker); it is never overwritten",
+            ours=False,
+        )
+    if not overwrite:
+        raise RunExistsError(path, f"run directory {str(path)!r} exists and is not empty")
+    return marker
+
+
+def _remove(path: Path, name: str) -> None:
+    """Remove ``name`` and any temporary files of it left by an interrupted write; a directory
+    only if it is an mlm-ppl run directory (a batch's template runs), and then only what that run
+    recorded (files of anyone else in it stay, and so does the directory)."""
+    target = path / name
+    if target.is_dir() and not target.is_symlink():
+        try:
+            files = json.loads((target / MARKER).read_text()).get("files", [])
+        except (OSError, ValueError, AttributeError):
+            return
+        for inner in [*files, MARKER, LOCK]:
+            _remove(target, str(inner))
+        with contextlib.suppress(OSError):
+            target.rmdir()
+        return
+    target.unlink(missing_ok=True)
+    _remove_temporaries(path, name)
+
+
+def _remove_temporaries(path: Path, name: str) -> None:
+    """Remove the temporary files an interrupted atomic write of ``name`` left in ``path``."""
+    for tmp in path.glob(temp_pattern(name)):
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,138 @@
+"""A sampling run's settings as one typed, frozen record: :class:`RunSettings`.
+
+Made once (from the command line's flags, from a run's ``config.json``, or in Python) and checked
+once, when it is made: every field's type and range, and the kernel's own options as that
+kernel's ``Options`` (:mod:`mlm_ppl.inference.spec`). The same record is written to
+``config.json`` and into every checkpoint, and compared on resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._checks import check_choice, check_count, check_seed, check_temperature, check_type
+from .inference.base import INITS
+from .inference.registry import KERNELS, kernel_class
+from .inference.spec import OptionInfo
+from .models.energy import ENERGIES
+
+__all__ = ["RunSettings", "MAX_CHAINS", "option_flags"]
+
+MAX_CHAINS = 1000
+"""More chains than this are refused unless forced: their plots and per-chain diagnostics stop being
+readable, and one run's memory grows with them; run several directories instead."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Every setting of a sampling run.
+
+    ``template`` (mask tokens at the positions to sample) or ``length`` (a whole sequence of N
+    tokens), exactly one. ``kernel_options`` is the kernel's ``Options`` (a mapping is checked
+    into one). ``workers``: Ray workers, or None for one process. A TypeError or ValueError names
+    the setting to fix.
+    """
+
+    model: str = "antiberty"
+    template: str | None = None
+    length: int | None = None
+    kernel: str = "mh"
+    kernel_options: Any = None
+    energy: str = "norm"
+    temperature: float = 1.0
+    chains: int = 4
+    draws: int = 100
+    warmup: int = 0
+    thin: int = 1
+    seed: int = 0
+    init: str = "sample"
+    dtype: str | None = None
+    device: str | None = None
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model", "template", "dtype", "device"):
+            if getattr(self, name) is not None:
+                check_type(getattr(self, name), name, str)
+        if (self.template is None) == (self.length is None):
+            raise ValueError("give a template (mask tokens at the positions to sample) or a length, not both")
+        check_choice(self.kernel, "kernel", tuple(KERNELS))
+        check_choice(self.energy, "energy", ENERGIES)
+        check_choice(self.init, "init", INITS)
+        object.__setattr__(self, "temperature", check_temperature(self.temperature, "temperature"))
+        for name, minimum in (("chains", 1), ("draws", 1), ("warmup", 0), ("thin", 1)):
+            check_count(getattr(self, name), name, minimum)
+        for name in ("length", "workers"):
+            if getattr(self, name) is not None:
+                check_count(getattr(self, name), name, 1)
+        check_seed(self.seed)
+        cls = kernel_class(self.kernel).Options
+        options = self.kernel_options
+        if options is None:
+            options = cls()
+        elif isinstance(options, Mapping):
+            options = cls.from_dict(options, f"kernel {self.kernel!r}")
+        elif type(options) is not cls:
+            raise TypeError(f"kernel_options of kernel {self.kernel!r} must be {cls.__name__} or a mapping")
+        object.__setattr__(self, "kernel_options", options)
+
+    @property
+    def total_steps(self) -> int:
+        """Warm-up and kept steps: ``warmup + draws * thin``."""
+        return self.warmup + self.draws * self.thin
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready values (the kernel's options nested, Python-only ones left out)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["kernel_options"] = self.kernel_options.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Any, what: str = "run settings") -> RunSettings:
+        """A record from :meth:`to_dict`'s form; every problem is a ValueError that starts with ``what``."""
+        if not isinstance(values, Mapping):
+            raise ValueError(f"{what}: not a mapping of settings")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown, missing = sorted(set(values) - known), sorted(known - set(values))
+        if unknown or missing:
+            detail = "; ".join(
+                part
+                for part in (
+                    f"unknown {', '.join(unknown)}" if unknown else "",
+                    f"missing {', '.join(missing)}" if missing else "",
+                )  # fmt: skip
+                if part
+            )
+            raise ValueError(f"{what}: {detail}")
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{what}: {err}") from None
+
+    def differences(self, other: RunSettings) -> list[tuple[str, Any, Any]]:
+        """``(setting, this value, the other's)`` for every setting that differs (kernel options by name)."""
+        a, b = self.to_dict(), other.to_dict()
+        out = [(k, a[k], b[k]) for k in a if k != "kernel_options" and a[k] != b[k]]
+        oa, ob = a["kernel_options"], b["kernel_options"]
+        out += [
+            (f"kernel_options.{k}", oa.get(k), ob.get(k)) for k in sorted(set(oa) | set(ob)) if oa.get(k) != ob.get(k)
+        ]
+        return out
+
+    def for_template(self, template: str) -> RunSettings:
+        """The same settings for another template, in one process (a batch's template run)."""
+        return dataclasses.replace(self, template=template, length=None, workers=None)
+
+
+def option_flags() -> dict[str, tuple[OptionInfo, list[str]]]:
+    """Every command-line kernel option of the registered kernels: name -> (its first
+    declaration, the kernels that take it)."""
+    out: dict[str, tuple[OptionInfo, list[str]]] = {}
+    for name, k in KERNELS.items():
+        for info in k.Options.describe():
+            if info.cli:
+                out.setdefault(info.name, (info, []))[1].append(name)
+    return out
