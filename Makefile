@@ -7,15 +7,15 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo germlines test lint bench venv pairs reproductions notebooks
+.PHONY: demo germlines test test-fast lint bench venv pairs reproductions notebooks
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[antibody,test,lint]'
+	$(PY) -m pip install -q -e '.[antibody,test,lint,ray]'
 	touch $@
 
 # IGHV3-23 + IGHJ4 human heavy chain (mlm_ppl.data.example_heavy_chain) with its 13-residue CDR-H3 masked
@@ -31,6 +31,11 @@ germlines: venv
 
 test: venv
 	$(PY) -m pytest -q
+
+# the edit loop: everything but the real model, the notebooks, Ray and the slowest CLI checks (under 3 minutes)
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow" --ignore=tests/test_notebooks.py --ignore=tests/cli/test_ray.py \
+		--ignore=tests/cli/test_reliability.py --ignore=tests/test_experiments.py
 
 LINTED := src tests benchmarks experiments docs/notebooks
 lint: venv

@@ -94,7 +94,7 @@ def api_cases(mlm) -> None:
         run = mlm_ppl.sample(mlm, TEMPLATE, **{**common, **options})
         report(f"api {name}", digest(run.tokens, run.stats, run.initial))
         report(f"  stats {name}", " ".join(sorted(run.stats)))
-    factor = lambda x: (x == mlm.vocab.index("D")).sum(-1).double() * 0.7  # noqa: E731
+    factor = lambda x: (x == mlm.vocab.index("D")).sum(-1).double() * 0.7
     run = mlm_ppl.sample(mlm, TEMPLATE, log_factor=factor, **common)
     report("api mh log_factor", digest(run.tokens, run.stats, run.initial))
     run = mlm_ppl.sample(mlm, TEMPLATE, kernel="surrogate-mh", log_factor=factor, **common)

@@ -30,17 +30,27 @@ def test_a_run_resumed_from_a_checkpoint_on_disk_equals_the_whole_run(tiny4, tmp
         assert torch.allclose(resumed.stats[name].double(), values.double(), rtol=0, atol=0, equal_nan=True), name
 
 
-def test_a_checkpoint_of_the_first_release_loads_with_n_moves(tiny4, tmp_path):
-    """0.1.0 wrote no n_moves: its kernels moved exactly n_changed sites per step."""
+def test_checkpoints_of_another_format_or_kernel_are_refused_by_name(tiny4, tmp_path):
+    """A checkpoint of 0.2 (format run-1), or one whose statistics are not its kernel's, is refused
+    with a message that says what it is; a checkpoint is read with torch.load(weights_only=True)."""
     k = make_kernel("mh", MaskedLMDistribution(tiny4, TEMPLATE))
     cps = []
     run_chains(k, 2, 4, seed=1, on_checkpoint=cps.append, checkpoint_seconds=0)
-    old = cps[-1]
-    old.stats.pop("n_moves")
     with rundir.RunDirectory.create(tmp_path / "run", "sample") as run_dir:
-        rundir.save_checkpoint(run_dir, old, {})
-    loaded = rundir.load_checkpoint(run_dir.path)
-    assert torch.equal(loaded.stats["n_moves"], loaded.stats["n_changed"])
+        rundir.save_checkpoint(run_dir, cps[-1], {"seed": 1})
+    file = run_dir.path / rundir.CHECKPOINT
+    payload = torch.load(file, weights_only=True)
+    assert payload["kernel"] == "mh" and payload["settings"] == {"seed": 1}
+    torch.save({**payload, "format": "mlm-ppl-run-1"}, file)
+    with pytest.raises(ValueError, match="written by mlm-ppl 0.2 or earlier.*finish the run with that version"):
+        rundir.load_checkpoint(run_dir.path)
+    stats = {k: v for k, v in payload["stats"].items() if k != "evaluated"}
+    torch.save({**payload, "stats": stats}, file)
+    with pytest.raises(ValueError, match="statistics .* mh reports"):
+        rundir.load_checkpoint(run_dir.path)
+    torch.save({**payload, "kernel": "no-such-kernel"}, file)
+    with pytest.raises(ValueError, match="its kernel 'no-such-kernel' is unknown"):
+        rundir.load_checkpoint(run_dir.path)
 
 
 @pytest.mark.parametrize("where", ["fsync", "close", "replace"])

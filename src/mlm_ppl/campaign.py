@@ -79,7 +79,7 @@ def execute(
     the checkpoint is saved.
     """
     record = settings.to_dict()
-    options = dict(
+    options: dict[str, Any] = dict(
         warmup_steps=settings.warmup,
         thin=settings.thin,
         seed=settings.seed,

@@ -74,7 +74,7 @@ class RunSettings:
         if options is None:
             options = cls()
         elif isinstance(options, Mapping):
-            options = cls.from_dict(options, f"kernel {self.kernel!r}")
+            options = cls.from_dict(options, self.kernel)
         elif type(options) is not cls:
             raise TypeError(f"kernel_options of kernel {self.kernel!r} must be {cls.__name__} or a mapping")
         object.__setattr__(self, "kernel_options", options)

@@ -221,9 +221,9 @@ def test_a_resume_names_missing_settings_and_refuses_a_damaged_checkpoint(model_
     cp_bytes = (out / "checkpoint.pt").read_bytes()
     (out / "checkpoint.pt").unlink()
     assert main(["sample", "--resume", str(out)]) == 2
-    assert "run settings lack seed" in _one_line_error(capsys)
+    assert "config.json: missing seed" in _one_line_error(capsys)
     config["seed"] = 7
-    (out / "config.json").write_text(json.dumps({"format": "mlm-ppl-run-1", **config}))
+    (out / "config.json").write_text(json.dumps(config))
     # a checkpoint past the end of the run, or with a damaged random state: refused, nothing written
     payload = torch.load(io.BytesIO(cp_bytes), weights_only=True)
     for field, bad, match in (

@@ -21,7 +21,9 @@ def empirical(target, tokens):
 
 def tv_noise(probs, n):
     """Mean and standard deviation of the total variation between ``probs`` and the empirical law
-    of ``n`` independent draws from it (each cell's error normal: DESIGN.md section 7)."""
+    of ``n`` independent draws from it. Each cell's error ``p^_i - p_i`` is nearly normal with
+    variance ``v_i = p_i (1 - p_i) / n``, so ``|p^_i - p_i|`` has mean ``sqrt(2 v_i / pi)`` and
+    variance ``v_i (1 - 2 / pi)``; TV is half their sum (the cells taken as independent)."""
     var = probs * (1 - probs) / n
     mean = 0.5 * float(torch.sqrt(2 * var / torch.pi).sum())
     sd = 0.5 * float(torch.sqrt((var * (1 - 2 / torch.pi)).sum()))

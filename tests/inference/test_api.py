@@ -10,7 +10,7 @@ from mlm_ppl import sample
 def test_draw_stats_have_arviz_names_and_shapes(tiny4):
     run = sample(tiny4, TEMPLATE, num_chains=2, num_samples=7, warmup_steps=3, thin=2, seed=0)
     assert run.tokens.shape == (2, 7, 7)
-    assert set(run.stats) == {"lp", "is_accepted", "acceptance_rate", "n_changed", "n_moves"}
+    assert set(run.stats) == {"lp", "is_accepted", "acceptance_rate", "n_changed", "n_moves", "evaluated"}
     assert all(v.shape == (2, 7) for v in run.stats.values())
     assert run.stats["is_accepted"].dtype == torch.bool
     assert ((run.stats["acceptance_rate"] >= 0) & (run.stats["acceptance_rate"] <= 1)).all()

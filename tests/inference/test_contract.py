@@ -1,4 +1,4 @@
-"""Every kernel keeps the same contract, and the old import paths still work (with a warning)."""
+"""Every kernel keeps the same contract; the names removed in 0.3 fail with clear errors."""
 
 import importlib
 import sys
@@ -22,6 +22,7 @@ from mlm_ppl.inference import (
     initial_tokens,
     run_chains,
 )
+from mlm_ppl.inference.spec import STAT_NAMES
 from mlm_ppl.models import ConstrainedTarget, Target
 from mlm_ppl.testing import goyal_counterexample
 
@@ -57,42 +58,34 @@ def test_every_kernel_inits_from_tokens_and_steps_with_random_streams(tiny4, ker
     assert hasattr(info, "is_accepted") == (kernel_cls in (MetropolisHastings, SurrogateMH))
 
 
-def test_runs_record_the_same_statistics_for_every_kernel(tiny4):
+def test_runs_record_the_statistics_each_kernel_declares(tiny4):
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
     for kernel in (MetropolisHastings(dist), PseudoGibbs(dist), MaskPredict(dist, iterations=2)):
         run = run_chains(kernel, 2, 3, seed=0)
-        assert set(run.stats) == {"lp", "is_accepted", "acceptance_rate", "n_changed", "n_moves"}
+        assert set(run.stats) == set(type(kernel).stat_names()) >= set(STAT_NAMES)
         assert torch.equal(run.stats["n_moves"], run.stats["n_changed"])
         if not isinstance(kernel, MetropolisHastings):  # no accept step: every move is taken
             assert run.stats["is_accepted"].all() and (run.stats["acceptance_rate"] == 1).all()
+    assert MetropolisHastings.stat_names() == (*STAT_NAMES, "evaluated")
 
 
-def test_deprecated_names_warn_and_still_work(tiny4):
+def test_the_names_removed_in_0_3_fail_with_clear_errors(tiny4):
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
-    with pytest.warns(DeprecationWarning, match="proposal_temperature"):
-        pg = PseudoGibbs(dist, temperature=2.0)
-    assert pg.proposal_temperature == 2.0
-    with pytest.warns(DeprecationWarning, match="proposal_temperature"):
-        assert pg.temperature == 2.0
-    with pytest.raises(TypeError, match="proposal_temperature only"):
-        PseudoGibbs(dist, temperature=2.0, proposal_temperature=3.0)
-    with pytest.warns(DeprecationWarning, match="init\\(tokens\\)"):
-        state = MaskPredict(dist).init(2)
-    assert (state.tokens[:, dist.free_positions] == tiny4.mask_id).all()
+    with pytest.raises(TypeError, match="'pseudo-gibbs' takes no option 'temperature'; its options are"):
+        PseudoGibbs(dist, temperature=2.0)
+    with pytest.raises(ValueError, match="unknown scan 'parallel'; choose one of .*'parallel_masked'"):
+        PseudoGibbs(dist, scan="parallel")
+    with pytest.raises(TypeError, match="initial tokens must be|tokens must be"):
+        MaskPredict(dist).init(2)
     sys.modules.pop("mlm_ppl.inference.kernels", None)
-    with pytest.warns(DeprecationWarning, match="mlm_ppl.inference.kernels is deprecated"):
-        old = importlib.import_module("mlm_ppl.inference.kernels")
-    assert old.MetropolisHastings is MetropolisHastings and old.ConstrainedTarget is ConstrainedTarget
-    from mlm_ppl.inference import api, runner
-
-    with pytest.warns(DeprecationWarning, match="moved to mlm_ppl.inference.api"):
-        assert runner.make_kernel is api.make_kernel
-    with pytest.raises(AttributeError):
-        runner.no_such_name  # noqa: B018
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("mlm_ppl.inference.kernels")
     import mlm_ppl.inference
+    from mlm_ppl.inference import runner
 
-    with pytest.warns(DeprecationWarning, match="moved to mlm_ppl.models"):
-        assert mlm_ppl.inference.ConstrainedTarget is ConstrainedTarget
+    for module, name in ((runner, "make_kernel"), (mlm_ppl.inference, "ConstrainedTarget")):
+        with pytest.raises(AttributeError):
+            getattr(module, name)
 
 
 def test_mask_predict_starts_from_the_masked_template(tiny4):

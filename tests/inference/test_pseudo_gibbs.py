@@ -166,11 +166,10 @@ def test_bert_gen_s_sequential_mode_is_the_left_to_right_fill(tiny4_64):
     check_fit(law, empirical(dist, drawn))
 
 
-def test_the_old_parallel_name_warns_and_means_parallel_masked(tiny4):
+def test_the_scans_are_named_after_what_they_do(tiny4):
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
-    with pytest.warns(FutureWarning, match="parallel_unmasked"):
-        kernel = PseudoGibbs(dist, scan="parallel")
-    assert kernel.scan == "parallel_masked"
+    with pytest.raises(ValueError, match="unknown scan 'parallel'"):  # the name removed in 0.3
+        PseudoGibbs(dist, scan="parallel")
     assert set(PSEUDO_GIBBS_SCANS) == {
         "random",
         "random_sweep",

@@ -109,8 +109,10 @@ def test_runs_record_the_new_statistics_and_the_summary_reports_them(tiny4):
 
 def test_bad_options_fail_before_any_work(tiny4):
     dist = MaskedLMDistribution(tiny4, LONG)
-    with pytest.raises(ValueError, match="surrogate_window must be an int >= 0"):
+    with pytest.raises(ValueError, match="surrogate_window must be an integer >= 0, got -1"):
         SurrogateMH(dist, surrogate_window=-1)
+    with pytest.raises(TypeError, match="surrogate_window must be an integer, got float 1.5"):
+        SurrogateMH(dist, surrogate_window=1.5)
     with pytest.raises(ValueError, match="inner_steps"):
         SurrogateMH(dist, inner_steps=0)
     with pytest.raises(ValueError, match="unknown surrogate_dtype 'float8'"):

@@ -33,11 +33,7 @@ def check_kernel_options(name: str, options: dict[str, Any]) -> Options:
 
     Checks that depend on the target (e.g. ``block_size``) run when the kernel is built.
     """
-    cls = kernel_class(name)
-    try:
-        return cls.Options.from_dict(options, f"kernel {name!r}")
-    except ValueError as err:  # unknown names: the same TypeError the kernel's constructor gives
-        raise TypeError(str(err)) from None
+    return kernel_class(name).Options.from_dict(options, name)
 
 
 def draw_from_distribution(

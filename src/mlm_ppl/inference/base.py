@@ -12,14 +12,14 @@ pass, while each draws its random numbers from its own stream
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_count, check_positive
-from ..models.target import Evaluation, Target
-from .spec import Capabilities
+from ..models.target import Target
+from .spec import KernelBase
 from .streams import ChainStreams
 
 __all__ = [
@@ -67,50 +67,9 @@ class StepInfo(Protocol):
         ...
 
 
-class Kernel(Protocol):
-    """The kernel contract. :class:`~mlm_ppl.inference.spec.KernelBase` implements it; a kernel
-    declares its name, ``Options``, ``State``, ``Info`` and ``capabilities`` once, as class
-    attributes (:mod:`mlm_ppl.inference.spec`).
-
-    Attributes
-    ----------
-    target : Target
-        What is sampled.
-    options : Options
-        The kernel's checked options (a frozen dataclass of its ``Options`` type).
-    capabilities : Capabilities
-        What else may be asked of it: a log-factor (:meth:`with_log_factor`), a place in
-        ``MLMGibbs``, complete starting states, an exact transition matrix (:meth:`transition_matrix`).
-    """
-
-    name: ClassVar[str]
-    Options: ClassVar[type]
-    State: ClassVar[type]
-    Info: ClassVar[type]
-    capabilities: ClassVar[Capabilities]
-    target: Target
-    options: Any
-
-    @classmethod
-    def stat_names(cls) -> tuple[str, ...]:
-        """The per-draw statistics of a run of this kernel."""
-        ...
-
-    def init(self, tokens: Tensor) -> Any:
-        """The state of chains starting at ``tokens`` ``(C, L)``."""
-        ...
-
-    def step(self, state: Any, streams: ChainStreams) -> tuple[Any, StepInfo]:
-        """One update of every chain; chain ``c`` draws only from ``streams`` row ``c``."""
-        ...
-
-    def with_log_factor(self, state: Any, log_factor: Tensor) -> Any:
-        """The state with new extra log terms (``capabilities.log_factor``)."""
-        ...
-
-    def transition_matrix(self, states: Tensor, evaluation: Evaluation, index: Callable[[Tensor], Tensor]) -> Tensor:
-        """The exact ``(S, S)`` transition matrix of one step (``capabilities.exact_matrix``)."""
-        ...
+Kernel = KernelBase
+"""The kernel contract: :class:`~mlm_ppl.inference.spec.KernelBase`, which every kernel subclasses,
+declaring its name, ``Options``, ``State``, ``Info`` and ``capabilities`` once (:mod:`.spec`)."""
 
 
 # ---------------------------------------------------------------------- accept and proposals

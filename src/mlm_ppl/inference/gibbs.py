@@ -140,8 +140,9 @@ class MLMGibbs(MCMCKernel):
         with HoldSites(self._values, zero_density=self.mlm_sites):
             return self.model(*args, **kwargs)
 
-    def _log_joint(self, values: dict[str, Tensor]) -> Tensor:
-        """Log density of every site but the MLM terms, at ``values`` (latent sites) and the data."""
+    def log_joint(self, values: dict[str, Tensor]) -> Tensor:
+        """Log density of every site but the MLM terms, at ``values`` (latent sites) and the data:
+        the full conditionals of the discrete sites, and the token sites' log-factors, read it."""
         return other_sites_log_prob(self.model, self._setup_args, self._setup_kwargs, values, self._mlm_fns)
 
     def _continuous_values(self) -> dict[str, Tensor]:
@@ -162,7 +163,7 @@ class MLMGibbs(MCMCKernel):
 
         def log_factor(tokens: Tensor) -> Tensor:
             base = {**self._values, **self._continuous_values()}
-            return torch.stack([self._log_joint({**base, site: with_row(row)}) for row in tokens]).to(torch.float64)
+            return torch.stack([self.log_joint({**base, site: with_row(row)}) for row in tokens]).to(torch.float64)
 
         return log_factor
 
@@ -297,12 +298,42 @@ class MLMGibbs(MCMCKernel):
         """Redraw a discrete site from its exact full conditional; True if it changed."""
         support = self._supports[name]
         base = {**self._values, **self._continuous_values()}
-        logp = torch.stack([self._log_joint({**base, name: v}) for v in support])  # (K,)
+        logp = torch.stack([self.log_joint({**base, name: v}) for v in support])  # (K,)
         pick = self._streams.categorical(torch.softmax(logp.double(), 0)[None])[0]
         new = support[pick].clone()
         changed = not torch.equal(new, self._values[name])
         self._values[name] = new
         return changed
+
+    # ------------------------------------------------------------------ the conditionals, for exact checks
+    def discrete_support(self, name: str) -> Tensor:
+        """The support of a latent discrete site, in the order its full conditional is drawn from."""
+        if name not in self._supports:
+            raise ValueError(f"{name!r} is not a discrete site of the model; they are {self.discrete_sites}")
+        return self._supports[name]
+
+    def hold(self, name: str, value: Tensor, element: int | None = None) -> None:
+        """Hold a token or discrete site (or sequence ``element`` of a plated token site) at
+        ``value``: the next updates of the other sites condition on it (exact checks build the
+        Gibbs sweep's transition matrix from them)."""
+        if name not in self._values:
+            raise ValueError(f"{name!r} is not a token or discrete site of the model")
+        if element is None:
+            self._values[name] = value.clone()
+        else:
+            self._values[name][element] = value
+
+    def site_kernel(self, site: str, element: int | None = None) -> Any:
+        """The token kernel that moves ``site`` (or its sequence ``element`` under a plate), on
+        :meth:`site_target`: its ``transition_matrix`` is the site's exact conditional update."""
+        self.site_target(site, element)  # a clear error for an unknown site or element
+        return self._kernels[site, element]
+
+    def site_state(self, site: str, element: int | None = None) -> Any:
+        """The current state of the token kernel of ``site`` (or of its sequence ``element``):
+        tokens, energy, the log-factor of the rest of the model, cached conditionals."""
+        self.site_target(site, element)
+        return self._states[site, element]
 
     # ------------------------------------------------------------------ reporting
     def site_target(self, site: str, element: int | None = None) -> ConstrainedTarget:

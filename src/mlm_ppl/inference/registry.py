@@ -62,7 +62,7 @@ def register(cls: type[KernelBase]) -> type[KernelBase]:
     for what in ("State", "Info"):
         if not hasattr(getattr(cls, what), "_fields"):
             raise TypeError(f"{cls.__name__}.{what} must be a NamedTuple")
-    if not {"lp", "n_changed"} <= set(cls.Info._fields):
+    if not {"lp", "n_changed"} <= set(cls.Info._fields):  # type: ignore[attr-defined]
         raise TypeError(f"{cls.__name__}.Info must report lp and n_changed")
     if not isinstance(cls.capabilities, Capabilities):
         raise TypeError(f"{cls.__name__}.capabilities must be a Capabilities")

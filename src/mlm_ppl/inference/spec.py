@@ -136,14 +136,15 @@ class Options:
         )
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any], what: str = "options") -> Options:
-        """Options from a mapping (a run's ``config.json``): unknown names are a ValueError naming them."""
+    def from_dict(cls, values: Mapping[str, Any], kernel: str) -> Options:
+        """The options of kernel ``kernel`` from a mapping; an unknown name is a TypeError naming
+        it and the options the kernel takes (the one wording, wherever options come from)."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(
-                f"{what}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                f"this kernel takes {', '.join(sorted(known)) or 'none'}"
+            raise TypeError(
+                f"kernel {kernel!r} takes no option {', '.join(map(repr, unknown))}; "
+                f"its options are {', '.join(sorted(known)) or 'none'}"
             )
         return cls(**values)
 
@@ -156,10 +157,10 @@ class Options:
         return {i.name: getattr(self, i.name) for i in self.describe() if getattr(self, i.name) != i.default}
 
 
-O = TypeVar("O", bound=Options)
+OptionsT = TypeVar("OptionsT", bound=Options)
 
 
-class KernelBase(Generic[O]):
+class KernelBase(Generic[OptionsT]):
     """The contract every kernel fulfils (:class:`~mlm_ppl.inference.base.Kernel`), and what it
     declares about itself (see the module docstring).
 
@@ -175,14 +176,7 @@ class KernelBase(Generic[O]):
 
     def __init__(self, target: Target, **options: Any) -> None:
         self.target = target
-        known = {f.name for f in dataclasses.fields(self.Options)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise TypeError(
-                f"kernel {self.name!r} takes no option {', '.join(map(repr, unknown))}; "
-                f"its options are {', '.join(sorted(known)) or 'none'}"
-            )
-        self.options: O = self.Options(**options)  # type: ignore[assignment]
+        self.options: OptionsT = self.Options.from_dict(options, self.name)  # type: ignore[assignment]
         self.check_target(target)
 
     def check_target(self, target: Target) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_seed
+from .._checks import check_count, check_seed
 
 __all__ = ["ChainStreams", "chain_seed"]
 
@@ -25,8 +25,7 @@ __all__ = ["ChainStreams", "chain_seed"]
 def chain_seed(seed: int, chain: int) -> int:
     """The 64-bit seed of chain ``chain``'s stream in a run seeded with ``seed``."""
     entropy = check_seed(seed) % 2**64  # torch's range, negative seeds included, as one non-negative int
-    if isinstance(chain, bool) or not isinstance(chain, int) or chain < 0:
-        raise ValueError(f"chain index must be an int >= 0, got {chain!r}")
+    check_count(chain, "chain index", 0)
     return int(np.random.SeedSequence(entropy, spawn_key=(chain,)).generate_state(1, np.uint64)[0])
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._checks import check_type
 from .energy import EnergyTerms, check_energy, energy_terms
 from .tokens import Encoding, TokenCodec
 
@@ -414,8 +415,7 @@ def _check_positions(positions: Sequence[int], enc: Encoding) -> list[int]:
         raise ValueError("positions is empty; pass None for every scorable position")
     T = enc.input_ids.shape[1]
     for p in pos:
-        if isinstance(p, bool) or not isinstance(p, int):
-            raise TypeError(f"positions must be ints, got {p!r}")
+        check_type(p, "each position", int)
         if not 0 <= p < T:
             raise ValueError(f"position {p} is outside the encoded length {T}")
     return sorted(set(pos))

@@ -75,29 +75,49 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
     """
     run_dir = RunDirectory.open(directory, "sample")
     try:
-        settings = read_settings(run_dir.path)
+        config = _read_config(run_dir.path)
         checkpoint = None
         for name in checkpoint_files(run_dir.path):
             cp, recorded = read_checkpoint(run_dir.path / name)
             if name == CHECKPOINT:
                 checkpoint = cp
-            made_with = RunSettings.from_dict(recorded, str(run_dir.path / name))
-            diff = settings.differences(made_with)
-            if diff:
-                detail = ", ".join(f"{k} ({a!r} in {CONFIG}, {b!r} in {name})" for k, a, b in diff)
+            mine, theirs = _flat(config), _flat(recorded or {})
+            keys = sorted(k for k in set(mine) | set(theirs) if _shown(mine, k) != _shown(theirs, k))
+            if keys:
+                detail = ", ".join(f"{k} ({_shown(mine, k)} in {CONFIG}, {_shown(theirs, k)} in {name})" for k in keys)
                 raise ValueError(
                     f"{run_dir.path / CONFIG} differs from the settings the run's checkpoint was made with: "
                     f"{detail}; restore {CONFIG}, or start a new run with the new settings"
                 )
+        settings = RunSettings.from_dict(config, str(run_dir.path / CONFIG))
     except BaseException:
         run_dir.close()
         raise
     return run_dir, settings, checkpoint
 
 
+def _flat(record: dict) -> dict:
+    """A settings record with the kernel's options as ``kernel_options.NAME`` keys (to name what differs)."""
+    out = {k: v for k, v in record.items() if k != "kernel_options"}
+    options = record.get("kernel_options")
+    if isinstance(options, dict):
+        out.update({f"kernel_options.{k}": v for k, v in options.items()})
+    elif "kernel_options" in record:
+        out["kernel_options"] = options
+    return out
+
+
+def _shown(record: dict, key: str) -> str:
+    return repr(record[key]) if key in record else "missing"
+
+
 def read_settings(directory: str | os.PathLike) -> RunSettings:
     """The settings of the run in ``directory``; a ValueError naming the file if they are not a run's."""
-    path = Path(directory)
+    return RunSettings.from_dict(_read_config(Path(directory)), str(Path(directory) / CONFIG))
+
+
+def _read_config(path: Path) -> dict:
+    """``config.json`` of a sampling run as written (format checked), before its settings are."""
     if not path.is_dir():
         raise ValueError(f"run directory {str(path)!r} does not exist")
     file = path / CONFIG
@@ -116,4 +136,4 @@ def read_settings(directory: str | os.PathLike) -> RunSettings:
         )
     config = dict(config)
     config.pop("format")
-    return RunSettings.from_dict(config, str(file))
+    return config

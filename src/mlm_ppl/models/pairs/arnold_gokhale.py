@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..._checks import check_count, check_positive, check_type
+
 __all__ = ["AGOptions", "arnold_gokhale", "solve_arnold_gokhale", "summed_kl"]
 
 
@@ -36,13 +38,9 @@ class AGOptions:
     accelerate: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.tol, bool) or not (isinstance(self.tol, (int, float)) and self.tol > 0):
-            raise ValueError(f"tol must be a number > 0, got {self.tol!r}")
-        m = self.max_iter
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise ValueError(f"max_iter must be an integer >= 1, got {m!r}")
-        if not isinstance(self.accelerate, bool):
-            raise ValueError(f"accelerate must be True or False, got {self.accelerate!r}")
+        object.__setattr__(self, "tol", check_positive(self.tol, "tol"))
+        check_count(self.max_iter, "max_iter", 1)
+        check_type(self.accelerate, "accelerate", bool)
 
 
 def arnold_gokhale(

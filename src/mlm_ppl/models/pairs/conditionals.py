@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..._checks import check_type
 from .joints import SIDES, PairJoint, build_joint, index_of, joint_options, pair_joint
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,8 +148,7 @@ def pair_conditionals(
     ids = _sequence_ids(mlm, sequence)
     L = ids.numel()
     for name, p in (("a", a), ("b", b)):
-        if isinstance(p, bool) or not isinstance(p, int):
-            raise TypeError(f"position {name} must be an int, got {p!r}")
+        check_type(p, f"position {name}", int)
         if not 0 <= p < L or not bool(mlm.ordinary_mask[ids[p]]):
             ok = mlm.ordinary_mask[ids].nonzero().flatten().tolist()
             raise ValueError(
