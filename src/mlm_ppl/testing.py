@@ -227,7 +227,7 @@ class TableTarget:
         self.free_positions = torch.arange(length)
         self.num_free = length
         self.temperature = float(temperature)
-        self.energy = "norm"
+        self.energy_name = "norm"
         ordinary = torch.ones(self.vocab_size, dtype=torch.bool)
         ordinary[num_tokens] = False
         self.ordinary_mask = ordinary

@@ -83,7 +83,7 @@ def test_validation_rejects_values_outside_the_support(dist, tiny4):
 def test_pickling_round_trip(dist, tiny4):
     x = tiny4.encode(["ADCEE"]).input_ids
     again = pickle.loads(pickle.dumps(dist))
-    assert torch.equal(again.template, dist.template) and again.energy == dist.energy
+    assert torch.equal(again.template, dist.template) and again.energy_name == dist.energy_name
     assert torch.allclose(again.log_prob(x), dist.log_prob(x), atol=1e-6)
 
 

@@ -82,7 +82,7 @@ def check_same_mlm_site(name: str, fn: Any, expected: MaskedLMDistribution) -> N
     same = (
         isinstance(fn, MaskedLMDistribution)
         and fn.mlm is expected.mlm
-        and fn.energy == expected.energy
+        and fn.energy_name == expected.energy_name
         and fn.temperature == expected.temperature
         and fn.batch_shape == expected.batch_shape
         and torch.equal(fn.template, expected.template)

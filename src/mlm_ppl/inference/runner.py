@@ -59,7 +59,7 @@ class Run:
 def target_attrs(target: Target) -> dict[str, Any]:
     """What a run records about its target: energy, temperature, template, free positions."""
     return dict(
-        energy=target.energy,
+        energy=target.energy_name,
         temperature=target.temperature,
         template=target.template.tolist(),
         free_positions=target.free_positions.tolist(),

@@ -38,7 +38,8 @@ class MaskedLMDistribution(TorchDistribution):
         RoBERTa/ESM) are the free positions, e.g. ``"CAR[MASK][MASK][MASK]DYW"``; or the
         encoded ids ``(L,)`` including special tokens. Other positions are fixed context.
     energy : {"norm", "raw"}
-        ``E_norm`` (negative PLL) or ``E_raw`` (negative sum of masked logits).
+        ``E_norm`` (negative PLL) or ``E_raw`` (negative sum of masked logits); kept as
+        :attr:`energy_name`.
     temperature : float
         ``T > 0``; ``log_prob(x) = -E(x) / T``.
     sampler_options : dict, optional
@@ -73,7 +74,7 @@ class MaskedLMDistribution(TorchDistribution):
         if not isinstance(mlm, MaskedLM):
             raise TypeError(f"mlm must be a MaskedLM (see mlm_ppl.load_mlm), got {type(mlm).__name__}")
         self.mlm = mlm
-        self.energy = check_energy(energy)
+        self.energy_name = check_energy(energy)
         self.temperature = check_temperature(temperature, "temperature")
         self.sampler_options = dict(sampler_options or {})
         self.template = _template_ids(mlm, template)  # (L,)
@@ -96,7 +97,7 @@ class MaskedLMDistribution(TorchDistribution):
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(MaskedLMDistribution, _instance)
         new.mlm = self.mlm
-        new.energy = self.energy
+        new.energy_name = self.energy_name
         new.temperature = self.temperature
         new.sampler_options = dict(self.sampler_options)
         new.template = self.template
@@ -159,7 +160,7 @@ class MaskedLMDistribution(TorchDistribution):
         cond = mlm.masked_log_probs(enc, None if positions is None else positions.tolist())
         rows, query = cond.batch_index, cond.position  # (M,), (M,)
         scores = token_scores(cond.logits, enc.input_ids[rows, query])  # (M, 2): logit, log-prob
-        picked = scores[:, 1] if self.energy == "norm" else scores[:, 0]
+        picked = scores[:, 1] if self.energy_name == "norm" else scores[:, 0]
         energy = torch.zeros(N, dtype=picked.dtype).index_add_(0, rows, -picked)  # (N,)
         free_logits = cond.logits[self.free[query]].reshape(N, self.num_free, self.mlm.vocab_size)  # (N, F, V)
         return Evaluation(energy, torch.zeros(N, dtype=energy.dtype), free_logits)
@@ -226,7 +227,7 @@ class MaskedLMDistribution(TorchDistribution):
             (
                 self.mlm,
                 self.template,
-                self.energy,
+                self.energy_name,
                 self.temperature,
                 self.sampler_options,
                 tuple(self.batch_shape),
@@ -237,7 +238,7 @@ class MaskedLMDistribution(TorchDistribution):
     def __repr__(self) -> str:
         return (
             f"MaskedLMDistribution({self.mlm.name!r}, L={self.event_shape[0]}, free={self.num_free}, "
-            f"energy={self.energy!r}, temperature={self.temperature}, batch_shape={tuple(self.batch_shape)})"
+            f"energy={self.energy_name!r}, temperature={self.temperature}, batch_shape={tuple(self.batch_shape)})"
         )
 
 

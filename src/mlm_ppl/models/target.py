@@ -66,8 +66,9 @@ class Target(Protocol):
         ``F``.
     temperature : float
         ``T`` of ``-E/T``.
-    energy : str
-        Which energy ``E`` is (``"norm"`` or ``"raw"``), for the record.
+    energy_name : str
+        Which energy ``E`` is (``"norm"`` or ``"raw"``), for the record (a name; a state's
+        ``energy`` is the tensor of its values).
     ordinary_mask : Tensor
         ``(V,)`` bool, the tokens that may fill a free position (never special tokens).
     vocab_size : int
@@ -84,7 +85,7 @@ class Target(Protocol):
     def temperature(self) -> float: ...
 
     @property
-    def energy(self) -> str: ...
+    def energy_name(self) -> str: ...
 
     @property
     def num_free(self) -> int: ...
@@ -160,8 +161,8 @@ class DerivedTarget:
         return self.base.temperature
 
     @property
-    def energy(self) -> str:
-        return self.base.energy
+    def energy_name(self) -> str:
+        return self.base.energy_name
 
     @property
     def ordinary_mask(self) -> Tensor:
