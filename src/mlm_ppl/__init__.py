@@ -32,7 +32,7 @@ from .models import (
     pair_conditionals,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 __all__ = [
     # loading and the model wrapper

@@ -112,27 +112,25 @@ class RunSettings:
         except (TypeError, ValueError) as err:
             raise ValueError(f"{what}: {err}") from None
 
-    def differences(self, other: RunSettings) -> list[tuple[str, Any, Any]]:
-        """``(setting, this value, the other's)`` for every setting that differs (kernel options by name)."""
-        a, b = self.to_dict(), other.to_dict()
-        out = [(k, a[k], b[k]) for k in a if k != "kernel_options" and a[k] != b[k]]
-        oa, ob = a["kernel_options"], b["kernel_options"]
-        out += [
-            (f"kernel_options.{k}", oa.get(k), ob.get(k)) for k in sorted(set(oa) | set(ob)) if oa.get(k) != ob.get(k)
-        ]
-        return out
-
     def for_template(self, template: str) -> RunSettings:
         """The same settings for another template, in one process (a batch's template run)."""
         return dataclasses.replace(self, template=template, length=None, workers=None)
 
 
-def option_flags() -> dict[str, tuple[OptionInfo, list[str]]]:
-    """Every command-line kernel option of the registered kernels: name -> (its first
-    declaration, the kernels that take it)."""
-    out: dict[str, tuple[OptionInfo, list[str]]] = {}
+def option_flags() -> dict[str, list[tuple[str, OptionInfo]]]:
+    """Every command-line kernel option of the registered kernels: name -> ``(kernel, its
+    declaration)`` for each kernel that takes it. One flag carries the option for all of them,
+    so their types must agree (a TypeError names the two kernels otherwise)."""
+    out: dict[str, list[tuple[str, OptionInfo]]] = {}
     for name, k in KERNELS.items():
         for info in k.Options.describe():
-            if info.cli:
-                out.setdefault(info.name, (info, []))[1].append(name)
+            if not info.cli:
+                continue
+            same = out.setdefault(info.name, [])
+            if same and same[0][1].type is not info.type:
+                raise TypeError(
+                    f"option {info.name!r} is {info.type.__name__} in kernel {name!r} but "
+                    f"{same[0][1].type.__name__} in {same[0][0]!r}: one command-line flag cannot carry both"
+                )
+            same.append((name, info))
     return out

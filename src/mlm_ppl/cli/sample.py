@@ -19,7 +19,8 @@ from ..rundir import RunDirectory
 from ..settings import MAX_CHAINS, RunSettings, option_flags
 from ._common import add_model_args, split_lines
 
-_SETTINGS = tuple(f.name for f in dataclasses.fields(RunSettings) if f.name != "kernel_options")
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSettings) if f.name != "kernel_options"}
+_SETTINGS = tuple(_DEFAULTS)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _RESERVED = {"config.json", "designs.tsv", "summary.txt"}  # a batch directory's own files
 
@@ -54,8 +55,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     smp.add_argument("--thin", type=int, help="keep every k-th step (default 1)")
     smp.add_argument("--seed", type=int, help="seed (default 0)")
     smp.add_argument("--init", choices=INITS, help="how the masks are first filled")
-    for name, (info, kernels) in option_flags().items():  # every kernel's options, from their declarations
-        help = f"{', '.join(kernels)}: {info.help}"
+    for name, declared in option_flags().items():  # every kernel's options, from their declarations
+        info = declared[0][1]
+        helps = {i.help for _, i in declared}
+        if len(helps) == 1:
+            help = f"{', '.join(k for k, _ in declared)}: {info.help}"
+        else:
+            help = "; ".join(f"{k}: {i.help}" for k, i in declared)
         if info.type is bool:
             smp.add_argument(info.flag, dest=name, action="store_const", const=True, default=None, help=help)
         else:
@@ -93,19 +99,19 @@ def config_from_flags(args: argparse.Namespace, template: str | None = None) -> 
         given["template"] = template
     if "template" not in given and "length" not in given:
         raise ValueError("give --template TEXT (mask tokens at the positions to sample) or --length N")
-    kernel = given.get("kernel", "mh")
+    kernel = given.get("kernel", _DEFAULTS["kernel"])
     flags = option_flags()
     options = {k: getattr(args, k) for k in flags if getattr(args, k) is not None}
     for name in options:
-        if kernel not in flags[name][1]:
-            info, kernels = flags[name]
-            raise ValueError(f"{info.flag} applies to --kernel {' or '.join(kernels)}, not {kernel}")
+        kernels = [k for k, _ in flags[name]]
+        if kernel not in kernels:
+            raise ValueError(f"{flags[name][0][1].flag} applies to --kernel {' or '.join(kernels)}, not {kernel}")
     if args.ray:
         from ..inference.distributed import check_address, import_ray
 
         import_ray()  # installed? (says how to install it)
         check_address()  # RAY_ADDRESS answers? (within seconds)
-        given.setdefault("workers", min(given.get("chains", 4), os.cpu_count() or 1))
+        given.setdefault("workers", min(given.get("chains", _DEFAULTS["chains"]), os.cpu_count() or 1))
     settings = RunSettings(**given, kernel_options=options)
     if settings.chains > MAX_CHAINS and not args.force:
         raise ValueError(

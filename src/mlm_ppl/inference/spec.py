@@ -72,6 +72,7 @@ class OptionInfo:
     help: str
     choices: tuple[str, ...] | None
     cli: bool  # False: Python only (e.g. a callable), never in a run's config.json
+    check: Callable[[Any, str], Any] | None  # its one check, after the type's
 
     @property
     def flag(self) -> str:
@@ -93,7 +94,7 @@ def option(
     return dataclasses.field(default=default, metadata=meta)
 
 
-_SCALARS = {int: "an integer", float: "a number", str: "text", bool: "true or false"}
+_SCALARS = (int, float, str, bool)  # the types an option may have on the command line
 
 
 def _scalar(hint: Any) -> type:
@@ -115,24 +116,16 @@ class Options:
                 value = check_choice(value, info.name, info.choices)
             elif info.type is not object:
                 value = check_type(value, info.name, info.type)
-            check = self._field(info.name).metadata["check"]
-            if check is not None:
-                value = check(value, info.name)
+            if info.check is not None:
+                value = info.check(value, info.name)
             object.__setattr__(self, info.name, value)
-
-    @classmethod
-    def _field(cls, name: str) -> dataclasses.Field:
-        return {f.name: f for f in dataclasses.fields(cls)}[name]
 
     @classmethod
     def describe(cls) -> tuple[OptionInfo, ...]:
         """Every option: name, type, default, help, choices, whether the command line has it."""
         hints = typing.get_type_hints(cls)
         return tuple(
-            OptionInfo(
-                f.name, _scalar(hints[f.name]), f.default, f.metadata["help"], f.metadata["choices"], f.metadata["cli"]
-            )  # fmt: skip
-            for f in dataclasses.fields(cls)
+            OptionInfo(f.name, _scalar(hints[f.name]), f.default, **f.metadata) for f in dataclasses.fields(cls)
         )
 
     @classmethod

@@ -90,12 +90,3 @@ class ChainStreams:
             raise ValueError(f"random states {shape} do not fit {len(self)} chains (one row per chain expected)")
         for g, s in zip(self.generators, state):
             g.set_state(s.clone())  # a row of its own: set_state reads the storage from its start
-
-    def select(self, chains: Sequence[int]) -> ChainStreams:
-        """The streams of rows ``chains`` (positions in this object), shared, not copied: drawing
-        from the selection advances these streams."""
-        out = ChainStreams.__new__(ChainStreams)
-        out.seed = self.seed
-        out.chains = tuple(self.chains[i] for i in chains)
-        out.generators = [self.generators[i] for i in chains]
-        return out

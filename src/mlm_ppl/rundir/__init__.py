@@ -44,7 +44,6 @@ __all__ = [
     "RunLockedError",
     "start_run",
     "resume_run",
-    "read_settings",
     "save_checkpoint",
     "load_checkpoint",
     "group_checkpoints",
@@ -109,11 +108,6 @@ def _flat(record: dict) -> dict:
 
 def _shown(record: dict, key: str) -> str:
     return repr(record[key]) if key in record else "missing"
-
-
-def read_settings(directory: str | os.PathLike) -> RunSettings:
-    """The settings of the run in ``directory``; a ValueError naming the file if they are not a run's."""
-    return RunSettings.from_dict(_read_config(Path(directory)), str(Path(directory) / CONFIG))
 
 
 def _read_config(path: Path) -> dict:

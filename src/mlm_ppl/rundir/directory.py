@@ -1,9 +1,9 @@
-"""The owner of a run directory: its marker, its lock, and atomic writes of its files.
+"""The owner of a run directory: creating, opening, writing and removing its files.
 
-A run directory holds ``.mlm-ppl`` (the marker: format, kind, run id and every file name the run
-writes, each recorded before it is written) and ``.mlm-ppl.lock`` (the lock, held by the process
-working in the directory); every file is written through a temporary file and a rename
-(:mod:`mlm_ppl._files`). What the files hold is the business of :mod:`.checkpoint` and
+A run directory holds ``.mlm-ppl`` (the marker, :mod:`.marker`: format, kind, run id and every
+file name the run writes, each recorded before it is written) and ``.mlm-ppl.lock`` (the lock,
+:mod:`.lock`, held by the process working in the directory); every file is written through a
+temporary file and a rename (:mod:`mlm_ppl._files`). What the files hold is the business of :mod:`.checkpoint` and
 :mod:`.outputs`. See ``docs/reliability.md``.
 """
 
@@ -19,40 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .._files import atomic_path, temp_pattern, write_bytes_atomic, write_text_atomic
+from .._files import atomic_path, temp_pattern, write_bytes_atomic
 from .lock import LOCK, RunLockedError, release_lock, take_lock
+from .marker import DIR_FORMAT, MARKER, RunExistsError, has_marker, kind_of, owned, read_marker, write_marker
 
 __all__ = ["CONFIG", "MARKER", "LOCK", "RunDirectory", "kind_of", "RunExistsError", "RunLockedError"]
 
 CONFIG = "config.json"
-MARKER = ".mlm-ppl"
-_DIR_FORMAT = "mlm-ppl-dir-1"  # the marker
-
-
-class RunExistsError(ValueError):
-    """A directory that already holds something, where a new run was to start.
-
-    ``detail`` says what is there; the caller adds how to resume, overwrite or go elsewhere in
-    its own terms (the CLI names its flags). ``ours`` is False for a directory that holds files
-    this library did not write (it is never overwritten).
-    """
-
-    def __init__(self, path: Path, detail: str, *, ours: bool = True) -> None:
-        hint = "resume it, overwrite it, or choose another directory" if ours else "choose another directory"
-        super().__init__(f"{detail}; {hint}")
-        self.path = path
-        self.detail = detail
-        self.ours = ours
-
-
-def kind_of(directory: str | os.PathLike) -> str | None:
-    """The kind of run in ``directory`` (``"sample"``, ``"batch"``, ``"pairs"``) from its marker,
-    None for anything else."""
-    try:
-        marker = json.loads((Path(directory) / MARKER).read_text())
-        return str(marker["kind"]) if isinstance(marker, dict) else None
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 class RunDirectory:
@@ -96,7 +69,7 @@ class RunDirectory:
         """
         path = Path(directory)
         _check_dir_path(path)
-        _owned(path, kind, overwrite)  # refuse before creating anything
+        owned(path, kind, overwrite)  # refuse before creating anything
         created = not path.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -110,21 +83,21 @@ class RunDirectory:
                     path.rmdir()
             raise
         try:
-            marker = _owned(path, kind, overwrite)  # again, under the lock: another process may have started
+            marker = owned(path, kind, overwrite)  # again, under the lock: another process may have started
             if marker is not None:
                 for name in marker["files"]:
                     _remove(path, name)
             marker = {
-                "format": _DIR_FORMAT,
+                "format": DIR_FORMAT,
                 "kind": kind,
                 "run_id": uuid.uuid4().hex,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "host": socket.gethostname(),
                 "files": [],
             }
-            _write_marker(path, marker)
+            write_marker(path, marker)
         except BaseException:
-            release_lock(path, fd, remove=created or not _has_marker(path))
+            release_lock(path, fd, remove=created or not has_marker(path))
             if created:
                 with contextlib.suppress(OSError):
                     path.rmdir()
@@ -136,7 +109,7 @@ class RunDirectory:
         """The checks of :meth:`create`, without creating or locking anything (to fail before work)."""
         path = Path(directory)
         _check_dir_path(path)
-        _owned(path, kind, overwrite)
+        owned(path, kind, overwrite)
 
     @classmethod
     def open(cls, directory: str | os.PathLike, kind: str) -> RunDirectory:
@@ -146,11 +119,11 @@ class RunDirectory:
         path = Path(directory)
         if not path.is_dir():
             raise ValueError(f"run directory {str(path)!r} does not exist")
-        if _read_marker(path, kind) is None:
+        if read_marker(path, kind) is None:
             raise ValueError(f"{str(path)!r} is not an mlm-ppl {kind} run directory (no {MARKER} marker)")
         fd = take_lock(path)
         try:
-            marker = _read_marker(path, kind)
+            marker = read_marker(path, kind)
             if marker is None:
                 raise ValueError(f"{str(path)!r} is not an mlm-ppl {kind} run directory (no {MARKER} marker)")
             for name in marker["files"]:  # temporary files of writes cut off by a kill (we hold the lock)
@@ -169,7 +142,7 @@ class RunDirectory:
             raise ValueError(f"run directory {str(self.path)!r} is closed")
         if name not in self._marker["files"]:
             self._marker["files"].append(name)
-            _write_marker(self.path, self._marker)
+            write_marker(self.path, self._marker)
         return self.path / name
 
     def write_bytes(self, name: str, data: bytes) -> Path:
@@ -221,50 +194,6 @@ def _check_dir_path(path: Path) -> None:
         raise ValueError(f"{str(path)!r} is a symbolic link to nothing ({os.readlink(path)}); give a directory")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{str(path)!r} is a file; give a directory")
-
-
-def _read_marker(path: Path, kind: str) -> dict[str, Any] | None:
-    """The marker of a run of ``kind`` in ``path``; None if there is none; ValueError for another kind."""
-    try:
-        marker = json.loads((path / MARKER).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        raise ValueError(f"{path / MARKER} is damaged; remove the directory by hand if it is yours") from None
-    if not isinstance(marker, dict) or marker.get("format") != _DIR_FORMAT or not isinstance(marker.get("files"), list):
-        raise ValueError(f"{path / MARKER} is not an mlm-ppl marker")
-    if marker.get("kind") != kind:
-        raise RunExistsError(path, f"{str(path)!r} holds an mlm-ppl {marker.get('kind')} run, not a {kind} run")
-    return marker
-
-
-def _write_marker(path: Path, marker: dict[str, Any]) -> None:
-    write_text_atomic(path / MARKER, json.dumps(marker, indent=1))
-
-
-def _has_marker(path: Path) -> bool:
-    return (path / MARKER).is_file()
-
-
-def _owned(path: Path, kind: str, overwrite: bool) -> dict[str, Any] | None:
-    """Whether a new run of ``kind`` may start in ``path``: None if it is absent or empty, the
-    old run's marker if ``overwrite`` may replace it; RunExistsError otherwise."""
-    if not path.is_dir():
-        return None
-    others = [p.name for p in path.iterdir() if p.name != LOCK]
-    if not others:
-        return None
-    marker = _read_marker(path, kind)
-    if marker is None:
-        raise RunExistsError(
-            path,
-            f"{str(path)!r} is not empty and is not an mlm-ppl {kind} run directory "
-            f"(no {MARKER} marker); it is never overwritten",
-            ours=False,
-        )
-    if not overwrite:
-        raise RunExistsError(path, f"run directory {str(path)!r} exists and is not empty")
-    return marker
 
 
 def _remove(path: Path, name: str) -> None:
