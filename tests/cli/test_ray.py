@@ -114,7 +114,7 @@ def test_bad_ray_arguments_are_refused_before_any_work(model_dir, tmp_path, caps
 def test_an_unreachable_cluster_is_a_clear_error_within_seconds(model_dir, tmp_path, capsys, monkeypatch):
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'mlm-ppl[ray]')")
     assert main(_sample(model_dir, tmp_path / "w", "--ray", "--workers", "0")) == 2
-    assert "--workers must be >= 1" in capsys.readouterr().err
+    assert "workers must be an integer >= 1" in capsys.readouterr().err
     with socket.socket() as s:  # a loopback port where nothing listens
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

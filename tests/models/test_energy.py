@@ -106,7 +106,7 @@ def test_masked_log_probs_rejects_bad_positions(tiny_models):
         mlm.masked_log_probs(seqs[:1], positions=[0])  # [CLS]
     with pytest.raises(ValueError, match="outside"):
         mlm.masked_log_probs(seqs[:1], positions=[99])
-    with pytest.raises(TypeError, match="ints"):
+    with pytest.raises(TypeError, match="each position must be an integer, got float"):
         mlm.masked_log_probs(seqs[:1], positions=[1.5])
     with pytest.raises(ValueError, match="empty"):
         mlm.masked_log_probs(seqs[:1], positions=[])

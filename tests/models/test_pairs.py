@@ -259,7 +259,7 @@ def test_derive_pair_joint_end_to_end(bert):
         ({"method": "hcb", "pivot_side": "c"}, ValueError, "pivot_side"),
         ({"method": "ag", "max_iter": 0}, ValueError, "max_iter"),
         ({"method": "ag", "tol": -1.0}, ValueError, "tol"),
-        ({"method": "ag", "accelerate": 1}, ValueError, "accelerate"),
+        ({"method": "ag", "accelerate": 1}, TypeError, "accelerate must be true or false, got int 1"),
         ({"method": "mrf", "accelerate": False}, ValueError, "'ag' only"),
         ({"support": 0}, ValueError, "support K"),
         ({"support": 1000}, ValueError, "support K"),
