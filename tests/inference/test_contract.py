@@ -100,3 +100,15 @@ def test_mask_predict_starts_from_the_masked_template(tiny4):
         kernel.init(filled[:, :3])
     with pytest.raises(ValueError, match="fixed position"):
         kernel.init(filled.roll(1, dims=1))
+
+
+def test_every_kernel_that_samples_no_log_factor_refuses_one(tiny4):
+    """A constraint or likelihood term would be silently ignored (mask-predict used to ignore it)."""
+    from mlm_ppl.inference import KERNELS
+
+    constrained = ConstrainedTarget(MaskedLMDistribution(tiny4, TEMPLATE), lambda x: torch.zeros(x.shape[0]))
+    refusing = [name for name, cls in KERNELS.items() if not cls.capabilities.log_factor]
+    assert refusing == ["pseudo-gibbs", "mask-predict"]
+    for name in refusing:
+        with pytest.raises(ValueError, match=f"{name} would ignore the log-factor.*use kernel='mh'"):
+            KERNELS[name](constrained)

@@ -94,11 +94,11 @@ def test_pseudo_gibbs_refuses_factors_through_every_entry_point(tiny4):
     from mlm_ppl.models import ConstrainedTarget
 
     model, dist, _ = _model(tiny4)
-    with pytest.raises(ValueError, match="pseudo-Gibbs would ignore the log-factor"):
+    with pytest.raises(ValueError, match="pseudo-gibbs would ignore the log-factor"):
         _mcmc(MLMKernel(model, kernel="pseudo-gibbs"), num_samples=2, num_chains=1)
-    with pytest.raises(ValueError, match="pseudo-Gibbs would ignore the log-factor"):
+    with pytest.raises(ValueError, match="pseudo-gibbs would ignore the log-factor"):
         sample(tiny4, TEMPLATE, kernel="pseudo-gibbs", log_factor=lambda x: torch.zeros(x.shape[0]))
-    with pytest.raises(ValueError, match="pseudo-Gibbs would ignore the log-factor"):
+    with pytest.raises(ValueError, match="pseudo-gibbs would ignore the log-factor"):
         PseudoGibbs(ConstrainedTarget(dist, lambda x: torch.zeros(x.shape[0])))
 
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_temperature, count_at_least
-from ..models.target import ConstrainedTarget, Evaluation, Target, log_density
+from ..models.target import Evaluation, log_density
 from .base import PARALLEL_SCANS, SCANS, check_states, proposal_log_probs, sample_tokens, select_sites
 from .exact import block_moves, scan_matrix
 from .spec import Capabilities, KernelBase, Options, option
@@ -119,14 +119,6 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
     Info = PseudoGibbsInfo
     capabilities = Capabilities(log_factor=False, gibbs=False, complete_start=True, exact_matrix=True)
     options: PseudoGibbsOptions
-
-    def check_target(self, target: Target) -> None:
-        if isinstance(target, ConstrainedTarget):
-            raise ValueError(
-                "pseudo-Gibbs would ignore the log-factor (constraints, likelihood terms, other sites): it redraws "
-                "tokens from the MLM's conditionals alone and has no target; use kernel='mh', which is exact for "
-                "the whole model"
-            )
 
     def init(self, tokens: Tensor) -> PseudoGibbsState:
         """Chains starting at complete states ``(C, L)``."""

@@ -154,10 +154,11 @@ class MLMKernel(MCMCKernel):
         assert isinstance(dist, MaskedLMDistribution)  # the site was chosen for it
         if len(sites) > 1 or dist.batch_shape != torch.Size():
             shape = f"token sites {sites}" if len(sites) > 1 else f"token site {sites[0]!r} under a pyro.plate"
+            use = self.kernel_name if kernel_class(self.kernel_name).capabilities.gibbs else "mh"
             raise ValueError(
                 f"MLMKernel moves one token site outside any pyro.plate; this model has {shape}. Sample it with "
-                f"MLMGibbs(model, kernel={self.kernel_name!r}), which updates each site (and each sequence of a "
-                "plate) in turn given the others, and run MCMC(num_chains=C) for several chains"
+                f"MLMGibbs(model, kernel={use!r}), which updates each site (and each sequence of a plate) in turn "
+                "given the others, and run MCMC(num_chains=C) for several chains"
             )
         self.site = sites[0]
         self._dist = dist
