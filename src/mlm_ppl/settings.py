@@ -26,6 +26,11 @@ MAX_CHAINS = 1000
 readable, and one run's memory grows with them; run several directories instead."""
 
 
+def _flag(default: Any, help: str) -> Any:
+    """A setting the command line has as a flag of its own (``--name``), with its help."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """Every setting of a sampling run.
@@ -39,16 +44,16 @@ class RunSettings:
     model: str = "antiberty"
     template: str | None = None
     length: int | None = None
-    kernel: str = "mh"
+    kernel: str = _flag("mh", "the kernel (its options are the flags below)")
     kernel_options: Any = None
-    energy: str = "norm"
-    temperature: float = 1.0
-    chains: int = 4
-    draws: int = 100
-    warmup: int = 0
-    thin: int = 1
-    seed: int = 0
-    init: str = "sample"
+    energy: str = _flag("norm", "E_norm (negative pseudo-log-likelihood) or E_raw (negative sum of logits)")
+    temperature: float = _flag(1.0, "target temperature T")
+    chains: int = _flag(4, "chains, advanced together")
+    draws: int = _flag(100, "draws kept per chain")
+    warmup: int = _flag(0, "steps discarded before the first draw")
+    thin: int = _flag(1, "keep every k-th step")
+    seed: int = _flag(0, "seed of every chain's random stream")
+    init: str = _flag("sample", "how the masks are first filled")
     dtype: str | None = None
     device: str | None = None
     workers: int | None = None

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import re
 import sys
+import typing
 from typing import Any, TextIO
 
 from .. import campaign
@@ -46,15 +47,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a batch: one template per line (TEMPLATE, or NAME<TAB>TEMPLATE), each run with the same settings "
         "into DIR/NAME, then DIR/designs.tsv and DIR/summary.txt",
     )
-    smp.add_argument("--kernel", choices=tuple(KERNELS))
-    smp.add_argument("--energy", choices=ENERGIES)
-    smp.add_argument("--temperature", type=float, help="target temperature T (default 1)")
-    smp.add_argument("--chains", type=int, help="chains, advanced together (default 4)")
-    smp.add_argument("--draws", type=int, help="draws kept per chain (default 100)")
-    smp.add_argument("--warmup", type=int, help="steps discarded before the first draw (default 0)")
-    smp.add_argument("--thin", type=int, help="keep every k-th step (default 1)")
-    smp.add_argument("--seed", type=int, help="seed (default 0)")
-    smp.add_argument("--init", choices=INITS, help="how the masks are first filled")
+    choices = {"kernel": tuple(KERNELS), "energy": ENERGIES, "init": INITS}
+    types = typing.get_type_hints(RunSettings)
+    for f in dataclasses.fields(RunSettings):  # the run's own settings, from the record's declaration
+        if "help" in f.metadata:
+            kind = types[f.name]
+            smp.add_argument(
+                f"--{f.name}",
+                type=kind,
+                choices=choices.get(f.name),
+                help=f"{f.metadata['help']} (default {f.default})",
+            )
     for name, declared in option_flags().items():  # every kernel's options, from their declarations
         info = declared[0][1]
         helps = {i.help for _, i in declared}
