@@ -102,16 +102,9 @@ class RunSettings:
             raise ValueError(f"{what}: not a mapping of settings")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown, missing = sorted(set(values) - known), sorted(known - set(values))
-        if unknown or missing:
-            detail = "; ".join(
-                part
-                for part in (
-                    f"unknown {', '.join(unknown)}" if unknown else "",
-                    f"missing {', '.join(missing)}" if missing else "",
-                )  # fmt: skip
-                if part
-            )
-            raise ValueError(f"{what}: {detail}")
+        parts = [f"{word} {', '.join(names)}" for word, names in (("unknown", unknown), ("missing", missing)) if names]
+        if parts:
+            raise ValueError(f"{what}: {'; '.join(parts)}")
         try:
             return cls(**values)
         except (TypeError, ValueError) as err:
