@@ -346,13 +346,14 @@ def test_pairs_command_reference_convention(model_dir, tmp_path, capsys):
     rows = _read(ref / "pairs.csv")
     assert {int(r["copies"]) for r in rows if r["method"] == "mlm"} == {2 * 25 + 1}
     assert {r["iterations"] for r in rows if r["method"] == "ag"} == {"40"}
-    # a pairs run of 0.1.0 wrote no convention: it continues as mlm-ppl's
     assert main([*argv, "--methods", "ag", "--out", str(ours)]) == 0
+    assert main([*argv, "--methods", "ag", "--out", str(ours), "--convention", "reference"]) == 2
+    assert "other settings (convention)" in capsys.readouterr().err
+    # a run whose settings lack the convention (0.1.0 wrote none) is no longer read as mlm-ppl's
     config = json.loads((ours / "config.json").read_text())
     del config["convention"]
     (ours / "config.json").write_text(json.dumps(config))
-    assert main([*argv, "--methods", "ag", "--out", str(ours)]) == 0
-    assert main([*argv, "--methods", "ag", "--out", str(ours), "--convention", "reference"]) == 2
+    assert main([*argv, "--methods", "ag", "--out", str(ours)]) == 2
     assert "other settings (convention)" in capsys.readouterr().err
 
 

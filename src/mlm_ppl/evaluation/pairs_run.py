@@ -75,7 +75,6 @@ def open_pairs_run(
             old = json.loads((path / CONFIG).read_text())
         except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
             raise RunExistsError(path, f"{str(path)!r} holds a pairs run without readable settings") from None
-        old.setdefault("convention", "mlm-ppl")  # a run of 0.1.0 has none: it followed mlm-ppl's
         if old != config:
             changed = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
             raise RunExistsError(path, f"{str(path)!r} holds a pairs run with other settings ({', '.join(changed)})")
