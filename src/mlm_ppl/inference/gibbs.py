@@ -31,7 +31,7 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, fill_template
-from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob
+from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob, site_weights, weighted
 from .registry import KERNELS, kernel_class, make_kernel
 from .runner import Run, step_stats, target_attrs
 from .streams import ChainStreams
@@ -215,6 +215,7 @@ class MLMGibbs(MCMCKernel):
             self._values[name] = support[int(self._streams.randint(support.shape[0])[0])].clone()
         self._kernels, self._states, self._targets = {}, {}, {}
         for name in self.mlm_sites:
+            weights = site_weights(name, latent[name])  # poutine.scale / mask: (B,) under a plate, else ()
             batch = fns[name].batch_shape
             base = fns[name].expand(torch.Size()) if batch else fns[name]  # one sequence of the site
             # (B or 1, L): the elements of a plate one after another, all from the chain's one stream
@@ -223,7 +224,8 @@ class MLMGibbs(MCMCKernel):
             self._values[name] = filled if batch else filled[0]
             for element in range(batch[0]) if batch else [None]:
                 unit = (name, element)
-                self._targets[unit] = ConstrainedTarget(base, self._factor(name, element))
+                weight = weights if element is None else weights[element]
+                self._targets[unit] = ConstrainedTarget(weighted(base, weight), self._factor(name, element))
                 self._kernels[unit] = make_kernel(self.kernel_name, self._targets[unit], **self.kernel_options)
         self._z = {}
         if self.continuous_sites:

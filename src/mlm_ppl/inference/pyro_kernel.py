@@ -38,7 +38,7 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, initial_tokens
-from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob
+from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob, site_weights, weighted
 from .registry import kernel_class, make_kernel
 from .runner import Run, step_stats, target_attrs
 from .streams import ChainStreams
@@ -162,8 +162,9 @@ class MLMKernel(MCMCKernel):
             )
         self.site = sites[0]
         self._dist = dist
+        base = weighted(dist, site_weights(self.site, trace.nodes[self.site]))  # poutine.scale / mask on the site
         has_other_terms = any(is_sample_site(s) and name != self.site for name, s in trace.nodes.items())
-        self.target = ConstrainedTarget(dist, self._log_factor) if has_other_terms else dist
+        self.target = ConstrainedTarget(base, self._log_factor) if has_other_terms else base
         self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
         self._streams = chain_streams(self.seed, self._chain_index, self.num_chains)
         if self._initial_params is not None:
@@ -176,13 +177,13 @@ class MLMKernel(MCMCKernel):
         self._initials.append(self._state.tokens.clone())
 
     def _log_factor(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` log density of every site but the token site, with the tokens substituted."""
-        out = torch.empty(tokens.shape[0])
-        for i, row in enumerate(tokens):
-            out[i] = other_sites_log_prob(
-                self.model, self._args, self._kwargs, {self.site: row}, {self.site: self._dist}
-            )
-        return out
+        """``(N,)`` log density of every site but the token site, with the tokens substituted
+        (float64, as MLMGibbs's: the target casts it to its energy's dtype)."""
+        terms = [
+            other_sites_log_prob(self.model, self._args, self._kwargs, {self.site: row}, {self.site: self._dist})
+            for row in tokens
+        ]
+        return torch.stack(terms).to(torch.float64)
 
     # ------------------------------------------------------------------ params
     @property

@@ -15,9 +15,18 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from ..models.distribution import MaskedLMDistribution
+from ..models.target import ScaledTarget, Target
 from .streams import ChainStreams
 
-__all__ = ["HoldSites", "chain_streams", "check_same_mlm_site", "is_sample_site", "other_sites_log_prob"]
+__all__ = [
+    "HoldSites",
+    "chain_streams",
+    "check_same_mlm_site",
+    "is_sample_site",
+    "other_sites_log_prob",
+    "site_weights",
+    "weighted",
+]
 
 
 def is_sample_site(site: Any) -> bool:
@@ -61,6 +70,34 @@ class HoldSites(Messenger):
                 msg["fn"] = _Held(fn.batch_shape, fn.event_shape)
         elif isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
             msg["value"] = fn.template.expand(fn.batch_shape + fn.event_shape).clone()
+
+
+def site_weights(name: str, node: Any) -> Tensor:
+    """What Pyro's handlers multiply a token site's log density by: ``scale * mask``
+    (``poutine.scale``, ``poutine.mask``, ``Distribution.mask`` is refused as an unknown site),
+    float64, of the site's batch shape (``()`` for one sequence). A subsampled ``pyro.plate``
+    over token sequences is refused: MCMC needs every sequence of the plate in every step, and
+    the plate's scale would make the kernels sample another law than the model's."""
+    for frame in node["cond_indep_stack"]:
+        full = getattr(frame, "full_size", None)
+        if full is not None and full != frame.size:
+            raise ValueError(
+                f"token site {name!r} is under pyro.plate({frame.name!r}, {full}, subsample_size={frame.size}): "
+                "MCMC cannot subsample token sequences (each step must see every one); remove subsample_size"
+            )
+    batch = node["fn"].batch_shape
+    weight = torch.as_tensor(node["scale"], dtype=torch.float64)
+    if node["mask"] is not None:
+        weight = weight * torch.as_tensor(node["mask"], dtype=torch.float64)
+    if not bool(torch.isfinite(weight).all()) or bool((weight < 0).any()):
+        raise ValueError(f"token site {name!r} has a scale that is not finite and >= 0: {weight.tolist()}")
+    return weight.expand(batch)
+
+
+def weighted(target: Target, weight: Tensor) -> Target:
+    """``target`` as Pyro's trace scores it: its energy times ``weight`` (a :class:`ScaledTarget`
+    unless the weight is 1)."""
+    return target if float(weight) == 1.0 else ScaledTarget(target, float(weight))
 
 
 def chain_streams(seed: int | None, chain_index: int, num_chains: int) -> ChainStreams:

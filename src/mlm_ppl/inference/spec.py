@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from torch import Tensor
 
 from .._checks import check_choice, check_type
-from ..models.target import ConstrainedTarget, Evaluation, Target
+from ..models.target import ConstrainedTarget, Evaluation, ScaledTarget, Target
 
 __all__ = ["STAT_NAMES", "Capabilities", "Options", "option", "OptionInfo", "KernelBase"]
 
@@ -170,11 +170,11 @@ class KernelBase(Generic[OptionsT]):
     def __init__(self, target: Target, **options: Any) -> None:
         self.target = target
         self.options: OptionsT = self.Options.from_dict(options, self.name)  # type: ignore[assignment]
-        if isinstance(target, ConstrainedTarget) and not self.capabilities.log_factor:
+        if isinstance(target, (ConstrainedTarget, ScaledTarget)) and not self.capabilities.log_factor:
             raise ValueError(
                 f"{self.name} would ignore the log-factor (constraints, likelihood terms, other sites of a Pyro "
-                "model): it does not sample one (capabilities.log_factor is false); use kernel='mh', which is exact "
-                "for the whole model"
+                "model, a poutine.scale or mask on the site): it does not sample one (capabilities.log_factor is "
+                "false); use kernel='mh', which is exact for the whole model"
             )
         self.check_target(target)
 

@@ -7,7 +7,7 @@ from .energy import ENERGIES, VARIANTS, EnergyTerms, energy_terms
 from .loading import antiberty_paths, load_mlm
 from .masked_lm import MaskedConditionals, MaskedLM, NonFiniteLogitsError
 from .pairs import PAIR_METHODS, PairConditionals, PairJoint, derive_pair_joint, pair_conditionals, pair_joint
-from .target import ConstrainedTarget, DerivedTarget, Evaluation, Target, WindowedTarget
+from .target import ConstrainedTarget, DerivedTarget, Evaluation, ScaledTarget, Target, WindowedTarget
 from .tokens import Encoding, TokenCodec
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Target",
     "Evaluation",
     "ConstrainedTarget",
+    "ScaledTarget",
     "DerivedTarget",
     "WindowedTarget",
     "MaskedLMDistribution",

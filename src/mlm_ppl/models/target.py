@@ -24,7 +24,15 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-__all__ = ["Evaluation", "Target", "WindowedTarget", "DerivedTarget", "ConstrainedTarget", "log_density"]
+__all__ = [
+    "Evaluation",
+    "Target",
+    "WindowedTarget",
+    "DerivedTarget",
+    "ConstrainedTarget",
+    "ScaledTarget",
+    "log_density",
+]
 
 
 class Evaluation(NamedTuple):
@@ -191,6 +199,15 @@ class DerivedTarget:
     def evaluate(self, tokens: Tensor) -> Evaluation:
         return self.base.evaluate(tokens)
 
+    def evaluate_base(
+        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+    ) -> Evaluation:
+        """The base's evaluation; ``positions`` and ``dtype`` go to a base that can restrict its
+        energy (:class:`WindowedTarget`), so a derived target of one is one too."""
+        if positions is None and dtype is None:
+            return self.base.evaluate(tokens)
+        return self.base.evaluate(tokens, positions, dtype=dtype)  # type: ignore[call-arg]
+
 
 class ConstrainedTarget(DerivedTarget):
     """A target with extra log-density terms: ``log p(x) = -E(x)/T + log_factor(x)``.
@@ -219,10 +236,7 @@ class ConstrainedTarget(DerivedTarget):
         """The base evaluation with ``log_factor(tokens)`` added to its log-factors;
         ``positions`` and ``dtype`` go to a base that can restrict its energy
         (:class:`WindowedTarget`)."""
-        if positions is None and dtype is None:
-            ev = self.base.evaluate(tokens)
-        else:
-            ev = self.base.evaluate(tokens, positions, dtype=dtype)  # type: ignore[call-arg]
+        ev = self.evaluate_base(tokens, positions, dtype=dtype)
         extra = torch.as_tensor(self.log_factor(tokens), dtype=ev.energy.dtype).reshape(-1)
         if extra.shape != ev.energy.shape:
             raise ValueError(f"log_factor must return shape ({tokens.shape[0]},), got {tuple(extra.shape)}")
@@ -230,3 +244,29 @@ class ConstrainedTarget(DerivedTarget):
 
     def __repr__(self) -> str:
         return f"ConstrainedTarget({self.base!r})"
+
+
+class ScaledTarget(DerivedTarget):
+    """A target whose energy is multiplied by ``scale >= 0``: ``log p(x) = -scale E(x)/T +
+    log_factor(x)``. It is what Pyro's ``poutine.scale(s)`` (``scale=s``) and ``poutine.mask``
+    (``scale=0``: the site's term dropped) make of a token site's log density; the MLM's
+    conditionals, and so the kernels' proposals, are the base's.
+    """
+
+    def __init__(self, base: Target, scale: float) -> None:
+        scale = float(scale)
+        if not 0 <= scale < float("inf"):
+            raise ValueError(f"a token site's scale must be finite and >= 0, got {scale}")
+        super().__init__(base)
+        self.scale = scale
+
+    def evaluate(
+        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+    ) -> Evaluation:
+        """The base evaluation with its energy times :attr:`scale`; ``positions`` and ``dtype`` as
+        for :class:`ConstrainedTarget`."""
+        ev = self.evaluate_base(tokens, positions, dtype=dtype)
+        return ev._replace(energy=ev.energy * self.scale)
+
+    def __repr__(self) -> str:
+        return f"ScaledTarget({self.base!r}, scale={self.scale})"
