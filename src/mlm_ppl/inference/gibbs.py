@@ -26,17 +26,27 @@ import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from torch import Tensor
 
-from .._checks import check_count, check_seed
+from .._checks import check_choice, check_count, check_seed
 from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, fill_template
 from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob, site_weights, weighted
-from .registry import KERNELS, kernel_class, make_kernel
+from .registry import KERNELS, make_kernel
 from .runner import Run, step_stats, target_attrs
 from .streams import ChainStreams
 
 __all__ = ["MLMGibbs", "run_from_gibbs", "gibbs_kernels"]
+
+
+class _AsTokenIds:
+    """``MCMC`` calls ``.inv`` on a site's packed samples: token ids back to ``torch.long``."""
+
+    def inv(self, z: Tensor) -> Tensor:
+        return z.round().long()
+
+
+_AS_TOKEN_IDS = _AsTokenIds()
 
 
 def gibbs_kernels() -> tuple[str, ...]:
@@ -98,11 +108,12 @@ class MLMGibbs(MCMCKernel):
                 "inner_kernel must be a pyro.infer.HMC or NUTS built on the model, e.g. NUTS(model), or the model "
                 "itself when it has no continuous latent sites"
             )
-        if not kernel_class(kernel).capabilities.gibbs:
+        if kernel in KERNELS and not KERNELS[kernel].capabilities.gibbs:
             raise ValueError(
                 f"kernel {kernel!r} cannot move a token site inside MLMGibbs: it does not sample the rest of the "
                 f"model (other latent sites, likelihood terms); use one of {', '.join(map(repr, gibbs_kernels()))}"
             )
+        check_choice(kernel, "kernel", gibbs_kernels())
         self.kernel_name = kernel
         check_kernel_options(kernel, kernel_options)  # unknown options fail here, not at mcmc.run()
         self.kernel_options = kernel_options
@@ -183,11 +194,17 @@ class MLMGibbs(MCMCKernel):
         latent = {name: s for name, s in trace.nodes.items() if is_sample_site(s) and not s["is_observed"]}
         fns: dict[str, Any] = {name: s["fn"] for name, s in latent.items()}  # the sites' distributions
         self.mlm_sites = [n for n, s in latent.items() if isinstance(s["fn"], MaskedLMDistribution)]
-        self.discrete_sites = [
-            n for n, s in latent.items() if n not in self.mlm_sites and getattr(s["fn"], "has_enumerate_support", False)
-        ]
+        discrete = [n for n in latent if n not in self.mlm_sites and fns[n].support.is_discrete]
+        self.discrete_sites = [n for n in discrete if fns[n].has_enumerate_support]
         if not self.mlm_sites:
             raise ValueError("the model has no latent MaskedLMDistribution site; use NUTS alone")
+        infinite = [n for n in discrete if n not in self.discrete_sites]
+        if infinite:
+            raise ValueError(
+                f"discrete latent sites {infinite} have no finite support to draw from (e.g. Poisson), and NUTS cannot "
+                "move discrete sites: MLMGibbs updates only token sites and discrete sites with enumerable support "
+                "(Bernoulli, Categorical, ...); bound the site (e.g. a Categorical over 0..K) or marginalise it"
+            )
         self._mlm_fns = {name: fns[name] for name in self.mlm_sites}
         self.continuous_sites = [n for n in latent if n not in self.mlm_sites and n not in self.discrete_sites]
         if self.continuous_sites and self.inner is None:
@@ -252,7 +269,10 @@ class MLMGibbs(MCMCKernel):
 
     @property
     def transforms(self) -> dict:
-        return getattr(self.inner, "transforms", None) or {}
+        """The inner kernel's transforms, and one per token site that ``MCMC`` applies to its
+        samples: Pyro packs each draw's sites into one tensor, so token ids beside continuous
+        sites travel as floats; they come out of ``get_samples`` as ``torch.long`` again."""
+        return {**(getattr(self.inner, "transforms", None) or {}), **{name: _AS_TOKEN_IDS for name in self.mlm_sites}}
 
     @transforms.setter
     def transforms(self, value: dict) -> None:

@@ -33,17 +33,23 @@ import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from torch import Tensor
 
-from .._checks import check_count, check_seed
+from .._checks import check_choice, check_count, check_seed
 from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, initial_tokens
 from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob, site_weights, weighted
-from .registry import kernel_class, make_kernel
+from .registry import KERNELS, kernel_class, make_kernel
 from .runner import Run, step_stats, target_attrs
 from .streams import ChainStreams
 
-__all__ = ["MLMKernel", "run_from_mcmc"]
+__all__ = ["MLMKernel", "run_from_mcmc", "mcmc_kernels"]
+
+
+def mcmc_kernels() -> tuple[str, ...]:
+    """The kernels :class:`MLMKernel` runs: every registered one that moves complete states
+    (a decoder from the masked template, mask-predict, is not an MCMC kernel)."""
+    return tuple(name for name, cls in KERNELS.items() if cls.capabilities.complete_start)
 
 
 class MLMKernel(MCMCKernel):
@@ -90,11 +96,12 @@ class MLMKernel(MCMCKernel):
     ) -> None:
         if not callable(model):
             raise TypeError("model must be a callable Pyro model")
-        if not kernel_class(kernel).capabilities.complete_start:
+        if kernel in KERNELS and not KERNELS[kernel].capabilities.complete_start:
             raise ValueError(
                 f"{kernel!r} is a decoder from the masked template, not an MCMC kernel; use "
                 f"mlm_ppl.sample(kernel={kernel!r})"
             )
+        check_choice(kernel, "kernel", mcmc_kernels())
         check_kernel_options(kernel, kernel_options)  # unknown kernels and options fail here, not at mcmc.run()
         self.model = model
         self.kernel_name = kernel

@@ -18,13 +18,14 @@ from typing import Any
 import torch
 from pyro.distributions import TorchDistribution, constraints
 from torch import Tensor
+from torch.distributions import biject_to, transform_to
 
 from .._checks import check_temperature
 from .energy import check_energy, token_scores
 from .masked_lm import MaskedLM
 from .target import Evaluation, log_density
 
-__all__ = ["MaskedLMDistribution", "register_sampler"]
+__all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler"]
 
 
 class MaskedLMDistribution(TorchDistribution):
@@ -86,7 +87,7 @@ class MaskedLMDistribution(TorchDistribution):
             )
         self.free_positions = self.free.nonzero().flatten()  # (F,)
         L = int(self.template.numel())
-        self._support = constraints.independent(constraints.integer_interval(0, mlm.vocab_size - 1), 1)
+        self._support = TokenIds(mlm.vocab_size)
         super().__init__(torch.Size(batch_shape), torch.Size([L]), validate_args=validate_args)
 
     # ------------------------------------------------------------------ Pyro plumbing
@@ -196,6 +197,36 @@ class MaskedLMDistribution(TorchDistribution):
         lp = log_density(energy, torch.zeros_like(energy), self.temperature).reshape(value.shape[:-1]).to(value.device)
         return lp.expand(torch.broadcast_shapes(value.shape[:-1], self.batch_shape))
 
+    # -- what an energy-based model over sequences cannot give: each refusal says what to use instead
+    _NO_ENUMERATION = (
+        "MaskedLMDistribution cannot be enumerated: its support is every sequence of ordinary tokens at the "
+        "free positions (V**F of them) and its normaliser is intractable. Sample token sites with MCMC instead: "
+        "mlm_ppl.MLMGibbs(NUTS(model)) beside continuous sites, mlm_ppl.MLMGibbs(model) or mlm_ppl.MLMKernel(model) "
+        "otherwise (plain NUTS/HMC cannot move discrete sites, and enumeration, TraceEnum_ELBO and infer_discrete "
+        "cannot sum this one out)"
+    )
+    _NO_MOMENTS = (
+        "token ids are labels, so MaskedLMDistribution has no {what}; summarise draws through functionals "
+        "(mlm_ppl.from_pyro(mcmc), mlm_ppl.to_inference_data(run): log density, Hamming distances, token "
+        "indicators) and mlm_ppl.summary"
+    )
+
+    def enumerate_support(self, expand: bool = True) -> Tensor:
+        raise NotImplementedError(self._NO_ENUMERATION)
+
+    @property
+    def mean(self) -> Tensor:
+        raise NotImplementedError(self._NO_MOMENTS.format(what="mean"))
+
+    @property
+    def variance(self) -> Tensor:
+        raise NotImplementedError(self._NO_MOMENTS.format(what="variance"))
+
+    def entropy(self) -> Tensor:
+        raise NotImplementedError(
+            "the entropy of MaskedLMDistribution needs its intractable normaliser; estimate functionals from draws"
+        )
+
     def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> Tensor:
         """Draw by running independent Metropolis-Hastings chains (one per draw) on the energy.
 
@@ -243,6 +274,42 @@ class MaskedLMDistribution(TorchDistribution):
 
 
 _SAMPLER: Callable[..., Tensor] | None = None
+
+
+class TokenIds(constraints.Constraint):
+    """The support of :class:`MaskedLMDistribution`: sequences of token ids in ``[0, V)``.
+
+    Discrete, so Pyro's continuous inference cannot move it; and where Pyro would look for a
+    transform to an unconstrained space (plain ``NUTS(model)``, ``HMC``, autoguides), the one
+    registered below refuses with a message naming the kernels that can.
+    """
+
+    is_discrete = True
+    event_dim = 1
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.vocab_size = int(vocab_size)
+
+    def check(self, value: Tensor) -> Tensor:
+        ok = (value >= 0) & (value < self.vocab_size) & (value == value.floor())
+        return ok.all(-1)
+
+    def __repr__(self) -> str:
+        return f"TokenIds(vocab_size={self.vocab_size})"
+
+
+def _no_transform(constraint: TokenIds) -> Any:
+    raise ValueError(
+        "a MaskedLMDistribution site (token ids) reached continuous inference (NUTS, HMC, an autoguide), which "
+        "cannot move discrete sites: sample the model with mlm_ppl.MLMGibbs(NUTS(model)) (NUTS for the continuous "
+        "sites, MH for the tokens) or mlm_ppl.MLMKernel(model) (token sites only); in SVI, hide the site from the "
+        "guide (poutine.block(model, hide=[...])) and treat the tokens as observed or sample them with MCMC"
+    )
+
+
+biject_to.register(TokenIds)(_no_transform)
+transform_to.register(TokenIds)(_no_transform)
 
 
 def register_sampler(sampler: Callable[..., Tensor]) -> None:

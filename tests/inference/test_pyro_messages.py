@@ -1,0 +1,71 @@
+"""What a Pyro user meets outside the ordinary path: token draws are torch.long wherever MCMC
+returns them, and every road that cannot work (plain NUTS, enumeration, moments, unbounded
+discrete latents) ends in a message that names the tool to use instead."""
+
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC, NUTS, Predictive
+
+from mlm_ppl import MaskedLMDistribution, MLMGibbs
+from mlm_ppl.testing import tiny_residue_bert
+
+
+@pytest.fixture(scope="module")
+def d():
+    return MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK]")
+
+
+def test_token_draws_are_long_beside_continuous_sites_and_predictive_indexes_a_table_with_them(d):
+    table = torch.linspace(-1.0, 1.0, d.vocab_size)
+
+    def model(y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        x = pyro.sample("x", d)
+        pyro.sample("y", dist.Normal(w + table[x[..., d.free_positions]].sum(-1), 1.0), obs=y)
+
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(MLMGibbs(NUTS(model), seed=0), num_samples=4, warmup_steps=2, num_chains=1, disable_progbar=True)
+    mcmc.run(torch.tensor(0.5))
+    for samples in (mcmc.get_samples(), mcmc.get_samples(group_by_chain=True)):
+        assert samples["x"].dtype == torch.long and samples["w"].dtype == torch.float32
+        assert (samples["x"][..., d.free_positions] < d.vocab_size).all()
+    y = Predictive(model, posterior_samples=mcmc.get_samples())()["y"]
+    assert y.shape == (4,)
+
+
+def test_plain_nuts_on_a_token_site_names_mlmgibbs(d):
+    def model():
+        pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("x", d)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=r"reached continuous inference .* mlm_ppl.MLMGibbs\(NUTS\(model\)\)"):
+            MCMC(NUTS(model), num_samples=2, warmup_steps=1, disable_progbar=True).run()
+
+
+def test_what_an_energy_based_sequence_model_cannot_give_says_what_to_use(d):
+    with pytest.raises(NotImplementedError, match="cannot be enumerated.*mlm_ppl.MLMGibbs"):
+        d.enumerate_support()
+    for moment in ("mean", "variance"):
+        with pytest.raises(NotImplementedError, match=f"token ids are labels, so .* no {moment}.*from_pyro"):
+            getattr(d, moment)
+    with pytest.raises(NotImplementedError, match="intractable normaliser"):
+        d.entropy()
+    assert bool(d.support.check(torch.tensor([2, 5, 3, 6]))) and not bool(d.support.check(torch.tensor([2, 99, 3, 6])))
+
+
+def test_a_discrete_latent_without_finite_support_is_refused_by_name(d):
+    def model():
+        n = pyro.sample("n", dist.Poisson(3.0))
+        x = pyro.sample("x", d)
+        pyro.factor("f", n * (x == 5).sum().double())
+
+    with pytest.raises(ValueError, match=r"discrete latent sites \['n'\] have no finite support .*Poisson"):
+        MLMGibbs(model, seed=0).setup(0)
+    with pytest.raises(ValueError, match=r"unknown kernel 'nuts'; choose one of 'mh', 'surrogate-mh'$"):
+        MLMGibbs(model, kernel="nuts")
