@@ -69,3 +69,15 @@ def test_a_discrete_latent_without_finite_support_is_refused_by_name(d):
         MLMGibbs(model, seed=0).setup(0)
     with pytest.raises(ValueError, match=r"unknown kernel 'nuts'; choose one of 'mh', 'surrogate-mh'$"):
         MLMGibbs(model, kernel="nuts")
+
+
+def test_a_token_site_in_an_svi_guide_is_refused_with_the_reason(d):
+    def model():
+        pyro.sample("x", d)
+
+    def guide():
+        pyro.sample("x", d)
+
+    svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 0.01}), pyro.infer.Trace_ELBO())
+    with pytest.raises(NotImplementedError, match="MaskedLMDistribution site in a guide: its log_prob is unnormalised"):
+        svi.step()

@@ -222,6 +222,15 @@ class MaskedLMDistribution(TorchDistribution):
     def variance(self) -> Tensor:
         raise NotImplementedError(self._NO_MOMENTS.format(what="variance"))
 
+    def score_parts(self, value: Tensor) -> Any:
+        """Refused: Pyro's ELBOs call this for the sites of a *guide*, and an unnormalised
+        ``log_prob`` there makes the ELBO and its score-function gradient wrong."""
+        raise NotImplementedError(
+            "a MaskedLMDistribution site in a guide: its log_prob is unnormalised (the normaliser is intractable), "
+            "so the ELBO and its gradient would be wrong. Keep token sites in the model (observed, or sampled with "
+            "mlm_ppl.MLMGibbs(NUTS(model)) for the continuous sites beside them) and out of the guide"
+        )
+
     def entropy(self) -> Tensor:
         raise NotImplementedError(
             "the entropy of MaskedLMDistribution needs its intractable normaliser; estimate functionals from draws"
