@@ -81,3 +81,14 @@ def test_a_token_site_in_an_svi_guide_is_refused_with_the_reason(d):
     svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 0.01}), pyro.infer.Trace_ELBO())
     with pytest.raises(NotImplementedError, match="MaskedLMDistribution site in a guide: its log_prob is unnormalised"):
         svi.step()
+
+
+def test_a_seeded_distribution_draws_anew_at_each_call_and_repeats_from_a_fresh_one():
+    """A fixed sampler seed used to make every sample() return the same draw."""
+    mlm = tiny_residue_bert("ACDE", seed=1, std=0.2)
+    make = lambda: MaskedLMDistribution(mlm, "A[MASK][MASK][MASK]", sampler_options=dict(seed=5, num_steps=6))
+    d = make()
+    first, second = d.sample((16,)), d.sample((16,))
+    assert not torch.equal(first, second)
+    again = make()
+    assert torch.equal(again.sample((16,)), first) and torch.equal(again.sample((16,)), second)

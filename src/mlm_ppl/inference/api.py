@@ -43,9 +43,12 @@ def draw_from_distribution(
     num_steps: int | None = None,
     seed: int | None = None,
     init: str = "sample",
+    first_chain: int = 0,
     **mh_options: Any,
 ) -> Tensor:
-    """``(n, L)`` draws of ``dist``: the last states of ``n`` independent MH chains.
+    """``(n, L)`` draws of ``dist``: the last states of ``n`` independent MH chains, chains
+    ``first_chain .. first_chain + n - 1`` of ``seed``'s streams (so successive calls that move
+    ``first_chain`` on draw new, reproducible chains).
 
     ``num_steps`` defaults to 20 sweeps (``20 * num_free`` single-site steps). Without a
     ``seed`` one is drawn from torch's global RNG, so ``pyro.set_rng_seed`` makes it reproducible.
@@ -54,7 +57,8 @@ def draw_from_distribution(
         seed = int(torch.randint(0, 2**62, ()).item())
     steps = 20 * dist.num_free if num_steps is None else check_count(num_steps, "num_steps", 1)
     kernel = MetropolisHastings(dist, **mh_options)
-    return run_chains(kernel, n, 1, warmup_steps=steps - 1, seed=seed, init=init).tokens[:, 0]
+    chains = range(check_count(first_chain, "first_chain", 0), first_chain + n)
+    return run_chains(kernel, n, 1, warmup_steps=steps - 1, seed=seed, init=init, chains=chains).tokens[:, 0]
 
 
 def sample(

@@ -45,9 +45,11 @@ class MaskedLMDistribution(TorchDistribution):
         ``T > 0``; ``log_prob(x) = -E(x) / T``.
     sampler_options : dict, optional
         Options of :meth:`sample`, which runs Metropolis-Hastings chains:
-        ``num_steps`` (default 20 sweeps over the free positions), ``seed`` (int),
-        ``init`` ("sample" or "greedy"), and any :class:`mlm_ppl.inference.MetropolisHastings`
-        option (``scan``, ``block_size``, ``top_k`` ...).
+        ``num_steps`` (default 20 sweeps over the free positions), ``seed`` (int: each call
+        of :meth:`sample` runs the next chains of its streams, so successive calls give new
+        draws and a fresh distribution with the same seed repeats them), ``init`` ("sample" or
+        "greedy"), and any :class:`mlm_ppl.inference.MetropolisHastings` option (``scan``,
+        ``block_size``, ``top_k`` ...).
     validate_args : bool, optional
 
     Notes
@@ -78,6 +80,7 @@ class MaskedLMDistribution(TorchDistribution):
         self.energy_name = check_energy(energy)
         self.temperature = check_temperature(temperature, "temperature")
         self.sampler_options = dict(sampler_options or {})
+        self._chains_drawn = 0  # chains sample() has run: the next call runs the next ones of the seed
         self.template = _template_ids(mlm, template)  # (L,)
         self.free = self.template == mlm.mask_id  # (L,) bool
         if not self.free.any():
@@ -101,6 +104,7 @@ class MaskedLMDistribution(TorchDistribution):
         new.energy_name = self.energy_name
         new.temperature = self.temperature
         new.sampler_options = dict(self.sampler_options)
+        new._chains_drawn = 0
         new.template = self.template
         new.free = self.free
         new.free_positions = self.free_positions
@@ -258,7 +262,11 @@ class MaskedLMDistribution(TorchDistribution):
             raise RuntimeError("no sampler is registered for MaskedLMDistribution.sample; import mlm_ppl first")
         shape = torch.Size(sample_shape) + self.batch_shape
         n = max(1, shape.numel())
-        tokens = _SAMPLER(self, n, **self.sampler_options)  # (n, L)
+        if self.sampler_options.get("seed") is None:  # torch's global RNG draws a fresh seed per call
+            tokens = _SAMPLER(self, n, **self.sampler_options)  # (n, L)
+        else:  # a fixed seed: the next chains of its streams
+            tokens = _SAMPLER(self, n, first_chain=self._chains_drawn, **self.sampler_options)
+            self._chains_drawn += n
         return tokens.reshape(shape + self.event_shape)
 
     def __reduce__(self):
