@@ -74,8 +74,9 @@ class HoldSites(Messenger):
 
 def site_weights(name: str, node: Any) -> Tensor:
     """What Pyro's handlers multiply a token site's log density by: ``scale * mask``
-    (``poutine.scale``, ``poutine.mask``, ``Distribution.mask`` is refused as an unknown site),
-    float64, of the site's batch shape (``()`` for one sequence). A subsampled ``pyro.plate``
+    (``poutine.scale``, ``poutine.mask``), float64, of the site's batch shape (``()`` for one
+    sequence). (``MaskedLMDistribution.mask(...)`` wraps the distribution, so the kernels no
+    longer see a token site there, and say so.) A subsampled ``pyro.plate``
     over token sequences is refused: MCMC needs every sequence of the plate in every step, and
     the plate's scale would make the kernels sample another law than the model's."""
     for frame in node["cond_indep_stack"]:
