@@ -52,3 +52,20 @@ def after(kernel, steps):
     P = exact.transition_matrix(kernel)
     p0 = torch.full((P.shape[0],), 1.0 / P.shape[0], dtype=P.dtype)
     return p0 @ torch.linalg.matrix_power(P, steps)
+
+
+def plate_sweep_matrix(gibbs, site, states):
+    """The exact matrix of one MLMGibbs iteration over a token site of two sequences under a
+    plate: sequence 0 updated given sequence 1, then 1 given 0. Rows index ``i0 * n + i1``."""
+    n = len(states)
+    P0 = torch.zeros(n * n, n * n, dtype=torch.float64)
+    P1 = torch.zeros(n * n, n * n, dtype=torch.float64)
+    for other in range(n):
+        gibbs.hold(site, states[other], element=1)
+        rows = torch.arange(n) * n + other
+        P0[rows[:, None], rows[None, :]] = exact.transition_matrix(gibbs.site_kernel(site, 0), states)
+    for other in range(n):
+        gibbs.hold(site, states[other], element=0)
+        rows = other * n + torch.arange(n)
+        P1[rows[:, None], rows[None, :]] = exact.transition_matrix(gibbs.site_kernel(site, 1), states)
+    return P0 @ P1

@@ -8,6 +8,7 @@ import pytest
 import torch
 from pyro.infer import MCMC, NUTS
 
+from exactness import plate_sweep_matrix
 from mlm_ppl import MaskedLMDistribution, MLMGibbs, MLMKernel
 from mlm_ppl.inference import MetropolisHastings, exact
 from mlm_ppl.testing import tiny_residue_bert
@@ -291,17 +292,8 @@ def test_sequences_under_a_plate_coupled_by_a_factor_match_enumeration(smooth64,
     logp = exact.exact_log_probs(d, s)[:, None] + exact.exact_log_probs(d, s)[None, :]
     logp = logp + 1.5 * matches(s[:, None, :].expand(-1, n, -1), s[None, :, :].expand(n, -1, -1))
     post = torch.softmax(logp.reshape(-1), 0)  # row i0 * n + i1
-    P0 = torch.zeros(n * n, n * n, dtype=torch.float64)
-    P1 = torch.zeros(n * n, n * n, dtype=torch.float64)
-    for other in range(n):
-        kernel.hold("x", s[other], element=1)
-        rows = torch.arange(n) * n + other
-        P0[rows[:, None], rows[None, :]] = exact.transition_matrix(kernel.site_kernel("x", 0), s)
-    for other in range(n):
-        kernel.hold("x", s[other], element=0)
-        rows = other * n + torch.arange(n)
-        P1[rows[:, None], rows[None, :]] = exact.transition_matrix(kernel.site_kernel("x", 1), s)
-    assert exact.total_variation(exact.stationary_distribution(P0 @ P1), post) < 1e-10
+    P = plate_sweep_matrix(kernel, "x", s)
+    assert exact.total_variation(exact.stationary_distribution(P), post) < 1e-10
 
     # a run: draws (D, 2, L), per-sequence statistics, and InferenceData of one sequence
     from mlm_ppl import from_pyro

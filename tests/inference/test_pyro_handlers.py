@@ -12,6 +12,7 @@ import pyro.poutine as poutine
 import pytest
 import torch
 
+from exactness import check_fit, empirical, plate_sweep_matrix
 from mlm_ppl import MaskedLMDistribution, MLMGibbs, MLMKernel
 from mlm_ppl.inference import exact
 from mlm_ppl.models import ScaledTarget
@@ -91,17 +92,7 @@ def test_a_mask_per_sequence_of_a_plate_is_honoured_for_each_sequence(smooth64, 
     k.setup(0)
     assert isinstance(k.site_target("x", 1).base, ScaledTarget) and k.site_target("x", 1).base.scale == 0.0
     assert not isinstance(k.site_target("x", 0).base, ScaledTarget)
-    P0 = torch.zeros(n * n, n * n, dtype=torch.float64)
-    P1 = torch.zeros(n * n, n * n, dtype=torch.float64)
-    for other in range(n):
-        k.hold("x", s[other], element=1)
-        rows = torch.arange(n) * n + other
-        P0[rows[:, None], rows[None, :]] = exact.transition_matrix(k.site_kernel("x", 0), s)
-    for other in range(n):
-        k.hold("x", s[other], element=0)
-        rows = other * n + torch.arange(n)
-        P1[rows[:, None], rows[None, :]] = exact.transition_matrix(k.site_kernel("x", 1), s)
-    P = P0 @ P1
+    P = plate_sweep_matrix(k, "x", s)
     assert float((target @ P - target).abs().max()) < 1e-10
 
 
@@ -131,7 +122,6 @@ def test_a_scaled_site_draws_follow_the_scaled_law(smooth64):
     """Draws, not only the matrix: 3000 independent batched chains of MLMKernel under scale(3),
     from a uniform start, after 8 steps: their states follow the exact 8-step law (Pearson's test
     and a TV bound derived from the sampling noise), and that law converges to Pyro's joint."""
-    from exactness import check_fit, empirical
 
     d = MaskedLMDistribution(smooth64, "A[MASK][MASK]")
 
