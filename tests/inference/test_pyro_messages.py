@@ -92,3 +92,22 @@ def test_a_seeded_distribution_draws_anew_at_each_call_and_repeats_from_a_fresh_
     assert not torch.equal(first, second)
     again = make()
     assert torch.equal(again.sample((16,)), first) and torch.equal(again.sample((16,)), second)
+
+
+def test_pyro_summaries_of_token_draws_name_mlm_ppl_from_pyro(d):
+    """MCMC.summary() averages every site; token ids are labels, so it stops with a message that
+    says what to use (it used to fail inside torch: 'mean(): could not infer output dtype')."""
+    from mlm_ppl import MLMKernel, from_pyro
+
+    mcmc = MCMC(MLMKernel(lambda: pyro.sample("x", d), num_chains=2, seed=0), num_samples=4, disable_progbar=True)
+    mcmc.run()
+    x = mcmc.get_samples()["x"]
+    assert x.dtype == torch.long and x.shape == (4, 2, d.template.numel())
+    with pytest.raises(TypeError, match=r"token ids are labels.*mlm_ppl.from_pyro\(mcmc\)"):
+        mcmc.summary()
+    with pytest.raises(TypeError, match="token ids are labels"):
+        x.float().mean() + x.mean()
+    assert x.float().mean() > 0 and (x == 5).sum() >= 0  # explicit conversions and counts still work
+    assert type(x[0] + 1) is torch.Tensor  # arithmetic gives plain tensors
+    idata = from_pyro(mcmc)
+    assert idata.posterior["tokens"].shape == (2, 4, d.template.numel())

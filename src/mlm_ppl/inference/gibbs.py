@@ -31,22 +31,20 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, fill_template
-from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob, site_weights, weighted
+from .pyro_sites import (
+    AS_TOKEN_DRAWS,
+    HoldSites,
+    chain_streams,
+    is_sample_site,
+    other_sites_log_prob,
+    site_weights,
+    weighted,
+)
 from .registry import KERNELS, make_kernel
 from .runner import Run, step_stats, target_attrs
 from .streams import ChainStreams
 
 __all__ = ["MLMGibbs", "run_from_gibbs", "gibbs_kernels"]
-
-
-class _AsTokenIds:
-    """``MCMC`` calls ``.inv`` on a site's packed samples: token ids back to ``torch.long``."""
-
-    def inv(self, z: Tensor) -> Tensor:
-        return z.round().long()
-
-
-_AS_TOKEN_IDS = _AsTokenIds()
 
 
 def gibbs_kernels() -> tuple[str, ...]:
@@ -270,9 +268,12 @@ class MLMGibbs(MCMCKernel):
     @property
     def transforms(self) -> dict:
         """The inner kernel's transforms, and one per token site that ``MCMC`` applies to its
-        samples: Pyro packs each draw's sites into one tensor, so token ids beside continuous
-        sites travel as floats; they come out of ``get_samples`` as ``torch.long`` again."""
-        return {**(getattr(self.inner, "transforms", None) or {}), **{name: _AS_TOKEN_IDS for name in self.mlm_sites}}
+        samples after a run (:data:`~mlm_ppl.inference.pyro_sites.AS_TOKEN_DRAWS`): Pyro packs
+        each draw's sites into one tensor, so ids beside continuous sites travel as floats; they
+        come out of ``get_samples`` as ``torch.long``
+        :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`."""
+        inner = getattr(self.inner, "transforms", None) or {}
+        return {**inner, **{name: AS_TOKEN_DRAWS for name in self.mlm_sites}}
 
     @transforms.setter
     def transforms(self, value: dict) -> None:
@@ -429,7 +430,7 @@ def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element
             else f"site {site!r} is one sequence; element= applies to sites under a pyro.plate"
         )
     target = kernel.site_target(site, element)
-    x = mcmc.get_samples(group_by_chain=True)[site].long()  # (P, D, L) or (P, D, B, L)
+    x = mcmc.get_samples(group_by_chain=True)[site].long().as_subclass(Tensor)  # (P, D, L) or (P, D, B, L)
     stats = [chain[site] for chain in kernel.draw_stats[-x.shape[0] :]]
     initial = torch.stack([chain[site] for chain in kernel.initial_states[-x.shape[0] :]])
     if plated:

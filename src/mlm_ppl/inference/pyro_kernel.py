@@ -38,7 +38,15 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, initial_tokens
-from .pyro_sites import HoldSites, chain_streams, is_sample_site, other_sites_log_prob, site_weights, weighted
+from .pyro_sites import (
+    AS_TOKEN_DRAWS,
+    HoldSites,
+    chain_streams,
+    is_sample_site,
+    other_sites_log_prob,
+    site_weights,
+    weighted,
+)
 from .registry import KERNELS, kernel_class, make_kernel
 from .runner import Run, step_stats, target_attrs
 from .streams import ChainStreams
@@ -109,7 +117,6 @@ class MLMKernel(MCMCKernel):
         self.num_chains = check_count(num_chains, "num_chains")
         self.seed = None if seed is None else check_seed(seed)
         self.init = check_init(init)
-        self.transforms: dict = {}  # or MCMC re-runs setup() after sampling to find transforms
         self._chains: list[dict[str, list[Tensor]]] = []
         self._initials: list[Tensor] = []
         self._chain_index = -1
@@ -192,6 +199,13 @@ class MLMKernel(MCMCKernel):
         ]
         return torch.stack(terms).to(torch.float64)
 
+    @property
+    def transforms(self) -> dict:
+        """What ``MCMC`` applies to the samples after a run: the token site's draws become
+        :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`. Never None, or MCMC would run
+        ``setup`` again to find transforms."""
+        return {} if self.site is None else {self.site: AS_TOKEN_DRAWS}
+
     # ------------------------------------------------------------------ params
     @property
     def initial_params(self) -> dict[str, Tensor]:
@@ -258,7 +272,7 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
         raise TypeError(f"kernel must be the MLMKernel that MCMC ran, got {type(kernel).__name__}")
     if site not in (None, kernel.site) or element is not None:
         raise ValueError(f"the model has one token site {kernel.site!r}, not under a plate")
-    x = mcmc.get_samples(group_by_chain=True)[kernel.site]  # (P, D, L) or (P, D, C, L)
+    x = mcmc.get_samples(group_by_chain=True)[kernel.site].as_subclass(Tensor)  # (P, D, L) or (P, D, C, L)
     stats = kernel.draw_stats[-x.shape[0] :]  # one per Pyro chain, each (D, C)
     if x.dim() == 3:
         x = x[:, :, None]

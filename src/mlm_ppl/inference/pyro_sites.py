@@ -26,7 +26,62 @@ __all__ = [
     "other_sites_log_prob",
     "site_weights",
     "weighted",
+    "TokenDraws",
+    "AS_TOKEN_DRAWS",
 ]
+
+_SUMMARY_HELP = (
+    "token ids are labels: their mean, variance, quantiles, R-hat and ESS mean nothing, so Pyro's "
+    "MCMC.summary()/diagnostics() and az.from_pyro cannot summarise a token site. Use mlm_ppl.from_pyro(mcmc) "
+    "(InferenceData with the log density, Hamming distances and token indicators of the tokens, and the other "
+    "sites as they are) and mlm_ppl.summary(idata); x.float() if you do mean to average ids"
+)
+_MOMENTS = {
+    torch.mean, torch.Tensor.mean, torch.var, torch.Tensor.var, torch.std, torch.Tensor.std, torch.median,
+    torch.Tensor.median, torch.quantile, torch.Tensor.quantile, torch.var_mean, torch.std_mean,
+}  # fmt: skip
+_SHAPE_OPS = {
+    torch.Tensor.__getitem__, torch.Tensor.reshape, torch.Tensor.view, torch.Tensor.permute, torch.Tensor.flatten,
+    torch.Tensor.transpose, torch.Tensor.unsqueeze, torch.Tensor.squeeze, torch.Tensor.expand, torch.Tensor.clone,
+    torch.Tensor.contiguous, torch.Tensor.detach, torch.Tensor.to, torch.Tensor.long, torch.Tensor.cpu, torch.cat,
+    torch.stack, torch.reshape, torch.flatten,
+}  # fmt: skip
+
+
+class TokenDraws(torch.Tensor):
+    """Token ids drawn by MCMC (``torch.long``), as ``mcmc.get_samples()`` returns them.
+    Reshaping, indexing and stacking keep the type; anything else gives plain tensors (a table
+    indexed by them, comparisons, ``.float()``); the moments that Pyro's and ArviZ's summaries
+    take raise a TypeError that names :func:`mlm_ppl.from_pyro` instead of failing inside torch."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in _MOMENTS:
+            raise TypeError(_SUMMARY_HELP)
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if func in _SHAPE_OPS and isinstance(out, torch.Tensor) and out.dtype == torch.long:
+            return out
+        return _plain(out)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, TokenDraws):
+        return value.as_subclass(torch.Tensor)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+class _AsTokenDraws:
+    """What ``MCMC`` applies (``.inv``) to a token site's samples after a run: Pyro packs each
+    draw's sites into one tensor, so ids beside continuous sites travel as floats; they come out
+    of ``get_samples`` as :class:`TokenDraws`."""
+
+    def inv(self, z: Tensor) -> Tensor:
+        return z.round().long().as_subclass(TokenDraws)
+
+
+AS_TOKEN_DRAWS = _AsTokenDraws()
 
 
 def is_sample_site(site: Any) -> bool:
