@@ -62,7 +62,7 @@ class UniformMH(KernelBase[UniformOptions]):
     Info = UniformInfo
     capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True)
 
-    def check_target(self, target):
+    def bind_target(self, target):
         if self.options.lookahead > target.num_free:
             raise ValueError("lookahead is larger than the free positions")
 

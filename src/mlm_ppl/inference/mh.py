@@ -125,7 +125,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
     capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True)
     options: MHOptions
 
-    def check_target(self, target: Target) -> None:
+    def bind_target(self, target: Target) -> None:
         if self.options.block_size > target.num_free:
             raise ValueError(
                 f"block_size={self.options.block_size} is larger than the {target.num_free} free positions "

@@ -158,7 +158,7 @@ class KernelBase(Generic[OptionsT]):
     declares about itself (see the module docstring).
 
     ``Kernel(target, **options)`` checks the options (unknown ones are a TypeError naming the
-    kernel), keeps them as :attr:`options`, and calls :meth:`check_target`.
+    kernel), keeps them as :attr:`options`, and calls :meth:`bind_target`.
     """
 
     name: ClassVar[str]
@@ -176,10 +176,12 @@ class KernelBase(Generic[OptionsT]):
                 "model, a poutine.scale or mask on the site): it does not sample one (capabilities.log_factor is "
                 "false); use kernel='mh', which is exact for the whole model"
             )
-        self.check_target(target)
+        self.bind_target(target)
 
-    def check_target(self, target: Target) -> None:
-        """Checks of the options against the target (e.g. a block no larger than the free positions)."""
+    def bind_target(self, target: Target) -> None:
+        """What depends on the target: checks of the options against it (MH: a block no larger than
+        the free positions) and what the kernel derives from it once (surrogate-MH: its surrogate
+        and inner chain). Called by ``__init__``."""
 
     @classmethod
     def stat_names(cls) -> tuple[str, ...]:

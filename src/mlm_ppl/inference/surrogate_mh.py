@@ -147,7 +147,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
     capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True)
     options: SurrogateOptions
 
-    def check_target(self, target: Target) -> None:
+    def bind_target(self, target: Target) -> None:
         try:  # a WindowedTarget; checked by use, as a Protocol check may not evaluate properties
             scored: Tensor = target.scored_positions  # type: ignore[attr-defined]
         except AttributeError:
