@@ -152,7 +152,7 @@ def from_pyro(
     functions: Mapping[str, Callable[[str], float]] | None = None,
 ) -> "arviz.InferenceData":
     """InferenceData of a finished ``pyro.infer.MCMC`` run of :class:`~mlm_ppl.MLMKernel` or
-    :class:`~mlm_ppl.MLMGibbs`, where ``az.from_pyro`` and ``MCMC.summary`` fail on token draws.
+    :class:`~mlm_ppl.MLMGibbs`, where ``az.from_pyro`` and ``MCMC.summary`` stop on token draws.
 
     The token site (``site``, default: the only one; ``element`` picks one sequence of a site
     under a ``pyro.plate``) becomes ``tokens`` with the functionals of

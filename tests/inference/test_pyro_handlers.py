@@ -7,6 +7,8 @@ The kernels' exact transition matrices must leave that law invariant (float64 mo
 sequences is refused.
 """
 
+import warnings
+
 import pyro
 import pyro.poutine as poutine
 import pytest
@@ -118,26 +120,42 @@ def test_pseudo_gibbs_refuses_a_scaled_site(smooth64):
         MLMKernel(model, kernel="pseudo-gibbs", seed=0).setup(0)
 
 
-def test_a_scaled_site_draws_follow_the_scaled_law(smooth64):
-    """Draws, not only the matrix: 3000 independent batched chains of MLMKernel under scale(3),
-    from a uniform start, after 8 steps: their states follow the exact 8-step law (Pearson's test
-    and a TV bound derived from the sampling noise), and that law converges to Pyro's joint."""
+DRAWN = {"scale 3": lambda: poutine.scale(scale=3.0), "mask False": lambda: poutine.mask(mask=False)}
 
+
+@pytest.mark.parametrize("handler", DRAWN)
+@pytest.mark.parametrize("which, chains", [("MLMKernel", 3000), ("MLMGibbs", 1000)])
+def test_draws_under_a_handler_follow_pyros_joint(smooth64, handler, which, chains):
+    """Draws, not only the matrix: independent chains from a uniform start, after 8 steps, for
+    both kernels (MLMKernel: batched chains in one Pyro chain; MLMGibbs: one Pyro chain each).
+    Their states follow the exact 8-step law (Pearson's test and a TV bound derived from the
+    sampling noise), and that law converges to Pyro's joint of the handled model."""
     d = MaskedLMDistribution(smooth64, "A[MASK][MASK]")
+    a = smooth64.vocab.index("A")
 
     def model():
-        with poutine.scale(scale=3.0):
-            pyro.sample("x", d)
+        with DRAWN[handler]():
+            x = pyro.sample("x", d)
+        pyro.factor("f", 0.8 * _count(d, x, a))
 
     states = exact.enumerate_states(d)
     target = _pyro_joint(model, [{"x": s} for s in states])
-    k = MLMKernel(model, num_chains=3000, seed=1, init="uniform")
-    k.setup(0)
-    P = exact.transition_matrix(k.kernel, states)
+    if which == "MLMKernel":
+        k = MLMKernel(model, num_chains=chains, seed=1, init="uniform")
+        k.setup(0)
+        P = exact.transition_matrix(k.kernel, states)
+        mcmc = pyro.infer.MCMC(k, num_samples=1, warmup_steps=7, disable_progbar=True)
+    else:
+        k = MLMGibbs(model, seed=1, init="uniform")
+        k.setup(0)
+        P = exact.transition_matrix(k.site_kernel("x"), states)
+        with warnings.catch_warnings():  # MCMC runs them one after another: what this test wants
+            warnings.filterwarnings("ignore", f"num_chains={chains} is more than available_cpu")
+            mcmc = pyro.infer.MCMC(k, num_samples=1, warmup_steps=7, num_chains=chains, disable_progbar=True)
     p8 = torch.full((len(states),), 1.0 / len(states), dtype=P.dtype) @ torch.linalg.matrix_power(P, 8)
-    mcmc = pyro.infer.MCMC(k, num_samples=1, warmup_steps=7, disable_progbar=True)
     mcmc.run()
-    draws = mcmc.get_samples()["x"].reshape(-1, states.shape[1])  # (3000, L): one draw per chain
+    draws = mcmc.get_samples()["x"]
+    assert draws.shape == (chains, states.shape[1])  # one draw per chain
     check_fit(p8, empirical(d, draws))
-    p_long = p8 @ torch.linalg.matrix_power(P, 200)  # the same chains run longer reach Pyro's joint
+    p_long = p8 @ torch.linalg.matrix_power(P, 300)  # the same chains run longer reach Pyro's joint
     assert exact.total_variation(p_long, target) < 1e-6 < exact.total_variation(p8, target)

@@ -9,6 +9,7 @@ from pyro.infer import MCMC
 
 from mlm_ppl import MaskedLMDistribution, MLMGibbs, MLMKernel
 from mlm_ppl.inference import exact
+from mlm_ppl.inference.pyro_kernel import run_from_mcmc
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
 
@@ -71,8 +72,11 @@ def test_batched_chains_inside_one_pyro_chain(tiny4):
     kernel = MLMKernel(model, num_chains=4, seed=0)
     mcmc = _mcmc(kernel, num_samples=6, warmup_steps=2, num_chains=1)
     x = mcmc.get_samples(group_by_chain=True)["x"]
-    assert x.shape == (1, 6, 4, 7)
+    assert x.shape == (1, 4 * 6, 7)  # the batched chains end to end
     assert kernel.draw_stats[0]["is_accepted"].shape == (6, 4)
+    run = run_from_mcmc(mcmc, kernel)
+    assert torch.equal(run.tokens, x.reshape(4, 6, 7)) and run.stats["is_accepted"].shape == (4, 6)
+    assert torch.equal(run.tokens[:, -1], kernel._state.tokens)  # each chain's last draw is its state
     assert kernel.logging()["acc. rate"] >= 0
 
 
@@ -151,29 +155,32 @@ def test_pyro_seed_governs_the_default_and_options_are_checked_up_front(tiny4):
         MLMKernel(model, kernel="gibbs")
 
 
-def test_predictive_on_batched_chains_with_the_documented_call(tiny4):
-    """docs/pyro.md: flatten the batched chains into samples; a plated run passes as it is."""
+def test_predictive_takes_batched_chains_as_they_are_and_indexes_a_table_with_them(tiny4):
+    """Batched chains used to read as a plate in Predictive (shape mismatch) unless flattened by
+    hand; get_samples() now holds one draw per row, each chain's after the other's."""
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
-    a = tiny4.vocab.index("A")
+    table = torch.linspace(-1.0, 1.0, tiny4.vocab_size)
 
     def model(y=None):
         x = pyro.sample("x", dist)
-        pyro.sample("y", pyro.distributions.Normal((x[..., dist.free_positions] == a).sum(-1).float(), 0.5), obs=y)
+        score = pyro.deterministic("score", table[x[..., dist.free_positions]].sum(-1))
+        pyro.sample("y", pyro.distributions.Normal(score, 0.5), obs=y)
 
-    mcmc = MCMC(MLMKernel(model, num_chains=3, seed=0), num_samples=5, disable_progbar=True)
+    kernel = MLMKernel(model, num_chains=3, seed=0)
+    mcmc = MCMC(kernel, num_samples=5, disable_progbar=True)
     mcmc.run(torch.tensor(1.0))
     samples = mcmc.get_samples()
-    with pytest.raises(RuntimeError):  # the chains read as a plate: why the docs flatten them
-        pyro.infer.Predictive(model, posterior_samples=samples)()
-    flat = {k: v.flatten(0, 1) for k, v in samples.items()}
-    y = pyro.infer.Predictive(model, posterior_samples=flat)()["y"]
-    assert y.shape == (15,)
+    assert samples["x"].shape == (15, 7) and samples["x"].dtype == torch.long
+    out = pyro.infer.Predictive(model, posterior_samples=samples, return_sites=["y", "score"])()
+    assert out["y"].shape == (15,)
+    assert torch.equal(out["score"], table[samples["x"][:, dist.free_positions]].sum(-1))
+    chains = run_from_mcmc(mcmc, kernel).tokens  # (3, 5, 7): the same draws, chain by chain
+    assert torch.equal(chains.reshape(15, 7), samples["x"])
 
     def plated(y=None):
         with pyro.plate("seqs", 2):
             x = pyro.sample("x", dist)
-            counts = (x[..., dist.free_positions] == a).sum(-1).float()
-            pyro.sample("y", pyro.distributions.Normal(counts, 0.5), obs=y)
+            pyro.sample("y", pyro.distributions.Normal(table[x[..., dist.free_positions]].sum(-1), 0.5), obs=y)
 
     mcmc = MCMC(MLMGibbs(plated, seed=0), num_samples=5, disable_progbar=True)
     mcmc.run(torch.tensor([1.0, 0.0]))

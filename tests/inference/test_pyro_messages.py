@@ -102,8 +102,8 @@ def test_pyro_summaries_of_token_draws_name_mlm_ppl_from_pyro(d):
     mcmc = MCMC(MLMKernel(lambda: pyro.sample("x", d), num_chains=2, seed=0), num_samples=4, disable_progbar=True)
     mcmc.run()
     x = mcmc.get_samples()["x"]
-    assert x.dtype == torch.long and x.shape == (4, 2, d.template.numel())
-    with pytest.raises(TypeError, match=r"token ids are labels.*mlm_ppl.from_pyro\(mcmc\)"):
+    assert x.dtype == torch.long and x.shape == (2 * 4, d.template.numel())  # the two chains end to end
+    with pytest.raises(TypeError, match=r"token ids are labels.*mlm_ppl.from_pyro\(mcmc\).*mlm_ppl.summary"):
         mcmc.summary()
     with pytest.raises(TypeError, match="token ids are labels"):
         x.float().mean() + x.mean()
@@ -111,3 +111,63 @@ def test_pyro_summaries_of_token_draws_name_mlm_ppl_from_pyro(d):
     assert type(x[0] + 1) is torch.Tensor  # arithmetic gives plain tensors
     idata = from_pyro(mcmc)
     assert idata.posterior["tokens"].shape == (2, 4, d.template.numel())
+    assert torch.equal(torch.as_tensor(idata.posterior["tokens"].values).reshape(8, -1), x)
+
+
+def test_pyro_diagnostics_and_arviz_stop_with_the_same_one_message_beside_continuous_sites(d):
+    """MCMC.diagnostics() (and az.from_pyro, which calls it) used to print a traceback warning,
+    then die in torch.full ('value cannot be converted to type int64_t'): Pyro's ESS turns any
+    error into NaN of the draws' dtype. Now the ESS of a token site is NaN and Pyro's R-hat
+    stops with the message that names mlm_ppl.from_pyro, with no warning on the way."""
+    import arviz as az
+
+    from mlm_ppl import from_pyro
+
+    def model():
+        pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("x", d)
+
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(MLMGibbs(NUTS(model), seed=0), num_samples=6, warmup_steps=2, disable_progbar=True)
+    mcmc.run()
+    for call in (mcmc.diagnostics, lambda: az.from_pyro(mcmc)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # Pyro's traceback warning would fail here
+            with pytest.raises(TypeError, match=r"token ids are labels.*mlm_ppl.from_pyro\(mcmc\).*mlm_ppl.summary"):
+                call()
+    with pytest.raises(TypeError, match="token ids are labels"):
+        pyro.ops.stats.effective_sample_size(mcmc.get_samples(group_by_chain=True)["x"])  # outside MCMC's wrapper
+    idata = from_pyro(mcmc)
+    assert set(idata.posterior.data_vars) >= {"w", "tokens"}
+    w = mcmc.get_samples(group_by_chain=True)["w"]
+    assert torch.allclose(torch.as_tensor(idata.posterior["w"].values), w)
+
+
+def test_handlers_a_kernel_cannot_honour_are_refused_by_name(d):
+    """block hid the site (MLMKernel said 'no latent site' after running MH chains to draw it),
+    reparam failed inside the reparametrizer ('no attribute loc', 'ImproperUniform does not
+    support sampling'), a condition on a sequence with masks left read as 'no latent site'."""
+    from pyro import poutine
+    from pyro.infer.reparam import LocScaleReparam, SplitReparam
+
+    from mlm_ppl import MLMKernel
+
+    def model():
+        pyro.sample("x", d)
+
+    handled = {
+        r"poutine.block.* hid the token site": poutine.block(model, hide=["x"]),
+        r"poutine.reparam was applied to token site 'x'": poutine.reparam(model, {"x": LocScaleReparam()}),
+        r"reparam was applied to token site 'x'": poutine.reparam(model, {"x": SplitReparam([3, 3], -1)}),
+        r"token site 'x' holds the mask token at 2 free position\(s\).*put the known tokens into the template": (
+            poutine.condition(model, {"x": d.template.clone()})
+        ),
+    }
+    for message, handled_model in handled.items():
+        for kernel in (MLMKernel(handled_model, seed=0), MLMGibbs(handled_model, seed=0)):
+            with pytest.raises(ValueError, match=message):
+                kernel.setup(0)
+    with pytest.raises(ValueError, match="holds the mask token"):
+        d.log_prob(d.template)
+    # outside the kernels a blocked site is drawn as Pyro draws it, hidden from the trace
+    assert "x" not in poutine.trace(poutine.block(model, hide=["x"])).get_trace().nodes

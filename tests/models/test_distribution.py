@@ -71,8 +71,12 @@ def test_validation_rejects_values_outside_the_support(dist, tiny4):
     bad_fixed[1] = tiny4.vocab.index("E")
     with pytest.raises(ValueError, match="fixed position"):
         dist.log_prob(bad_fixed)
+    partial = good.clone()
+    partial[2] = tiny4.mask_id  # a partial sequence: named as such, with what to do instead
+    with pytest.raises(ValueError, match="mask token at 1 free position.*put the known tokens into the template"):
+        dist.log_prob(partial)
     bad_special = good.clone()
-    bad_special[2] = tiny4.mask_id
+    bad_special[2] = tiny4.pad_id
     with pytest.raises(ValueError, match="special token"):
         dist.log_prob(bad_special)
     with pytest.raises(TypeError, match="torch.long"):

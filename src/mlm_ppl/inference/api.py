@@ -18,6 +18,7 @@ from ..models.distribution import MaskedLMDistribution, register_sampler
 from ..models.masked_lm import MaskedLM
 from ..models.target import ConstrainedTarget, Target
 from .mh import MetropolisHastings
+from .pyro_sites import check_not_held
 from .registry import KERNELS, kernel_class, make_kernel
 from .runner import Run, run_chains
 from .spec import Options
@@ -53,6 +54,7 @@ def draw_from_distribution(
     ``num_steps`` defaults to 20 sweeps (``20 * num_free`` single-site steps). Without a
     ``seed`` one is drawn from torch's global RNG, so ``pyro.set_rng_seed`` makes it reproducible.
     """
+    check_not_held()  # drawn while an MLM kernel runs the model: a handler hid the site from it
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()).item())
     steps = 20 * dist.num_free if num_steps is None else check_count(num_steps, "num_steps", 1)

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pyro.poutine as poutine
 import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from torch import Tensor
@@ -38,6 +37,7 @@ from .pyro_sites import (
     is_sample_site,
     other_sites_log_prob,
     site_weights,
+    trace_model,
     weighted,
 )
 from .registry import KERNELS, make_kernel
@@ -186,9 +186,7 @@ class MLMGibbs(MCMCKernel):
         self._chain_index += 1
         self._streams = chain_streams(self.seed, self._chain_index, 1)
         self._values = {}
-        with poutine.trace() as tracer, HoldSites():
-            self.model(*args, **kwargs)
-        trace = tracer.trace
+        trace = trace_model(self.model, args, kwargs)
         latent = {name: s for name, s in trace.nodes.items() if is_sample_site(s) and not s["is_observed"]}
         fns: dict[str, Any] = {name: s["fn"] for name, s in latent.items()}  # the sites' distributions
         self.mlm_sites = [n for n, s in latent.items() if isinstance(s["fn"], MaskedLMDistribution)]

@@ -20,7 +20,9 @@ Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 * With ``num_chains > 1`` MCMC uses worker processes only when ``num_chains <= cpu_count - 1``;
   forking after a forward pass can deadlock and threads oversubscribe. Prefer
   ``MLMKernel(model, num_chains=C)`` with ``MCMC(num_chains=1)``: C chains in one batched
-  forward pass, draws of shape ``(1, D, C, L)``.
+  forward pass. Their draws come out of ``get_samples()`` as ``(C * D, L)``, chain after chain
+  (:class:`~mlm_ppl.inference.pyro_sites.AsTokenDraws`): one posterior draw per row, as
+  ``Predictive`` reads them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pyro.poutine as poutine
 import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from torch import Tensor
@@ -39,12 +40,12 @@ from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, initial_tokens
 from .pyro_sites import (
-    AS_TOKEN_DRAWS,
-    HoldSites,
+    AsTokenDraws,
     chain_streams,
     is_sample_site,
     other_sites_log_prob,
     site_weights,
+    trace_model,
     weighted,
 )
 from .registry import KERNELS, kernel_class, make_kernel
@@ -77,7 +78,10 @@ class MLMKernel(MCMCKernel):
     num_chains : int
         Chains advanced together in one batched forward pass inside this one Pyro chain (one
         token site outside any plate). With ``num_chains > 1`` the site's value has shape
-        ``(C, L)``; for ``Predictive``, flatten the chains into samples (docs/pyro.md).
+        ``(C, L)`` at each step; after the run ``mcmc.get_samples()`` lays the chains end to
+        end, ``(P * C * D, L)`` for ``P`` Pyro chains of ``D`` draws, so ``Predictive`` takes it
+        as it is, and ``get_samples(group_by_chain=True)`` is ``(P, C * D, L)``
+        (:func:`mlm_ppl.from_pyro` separates the ``P * C`` chains again).
     seed : int, optional
         Seed of the chains' random streams (:class:`~mlm_ppl.inference.streams.ChainStreams`):
         batched chain ``c`` of Pyro chain ``i`` draws from the stream of chain ``i*C + c``, ``i``
@@ -143,9 +147,7 @@ class MLMKernel(MCMCKernel):
         self._chain_index += 1
         self._warmup_steps = int(warmup_steps)
         self._args, self._kwargs = args, kwargs
-        with poutine.trace() as tracer, HoldSites():
-            self.model(*args, **kwargs)
-        trace = tracer.trace
+        trace = trace_model(self.model, args, kwargs)
         sites = [
             name
             for name, s in trace.nodes.items()
@@ -204,7 +206,7 @@ class MLMKernel(MCMCKernel):
         """What ``MCMC`` applies to the samples after a run: the token site's draws become
         :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`. Never None, or MCMC would run
         ``setup`` again to find transforms."""
-        return {} if self.site is None else {self.site: AS_TOKEN_DRAWS}
+        return {} if self.site is None else {self.site: AsTokenDraws(self.num_chains)}
 
     # ------------------------------------------------------------------ params
     @property
@@ -272,12 +274,11 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
         raise TypeError(f"kernel must be the MLMKernel that MCMC ran, got {type(kernel).__name__}")
     if site not in (None, kernel.site) or element is not None:
         raise ValueError(f"the model has one token site {kernel.site!r}, not under a plate")
-    x = mcmc.get_samples(group_by_chain=True)[kernel.site].as_subclass(Tensor)  # (P, D, L) or (P, D, C, L)
+    x = mcmc.get_samples(group_by_chain=True)[kernel.site].as_subclass(Tensor)  # (P, C * D, L), chain-major
     stats = kernel.draw_stats[-x.shape[0] :]  # one per Pyro chain, each (D, C)
-    if x.dim() == 3:
-        x = x[:, :, None]
-    P, D, C, L = x.shape
-    tokens = x.permute(0, 2, 1, 3).reshape(P * C, D, L)
+    P, C, L = x.shape[0], kernel.num_chains, x.shape[-1]
+    D = x.shape[1] // C
+    tokens = x.reshape(P * C, D, L)
     merged = {k: torch.cat([s[k].T for s in stats]) for k in stats[0]}
     target = kernel.target
     attrs = dict(

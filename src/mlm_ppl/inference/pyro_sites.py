@@ -4,22 +4,28 @@ log density of the rest of a model."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Collection, Mapping
+from types import FrameType
 from typing import Any
 
 import pyro.poutine as poutine
 import torch
 from pyro.distributions import TorchDistribution, constraints
 from pyro.poutine.messenger import Messenger
+from pyro.poutine.reparam_messenger import ReparamMessenger
+from pyro.poutine.trace_struct import Trace
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from ..models.distribution import MaskedLMDistribution
+from ..models.distribution import MaskedLMDistribution, TokenIds
 from ..models.target import ScaledTarget, Target
 from .streams import ChainStreams
 
 __all__ = [
     "HoldSites",
+    "trace_model",
+    "check_not_held",
     "chain_streams",
     "check_same_mlm_site",
     "is_sample_site",
@@ -27,6 +33,7 @@ __all__ = [
     "site_weights",
     "weighted",
     "TokenDraws",
+    "AsTokenDraws",
     "AS_TOKEN_DRAWS",
 ]
 
@@ -57,11 +64,46 @@ class TokenDraws(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func in _MOMENTS:
+            if _inside_pyros_safe_wrapper():
+                return _nan_like(func(*_plain_float(args), **(kwargs or {})))
             raise TypeError(_SUMMARY_HELP)
         out = super().__torch_function__(func, types, args, kwargs or {})
         if func in _SHAPE_OPS and isinstance(out, torch.Tensor) and out.dtype == torch.long:
             return out
         return _plain(out)
+
+
+def _inside_pyros_safe_wrapper() -> bool:
+    """Whether Pyro's ``_safe`` wrapper (``pyro.infer.mcmc.util``: ``MCMC.diagnostics()`` computes
+    the ESS through it) is a caller. It turns any error into a NaN tensor of the input's dtype,
+    which for ``torch.long`` fails with "value cannot be converted to type int64_t": there the
+    moments of token ids are NaN, so the call goes on to Pyro's R-hat, which stops with
+    :data:`_SUMMARY_HELP` (one message, the same as ``MCMC.summary()``'s)."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(16):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "wrapped" and frame.f_globals.get("__name__") == "pyro.infer.mcmc.util":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _plain_float(value: Any) -> Any:
+    if isinstance(value, TokenDraws):
+        return value.as_subclass(torch.Tensor).double()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_plain_float(v) for v in value)
+    return value
+
+
+def _nan_like(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return torch.full_like(value, float("nan"))
+    if isinstance(value, tuple):
+        items = [_nan_like(v) for v in value]
+        return tuple(items) if type(value) is tuple else type(value)(items)  # torch.return_types take a list
+    return value
 
 
 def _plain(value: Any) -> Any:
@@ -72,16 +114,27 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class _AsTokenDraws:
+class AsTokenDraws:
     """What ``MCMC`` applies (``.inv``) to a token site's samples after a run: Pyro packs each
     draw's sites into one tensor, so ids beside continuous sites travel as floats; they come out
-    of ``get_samples`` as :class:`TokenDraws`."""
+    of ``get_samples`` as :class:`TokenDraws`.
+
+    With ``batched_chains=C`` (``MLMKernel(num_chains=C)``, whose draws Pyro stores as
+    ``(P, D, C, L)``) each Pyro chain's C chains are laid end to end, ``(P, C * D, L)``: the
+    order of ``P * C`` Pyro chains of one chain each, so ``get_samples()`` is ``(P * C * D, L)``,
+    one posterior draw per row, which ``Predictive`` takes as it is."""
+
+    def __init__(self, batched_chains: int = 1) -> None:
+        self.batched_chains = batched_chains
 
     def inv(self, z: Tensor) -> Tensor:
+        if self.batched_chains > 1:
+            P, D, C, L = z.shape
+            z = z.permute(0, 2, 1, 3).reshape(P, C * D, L)
         return z.round().long().as_subclass(TokenDraws)
 
 
-AS_TOKEN_DRAWS = _AsTokenDraws()
+AS_TOKEN_DRAWS = AsTokenDraws()
 
 
 def is_sample_site(site: Any) -> bool:
@@ -111,10 +164,20 @@ class HoldSites(Messenger):
     tracing a model to find its sites never runs MH chains to sample one.
     """
 
+    active = 0  # how many HoldSites are entered: a token site drawn meanwhile was hidden from them
+
     def __init__(self, values: Mapping[str, Tensor] | None = None, zero_density: Collection[str] = ()) -> None:
         super().__init__()
         self.values = dict(values or {})
         self.zero_density = set(zero_density)
+
+    def __enter__(self) -> "HoldSites":
+        HoldSites.active += 1
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        HoldSites.active -= 1
+        return super().__exit__(*exc)
 
     def _pyro_sample(self, msg: Any) -> None:
         name, fn = msg["name"], msg["fn"]
@@ -125,6 +188,69 @@ class HoldSites(Messenger):
                 msg["fn"] = _Held(fn.batch_shape, fn.event_shape)
         elif isinstance(fn, MaskedLMDistribution) and not msg["is_observed"] and msg["value"] is None:
             msg["value"] = fn.template.expand(fn.batch_shape + fn.event_shape).clone()
+
+
+_HIDDEN = (
+    "a MaskedLMDistribution site was drawn from its distribution while an MLM kernel ran the model: a handler "
+    "inside the model (poutine.block, or any that stops a site's message) hid the token site from the kernel, "
+    "which must see and move it. Block only other sites, or hold the tokens fixed with poutine.condition"
+)
+
+
+def check_not_held() -> None:
+    """Raise if an MLM kernel is running the model (:class:`HoldSites` entered): a token site
+    that reaches ``MaskedLMDistribution.sample`` then was hidden from it (``poutine.block``), and
+    drawing it would run MH chains and leave it out of the kernel's moves."""
+    if HoldSites.active:
+        raise ValueError(_HIDDEN)
+
+
+def trace_model(model: Callable, args: tuple, kwargs: dict) -> Trace:
+    """The trace of ``model`` with its token sites held at their templates (:class:`HoldSites`):
+    how both MLM kernels find their sites. Refuses, naming the handler, what a kernel cannot
+    honour: a token site hidden by ``poutine.block`` (:func:`check_not_held`), reparametrized by
+    ``poutine.reparam``, or conditioned on a sequence that still holds mask tokens."""
+    try:
+        with poutine.trace() as tracer, HoldSites():
+            model(*args, **kwargs)
+    except Exception as error:
+        name = _reparametrized_token_site(error)
+        if name is None:
+            raise
+        raise ValueError(_reparam_message(name)) from error
+    trace = tracer.trace
+    for name, node in trace.nodes.items():
+        if not is_sample_site(node):
+            continue
+        fn = node["fn"]
+        if isinstance(fn, MaskedLMDistribution):
+            if node["is_observed"]:
+                fn.check_complete(torch.as_tensor(node["value"]), f"token site {name!r}")
+        elif isinstance(getattr(fn, "support", None), TokenIds):
+            raise ValueError(_reparam_message(name))
+    return trace
+
+
+def _reparam_message(name: str) -> str:
+    return (
+        f"poutine.reparam was applied to token site {name!r} (or to a site that took its support): a "
+        "MaskedLMDistribution has no reparametrization, and the MLM kernels must move the site itself. Leave "
+        "token sites out of the reparam config"
+    )
+
+
+def _reparametrized_token_site(error: BaseException) -> str | None:
+    """The token site a ``poutine.reparam`` handler was rewriting when ``error`` was raised (found
+    in the traceback: the handler's frame holds the site's message), or None."""
+    tb = error.__traceback__
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        msg = local.get("msg")
+        if isinstance(local.get("self"), ReparamMessenger) and isinstance(msg, dict):
+            if isinstance(msg.get("fn"), MaskedLMDistribution):
+                return str(msg.get("name"))
+        tb = tb.tb_next
+    return None
 
 
 def site_weights(name: str, node: Any) -> Tensor:

@@ -139,6 +139,21 @@ class MaskedLMDistribution(TorchDistribution):
                 "a free position holds a special token (e.g. [MASK], [PAD]); fill it with an ordinary token"
             )
 
+    def check_complete(self, value: Tensor, what: str = "the value") -> None:
+        """Raise unless every free position of ``value`` holds a token: a sequence conditioned on
+        (``obs=``, ``poutine.condition``) with mask tokens left in it is a partial sequence,
+        which this distribution cannot score; the known tokens belong in the template."""
+        if value.shape[-1:] != self.event_shape:
+            return  # not a sequence of this template at all: validate_tokens says so
+        mask = value[..., self.free] == self.mlm.mask_id
+        if bool(mask.any()):
+            raise ValueError(
+                f"{what} holds the mask token at {int(mask.sum())} free position(s): a MaskedLMDistribution scores "
+                "complete sequences, so conditioning a token site (poutine.condition, obs=) on part of a sequence "
+                "cannot be honoured. To fix some positions and sample the rest, put the known tokens into the "
+                "template (MaskedLMDistribution(mlm, template_with_them)) and leave the site latent"
+            )
+
     @property
     def scored_positions(self) -> Tensor:
         """``(M,)`` the token columns that contribute an energy term: every column of the template
@@ -193,6 +208,7 @@ class MaskedLMDistribution(TorchDistribution):
         The normaliser is intractable and depends on the template and the temperature, so this
         compares sequences of one distribution only; see ``docs/pyro.md``.
         """
+        self.check_complete(value)  # first: a partial sequence is a misuse to name, not just a bad value
         if self._validate_args:
             self._validate_sample(value)
             self.validate_tokens(value)
