@@ -86,6 +86,7 @@ def test_a_ray_run_equals_the_single_process_run_even_when_a_worker_is_killed(mo
     got_tokens, got_lp = _draws(short)
     np.testing.assert_array_equal(got_tokens, tokens)
     np.testing.assert_allclose(got_lp, lp, rtol=1e-5)
+    assert (short / "summary.txt").read_bytes() == (single / "summary.txt").read_bytes()  # one lp per state
 
 
 def _ray_worker_pid():

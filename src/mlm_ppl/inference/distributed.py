@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .._checks import check_count
 from .base import Kernel
-from .runner import Checkpoint, Run, run_chains
+from .runner import Checkpoint, Run, run_chains, state_consistent_lp
 
 __all__ = [
     "split_chains",
@@ -278,6 +278,7 @@ def merge_runs(runs: Sequence[Run], num_chains: int) -> Run:
     first = runs[0]
     tokens = torch.cat([r.tokens for r in runs])
     stats = {k: torch.cat([r.stats[k] for r in runs]) for k in first.stats}
+    stats["lp"] = state_consistent_lp(tokens, stats["lp"])  # one value per state across the groups too
     starts = [r.initial for r in runs if r.initial is not None]
     initial = torch.cat(starts) if len(starts) == len(runs) else None
     attrs = dict(first.attrs, num_chains=num_chains)

@@ -21,7 +21,7 @@ from .base import Kernel, StepInfo, initial_tokens
 from .spec import STAT_NAMES
 from .streams import ChainStreams
 
-__all__ = ["Run", "Checkpoint", "run_chains", "step_stats", "target_attrs", "STAT_NAMES"]
+__all__ = ["Run", "Checkpoint", "run_chains", "step_stats", "target_attrs", "state_consistent_lp", "STAT_NAMES"]
 
 
 @dataclass
@@ -54,6 +54,25 @@ class Run:
     @property
     def num_draws(self) -> int:
         return int(self.tokens.shape[1])
+
+
+def state_consistent_lp(tokens: Tensor, lp: Tensor) -> Tensor:
+    """``lp`` ``(C, D)`` with every draw of a state carrying the value of that state's first draw
+    (chains in order, draws in order within a chain).
+
+    The log density is a function of the state, but a float32 forward pass gives a state's
+    energy to within about 1e-6 nats only, depending on the batch it was evaluated in and the
+    thread count (MKL's sgemm splits small products differently). Draws of one state then carry
+    values that differ in the last bits, and rank-based diagnostics (R-hat, bulk and tail ESS)
+    break those would-be ties at random: ESS 88.7 against 84.4 for the same tokens on Ray and in
+    one process. With one value per state the ranks depend on the tokens alone.
+    """
+    flat = tokens.reshape(-1, tokens.shape[-1])
+    _, which = torch.unique(flat, dim=0, return_inverse=True)  # (C*D,) the state of each draw
+    order = torch.arange(flat.shape[0])
+    first = torch.full((int(which.max()) + 1,), flat.shape[0], dtype=torch.long)
+    first = first.scatter_reduce(0, which, order, reduce="amin")  # each state's first draw
+    return lp.reshape(-1)[first[which]].reshape(lp.shape)
 
 
 def target_attrs(target: Target) -> dict[str, Any]:
@@ -256,4 +275,6 @@ def run_chains(
         seed=seed,
         **target_attrs(target),
     )
-    return Run(draws, {k: torch.stack(v, dim=1) for k, v in stats.items()}, attrs, initial)
+    recorded = {k: torch.stack(v, dim=1) for k, v in stats.items()}
+    recorded["lp"] = state_consistent_lp(draws, recorded["lp"])
+    return Run(draws, recorded, attrs, initial)
