@@ -18,8 +18,6 @@ import torch
 
 from mlm_ppl.testing import save_tiny, tiny_antibody_bert
 
-
-
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
     import arviz as az
