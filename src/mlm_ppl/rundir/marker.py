@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .._files import write_text_atomic
 from .lock import LOCK
@@ -17,20 +17,27 @@ MARKER = ".mlm-ppl"
 DIR_FORMAT = "mlm-ppl-dir-1"
 
 
+_HINTS = {
+    "run": "resume it, overwrite it, or choose another directory",
+    "other": "choose another directory, or remove it yourself",
+    "foreign": "choose another directory",
+}
+
+
 class RunExistsError(ValueError):
     """A directory that already holds something, where a new run was to start.
 
-    ``detail`` says what is there; the caller adds how to resume, overwrite or go elsewhere in
-    its own terms (the CLI names its flags). ``ours`` is False for a directory that holds files
-    this library did not write (it is never overwritten).
+    ``detail`` says what is there; the caller adds what to do in its own terms (the CLI names its
+    flags), by ``holds``: ``"run"``, a run of the kind asked for (resume or overwrite it);
+    ``"other"``, an mlm-ppl run of another kind (never replaced by this kind: go elsewhere or
+    remove it); ``"foreign"``, files this library did not write (never overwritten).
     """
 
-    def __init__(self, path: Path, detail: str, *, ours: bool = True) -> None:
-        hint = "resume it, overwrite it, or choose another directory" if ours else "choose another directory"
-        super().__init__(f"{detail}; {hint}")
+    def __init__(self, path: Path, detail: str, *, holds: Literal["run", "other", "foreign"] = "run") -> None:
+        super().__init__(f"{detail}; {_HINTS[holds]}")
         self.path = path
         self.detail = detail
-        self.ours = ours
+        self.holds = holds
 
 
 def kind_of(directory: str | os.PathLike) -> str | None:
@@ -54,7 +61,9 @@ def read_marker(path: Path, kind: str) -> dict[str, Any] | None:
     if not isinstance(marker, dict) or marker.get("format") != DIR_FORMAT or not isinstance(marker.get("files"), list):
         raise ValueError(f"{path / MARKER} is not an mlm-ppl marker")
     if marker.get("kind") != kind:
-        raise RunExistsError(path, f"{str(path)!r} holds an mlm-ppl {marker.get('kind')} run, not a {kind} run")
+        raise RunExistsError(
+            path, f"{str(path)!r} holds an mlm-ppl {marker.get('kind')} run, not a {kind} run", holds="other"
+        )
     return marker
 
 
@@ -80,7 +89,7 @@ def owned(path: Path, kind: str, overwrite: bool) -> dict[str, Any] | None:
             path,
             f"{str(path)!r} is not empty and is not an mlm-ppl {kind} run directory "
             f"(no {MARKER} marker); it is never overwritten",
-            ours=False,
+            holds="foreign",
         )
     if not overwrite:
         raise RunExistsError(path, f"run directory {str(path)!r} exists and is not empty")
