@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._files import write_text_atomic
-from .lock import LOCK
+from .lock import LOCK, check_lock
 
 __all__ = ["MARKER", "DIR_FORMAT", "RunExistsError", "kind_of", "read_marker", "write_marker", "has_marker", "owned"]
 
@@ -76,21 +76,22 @@ def has_marker(path: Path) -> bool:
 
 
 def owned(path: Path, kind: str, overwrite: bool) -> dict[str, Any] | None:
-    """Whether a new run of ``kind`` may start in ``path``: None if it is absent or empty, the
-    old run's marker if ``overwrite`` may replace it; RunExistsError otherwise."""
+    """Whether a new run of ``kind`` may start in ``path``: None if it is absent or empty (but for
+    a lock file an mlm-ppl process left), the old run's marker if ``overwrite`` may replace it;
+    RunExistsError otherwise."""
     if not path.is_dir():
         return None
-    others = [p.name for p in path.iterdir() if p.name != LOCK]
-    if not others:
-        return None
-    marker = read_marker(path, kind)
-    if marker is None:
-        raise RunExistsError(
-            path,
-            f"{str(path)!r} is not empty and is not an mlm-ppl {kind} run directory "
-            f"(no {MARKER} marker); it is never overwritten",
-            holds="foreign",
-        )
-    if not overwrite:
-        raise RunExistsError(path, f"run directory {str(path)!r} exists and is not empty")
+    marker = None
+    if any(p.name != LOCK for p in path.iterdir()):
+        marker = read_marker(path, kind)
+        if marker is None:
+            raise RunExistsError(
+                path,
+                f"{str(path)!r} is not empty and is not an mlm-ppl {kind} run directory "
+                f"(no {MARKER} marker); it is never overwritten",
+                holds="foreign",
+            )
+        if not overwrite:
+            raise RunExistsError(path, f"run directory {str(path)!r} exists and is not empty")
+    check_lock(path)  # a lock file there must be one an mlm-ppl process left
     return marker
