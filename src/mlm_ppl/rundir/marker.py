@@ -1,21 +1,42 @@
 """The marker of a run directory, ``.mlm-ppl``: its format, kind, run id and every file the run
-writes (each recorded before it is written). A directory without it is never overwritten."""
+writes (each recorded before it is written). A directory without it is never overwritten.
+
+The names in the marker are what an overwrite removes, so they are checked each time the marker
+is read, not only when they are written: each must be a plain name of a file in the directory
+(:func:`is_plain_name`). A marker that lists anything else is refused whole, before anything is
+removed.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from .._files import write_text_atomic
 from .lock import LOCK, check_lock
 
-__all__ = ["MARKER", "DIR_FORMAT", "RunExistsError", "kind_of", "read_marker", "write_marker", "has_marker", "owned"]
+__all__ = [
+    "MARKER",
+    "DIR_FORMAT",
+    "RunExistsError",
+    "kind_of",
+    "is_plain_name",
+    "load_marker",
+    "read_marker",
+    "write_marker",
+    "has_marker",
+    "owned",
+]
 
 MARKER = ".mlm-ppl"
 DIR_FORMAT = "mlm-ppl-dir-1"
 
+#: A file name a run records: letters, digits, ``_ . -``, not hidden. No separator, so no way out
+#: of the directory or through a link to a folder; no ``..``; no glob characters.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
 
 _HINTS = {
     "run": "resume it, overwrite it, or choose another directory",
@@ -50,17 +71,37 @@ def kind_of(directory: str | os.PathLike) -> str | None:
         return None
 
 
-def read_marker(path: Path, kind: str) -> dict[str, Any] | None:
-    """The marker of a run of ``kind`` in ``path``; None if there is none; ValueError for another kind."""
+def is_plain_name(name: object) -> bool:
+    """Whether ``name`` may be recorded in a marker: a plain file name inside the directory."""
+    return isinstance(name, str) and _PLAIN_NAME.fullmatch(name) is not None
+
+
+def load_marker(path: Path) -> dict[str, Any] | None:
+    """The marker in ``path``, any kind; None if there is none. ValueError for a damaged marker
+    or one that lists a name outside the directory (nothing may be removed by it)."""
+    file = path / MARKER
     try:
-        marker = json.loads((path / MARKER).read_text())
+        marker = json.loads(file.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
-        raise ValueError(f"{path / MARKER} is damaged; remove the directory by hand if it is yours") from None
+        raise ValueError(f"{file} is damaged; remove the directory by hand if it is yours") from None
     if not isinstance(marker, dict) or marker.get("format") != DIR_FORMAT or not isinstance(marker.get("files"), list):
-        raise ValueError(f"{path / MARKER} is not an mlm-ppl marker")
-    if marker.get("kind") != kind:
+        raise ValueError(f"{file} is not an mlm-ppl marker")
+    for name in marker["files"]:
+        if not is_plain_name(name):
+            raise ValueError(
+                f"{file} lists {name!r}, which is not a plain file name in the run directory; it was edited or "
+                "damaged, and nothing was removed: remove the run's files by hand"
+            )
+    return marker
+
+
+def read_marker(path: Path, kind: str) -> dict[str, Any] | None:
+    """The marker of a run of ``kind`` in ``path`` (see :func:`load_marker`); None if there is
+    none; RunExistsError for another kind."""
+    marker = load_marker(path)
+    if marker is not None and marker.get("kind") != kind:
         raise RunExistsError(
             path, f"{str(path)!r} holds an mlm-ppl {marker.get('kind')} run, not a {kind} run", holds="other"
         )
