@@ -18,7 +18,7 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.energy import ENERGIES
 from ..rundir import RunDirectory
 from ..settings import MAX_CHAINS, RunSettings, option_flags
-from ._common import add_model_args, split_lines
+from ._common import add_model_args, exists_message, split_lines
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSettings) if f.name != "kernel_options"}
 _SETTINGS = tuple(_DEFAULTS)
@@ -229,15 +229,14 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         check_size(settings, kernel, force=args.force, err=sys.stderr)
         run_dir = rundir.start_run(args.out, settings, overwrite=args.overwrite)
     except rundir.RunExistsError as err:
-        raise ValueError(f"{err.detail}; {_exists_hint(err)}") from None
+        raise _exists(err) from None
     with run_dir:
         return _sample(run_dir, settings, None, mlm, kernel, args, out)
 
 
-def _exists_hint(err: Any) -> str:
-    if not err.ours:
-        return "use another --out"
-    return f"use --resume {err.path} to continue it, --overwrite to replace it, or another --out"
+def _exists(err: Any) -> ValueError:
+    same_kind = f"use --resume {err.path} to continue it, --overwrite to replace it, or another --out"
+    return ValueError(exists_message(err, same_kind))
 
 
 def _check_resume_flags(args: argparse.Namespace, settings: RunSettings) -> None:
@@ -273,7 +272,7 @@ def _start_batch(args: argparse.Namespace, out: TextIO) -> int:
                 raise ValueError(f"template {name!r}: {err}") from None
         batch_dir = campaign.start_batch(args.out, settings, templates, overwrite=args.overwrite)
     except rundir.RunExistsError as err:
-        raise ValueError(f"{err.detail}; {_exists_hint(err)}") from None
+        raise _exists(err) from None
     with batch_dir:
         return _run_batch(batch_dir, settings, templates, args, out)
 

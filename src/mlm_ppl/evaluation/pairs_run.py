@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.masked_lm import MaskedLM
-from ..rundir import CONFIG, LOCK, RunDirectory, RunExistsError
+from ..rundir import CONFIG, LOCK, MARKER, RunDirectory, RunExistsError
 from .pairs import (
     ROW_FIELDS,
     evaluate_pairs,
@@ -64,12 +64,9 @@ def open_pairs_run(
             run_dir.discard()
             raise
         return run_dir, []
-    try:
-        run_dir = RunDirectory.open(path, "pairs")
-    except RunExistsError:
-        raise
-    except ValueError:
-        raise RunExistsError(path, f"{str(path)!r} exists and is not an mlm-ppl pairs run", ours=False) from None
+    if not (path / MARKER).exists():
+        raise RunExistsError(path, f"{str(path)!r} exists and is not an mlm-ppl pairs run", holds="foreign")
+    run_dir = RunDirectory.open(path, "pairs")
     try:
         try:
             old = json.loads((path / CONFIG).read_text())

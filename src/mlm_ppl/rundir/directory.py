@@ -10,7 +10,6 @@ temporary file and a rename (:mod:`mlm_ppl._files`). What the files hold is the 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import time
@@ -21,7 +20,18 @@ from typing import Any
 
 from .._files import atomic_path, temp_pattern, write_bytes_atomic
 from .lock import LOCK, RunLockedError, release_lock, take_lock
-from .marker import DIR_FORMAT, MARKER, RunExistsError, has_marker, kind_of, owned, read_marker, write_marker
+from .marker import (
+    DIR_FORMAT,
+    MARKER,
+    RunExistsError,
+    has_marker,
+    is_plain_name,
+    kind_of,
+    load_marker,
+    owned,
+    read_marker,
+    write_marker,
+)
 
 __all__ = ["CONFIG", "MARKER", "LOCK", "RunDirectory", "kind_of", "RunExistsError", "RunLockedError"]
 
@@ -43,14 +53,15 @@ class RunDirectory:
         ``"sample"`` or ``"pairs"``: a directory of one kind is never taken for the other.
     run_id : str
         Random hex id of the run, written in the marker at creation.
-    created : bool
-        True when this process made the directory itself (then :meth:`discard` removes it).
+    made : tuple of Path
+        The folders this process made for the run, outermost first: the directory and any missing
+        parents (:meth:`discard` removes them, if empty); none for a directory that was there.
     """
 
-    def __init__(self, path: Path, kind: str, lock_fd: int, marker: dict[str, Any], created: bool) -> None:
+    def __init__(self, path: Path, kind: str, lock_fd: int, marker: dict[str, Any], made: tuple[Path, ...]) -> None:
         self.path = path
         self.kind = kind
-        self.created = created
+        self.made = made
         self._lock_fd = lock_fd
         self._marker = marker
 
@@ -70,23 +81,16 @@ class RunDirectory:
         path = Path(directory)
         _check_dir_path(path)
         owned(path, kind, overwrite)  # refuse before creating anything
-        created = not path.exists()
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
-            raise ValueError(f"{str(path)!r} exists and is not a directory") from None
+        made = _make_dirs(path)
         try:
             fd = take_lock(path)
         except BaseException:
-            if created:
-                with contextlib.suppress(OSError):
-                    path.rmdir()
+            _unmake(made)
             raise
         try:
             marker = owned(path, kind, overwrite)  # again, under the lock: another process may have started
             if marker is not None:
-                for name in marker["files"]:
-                    _remove(path, name)
+                _remove(_recorded(path, marker["files"]))  # every name checked before anything is removed
             marker = {
                 "format": DIR_FORMAT,
                 "kind": kind,
@@ -97,12 +101,10 @@ class RunDirectory:
             }
             write_marker(path, marker)
         except BaseException:
-            release_lock(path, fd, remove=created or not has_marker(path))
-            if created:
-                with contextlib.suppress(OSError):
-                    path.rmdir()
+            release_lock(path, fd, remove=bool(made) or not has_marker(path))
+            _unmake(made)
             raise
-        return cls(path, kind, fd, marker, created)
+        return cls(path, kind, fd, marker, made)
 
     @staticmethod
     def check_new(directory: str | os.PathLike, kind: str, *, overwrite: bool = False) -> None:
@@ -126,17 +128,16 @@ class RunDirectory:
             marker = read_marker(path, kind)
             if marker is None:
                 raise ValueError(f"{str(path)!r} is not an mlm-ppl {kind} run directory (no {MARKER} marker)")
-            for name in marker["files"]:  # temporary files of writes cut off by a kill (we hold the lock)
-                _remove_temporaries(path, name)
+            _remove(_temporaries(path, marker["files"]))  # of writes cut off by a kill (we hold the lock)
         except BaseException:
             release_lock(path, fd, remove=False)
             raise
-        return cls(path, kind, fd, marker, False)
+        return cls(path, kind, fd, marker, ())
 
     # ------------------------------------------------------------------ writing
     def record(self, name: str) -> Path:
         """Record ``name`` in the marker (before it is written); returns its path."""
-        if os.sep in name or name.startswith("."):
+        if not is_plain_name(name):
             raise ValueError(f"run files are plain names in the directory, got {name!r}")
         if self._lock_fd < 0:
             raise ValueError(f"run directory {str(self.path)!r} is closed")
@@ -162,16 +163,12 @@ class RunDirectory:
 
     # ------------------------------------------------------------------ closing
     def discard(self) -> None:
-        """Remove everything the run wrote (and the directory, if this process created it), and
+        """Remove everything the run wrote (and the folders this process made for it), and
         release the lock: for a run that failed before it had anything worth keeping."""
-        for name in self._marker["files"]:
-            _remove(self.path, name)
-        _remove(self.path, MARKER)
+        _remove(_recorded(self.path, [*self._marker["files"], MARKER]))
         release_lock(self.path, self._lock_fd, remove=True)
         self._lock_fd = -1
-        if self.created:
-            with contextlib.suppress(OSError):
-                self.path.rmdir()
+        _unmake(self.made)
 
     def close(self) -> None:
         """Release the lock (the directory and its files stay)."""
@@ -196,26 +193,65 @@ def _check_dir_path(path: Path) -> None:
         raise ValueError(f"{str(path)!r} is a file; give a directory")
 
 
-def _remove(path: Path, name: str) -> None:
-    """Remove ``name`` and any temporary files of it left by an interrupted write; a directory
-    only if it is an mlm-ppl run directory (a batch's template runs), and then only what that run
-    recorded (files of anyone else in it stay, and so does the directory)."""
-    target = path / name
-    if target.is_dir() and not target.is_symlink():
-        try:
-            files = json.loads((target / MARKER).read_text()).get("files", [])
-        except (OSError, ValueError, AttributeError):
-            return
-        for inner in [*files, MARKER, LOCK]:
-            _remove(target, str(inner))
+def _make_dirs(path: Path) -> tuple[Path, ...]:
+    """Make ``path`` and its missing parents; the folders made, outermost first."""
+    missing = []
+    for folder in (path, *path.parents):
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
+    made: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:  # made meanwhile by another process: not ours to remove
+                if not folder.is_dir():
+                    raise ValueError(f"{str(folder)!r} exists and is not a directory") from None
+                continue
+            made.append(folder)
+    except BaseException:
+        _unmake(tuple(made))
+        raise
+    return tuple(made)
+
+
+def _unmake(made: tuple[Path, ...]) -> None:
+    """Remove the folders :func:`_make_dirs` made, innermost first, each only if it is empty."""
+    for folder in reversed(made):
         with contextlib.suppress(OSError):
-            target.rmdir()
-        return
-    target.unlink(missing_ok=True)
-    _remove_temporaries(path, name)
+            folder.rmdir()
 
 
-def _remove_temporaries(path: Path, name: str) -> None:
-    """Remove the temporary files an interrupted atomic write of ``name`` left in ``path``."""
-    for tmp in path.glob(temp_pattern(name)):
-        tmp.unlink(missing_ok=True)
+def _recorded(path: Path, names: list[str]) -> list[Path]:
+    """What removing the recorded ``names`` of ``path`` removes: each file with the temporary
+    files of an interrupted write of it, and a folder only if it is an mlm-ppl run directory (a
+    batch's template runs), then only what that run recorded, and the folder after its files
+    (anyone else's files in it stay, and so does the folder). Every marker read on the way is
+    checked (:func:`~.marker.load_marker`) before anything is removed."""
+    out: list[Path] = []
+    for name in names:
+        target = path / name
+        if target.is_dir() and not target.is_symlink():
+            marker = load_marker(target)
+            if marker is not None:
+                out += _recorded(target, [*marker["files"], MARKER, LOCK])
+                out.append(target)
+        else:
+            out += [target, *_temporaries(path, [name])]
+    return out
+
+
+def _temporaries(path: Path, names: list[str]) -> list[Path]:
+    """The temporary files interrupted atomic writes of ``names`` left in ``path``."""
+    return [tmp for name in names for tmp in path.glob(temp_pattern(name))]
+
+
+def _remove(paths: list[Path]) -> None:
+    """Remove ``paths`` (from :func:`_recorded`): files, and folders once empty."""
+    for p in paths:
+        if p.is_dir() and not p.is_symlink():
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        else:
+            p.unlink(missing_ok=True)

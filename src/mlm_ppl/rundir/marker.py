@@ -1,36 +1,64 @@
 """The marker of a run directory, ``.mlm-ppl``: its format, kind, run id and every file the run
-writes (each recorded before it is written). A directory without it is never overwritten."""
+writes (each recorded before it is written). A directory without it is never overwritten.
+
+The names in the marker are what an overwrite removes, so they are checked each time the marker
+is read, not only when they are written: each must be a plain name of a file in the directory
+(:func:`is_plain_name`). A marker that lists anything else is refused whole, before anything is
+removed.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .._files import write_text_atomic
-from .lock import LOCK
+from .lock import LOCK, check_lock
 
-__all__ = ["MARKER", "DIR_FORMAT", "RunExistsError", "kind_of", "read_marker", "write_marker", "has_marker", "owned"]
+__all__ = [
+    "MARKER",
+    "DIR_FORMAT",
+    "RunExistsError",
+    "kind_of",
+    "is_plain_name",
+    "load_marker",
+    "read_marker",
+    "write_marker",
+    "has_marker",
+    "owned",
+]
 
 MARKER = ".mlm-ppl"
 DIR_FORMAT = "mlm-ppl-dir-1"
+
+#: A file name a run records: letters, digits, ``_ . -``, not hidden. No separator, so no way out
+#: of the directory or through a link to a folder; no ``..``; no glob characters.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
+
+_HINTS = {
+    "run": "resume it, overwrite it, or choose another directory",
+    "other": "choose another directory, or remove it yourself",
+    "foreign": "choose another directory",
+}
 
 
 class RunExistsError(ValueError):
     """A directory that already holds something, where a new run was to start.
 
-    ``detail`` says what is there; the caller adds how to resume, overwrite or go elsewhere in
-    its own terms (the CLI names its flags). ``ours`` is False for a directory that holds files
-    this library did not write (it is never overwritten).
+    ``detail`` says what is there; the caller adds what to do in its own terms (the CLI names its
+    flags), by ``holds``: ``"run"``, a run of the kind asked for (resume or overwrite it);
+    ``"other"``, an mlm-ppl run of another kind (never replaced by this kind: go elsewhere or
+    remove it); ``"foreign"``, files this library did not write (never overwritten).
     """
 
-    def __init__(self, path: Path, detail: str, *, ours: bool = True) -> None:
-        hint = "resume it, overwrite it, or choose another directory" if ours else "choose another directory"
-        super().__init__(f"{detail}; {hint}")
+    def __init__(self, path: Path, detail: str, *, holds: Literal["run", "other", "foreign"] = "run") -> None:
+        super().__init__(f"{detail}; {_HINTS[holds]}")
         self.path = path
         self.detail = detail
-        self.ours = ours
+        self.holds = holds
 
 
 def kind_of(directory: str | os.PathLike) -> str | None:
@@ -43,18 +71,40 @@ def kind_of(directory: str | os.PathLike) -> str | None:
         return None
 
 
-def read_marker(path: Path, kind: str) -> dict[str, Any] | None:
-    """The marker of a run of ``kind`` in ``path``; None if there is none; ValueError for another kind."""
+def is_plain_name(name: object) -> bool:
+    """Whether ``name`` may be recorded in a marker: a plain file name inside the directory."""
+    return isinstance(name, str) and _PLAIN_NAME.fullmatch(name) is not None
+
+
+def load_marker(path: Path) -> dict[str, Any] | None:
+    """The marker in ``path``, any kind; None if there is none. ValueError for a damaged marker
+    or one that lists a name outside the directory (nothing may be removed by it)."""
+    file = path / MARKER
     try:
-        marker = json.loads((path / MARKER).read_text())
+        marker = json.loads(file.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
-        raise ValueError(f"{path / MARKER} is damaged; remove the directory by hand if it is yours") from None
+        raise ValueError(f"{file} is damaged; remove the directory by hand if it is yours") from None
     if not isinstance(marker, dict) or marker.get("format") != DIR_FORMAT or not isinstance(marker.get("files"), list):
-        raise ValueError(f"{path / MARKER} is not an mlm-ppl marker")
-    if marker.get("kind") != kind:
-        raise RunExistsError(path, f"{str(path)!r} holds an mlm-ppl {marker.get('kind')} run, not a {kind} run")
+        raise ValueError(f"{file} is not an mlm-ppl marker")
+    for name in marker["files"]:
+        if not is_plain_name(name):
+            raise ValueError(
+                f"{file} lists {name!r}, which is not a plain file name in the run directory; it was edited or "
+                "damaged, and nothing was removed: remove the run's files by hand"
+            )
+    return marker
+
+
+def read_marker(path: Path, kind: str) -> dict[str, Any] | None:
+    """The marker of a run of ``kind`` in ``path`` (see :func:`load_marker`); None if there is
+    none; RunExistsError for another kind."""
+    marker = load_marker(path)
+    if marker is not None and marker.get("kind") != kind:
+        raise RunExistsError(
+            path, f"{str(path)!r} holds an mlm-ppl {marker.get('kind')} run, not a {kind} run", holds="other"
+        )
     return marker
 
 
@@ -67,21 +117,22 @@ def has_marker(path: Path) -> bool:
 
 
 def owned(path: Path, kind: str, overwrite: bool) -> dict[str, Any] | None:
-    """Whether a new run of ``kind`` may start in ``path``: None if it is absent or empty, the
-    old run's marker if ``overwrite`` may replace it; RunExistsError otherwise."""
+    """Whether a new run of ``kind`` may start in ``path``: None if it is absent or empty (but for
+    a lock file an mlm-ppl process left), the old run's marker if ``overwrite`` may replace it;
+    RunExistsError otherwise."""
     if not path.is_dir():
         return None
-    others = [p.name for p in path.iterdir() if p.name != LOCK]
-    if not others:
-        return None
-    marker = read_marker(path, kind)
-    if marker is None:
-        raise RunExistsError(
-            path,
-            f"{str(path)!r} is not empty and is not an mlm-ppl {kind} run directory "
-            f"(no {MARKER} marker); it is never overwritten",
-            ours=False,
-        )
-    if not overwrite:
-        raise RunExistsError(path, f"run directory {str(path)!r} exists and is not empty")
+    marker = None
+    if any(p.name != LOCK for p in path.iterdir()):
+        marker = read_marker(path, kind)
+        if marker is None:
+            raise RunExistsError(
+                path,
+                f"{str(path)!r} is not empty and is not an mlm-ppl {kind} run directory "
+                f"(no {MARKER} marker); it is never overwritten",
+                holds="foreign",
+            )
+        if not overwrite:
+            raise RunExistsError(path, f"run directory {str(path)!r} exists and is not empty")
+    check_lock(path)  # a lock file there must be one an mlm-ppl process left
     return marker

@@ -1,0 +1,289 @@
+"""Run directories under a hostile tester, second pass (docs/reliability.md).
+
+Each test is a way a tester made mlm-ppl remove or write a file that was not its own, leave a
+folder behind, or give the wrong advice: names outside the directory written into the marker,
+a hard link or a user's own file at the lock file's name, parent folders of a refused run, the
+hint of a refusal. The last tests run the command without privileges (permission denied on
+``--out``, ``--resume`` and ``run.nc``), which a tester running as root never met.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from mlm_ppl import rundir
+from mlm_ppl.cli import main
+from mlm_ppl.testing import save_tiny, tiny_antibody_bert, tiny_residue_bert
+
+TEMPLATE = "A[MASK]C[MASK][MASK]"
+OTHER_UID = 4242  # owner of the files the unprivileged command must not write or read: neither root nor nobody
+
+
+def _sample(model_dir, out, *extra):
+    return ["sample", "--model", str(model_dir), "--template", TEMPLATE, "--chains", "2", "--draws", "20",
+            "--seed", "7", "--out", str(out), "--no-progress", *extra]  # fmt: skip
+
+
+def _pairs(model_dir, data, out, *extra):
+    return ["pairs", "--model", str(model_dir), "--data", str(data), "--n", "1", "--methods", "naive",
+            "--out", str(out), "--no-progress", *extra]  # fmt: skip
+
+
+def _cli(*args, prefix=(), env=None):
+    """The console script as a process of its own; its exit status and stderr."""
+    done = subprocess.run(
+        [*prefix, sys.executable, "-m", "mlm_ppl.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    return done.returncode, done.stderr
+
+
+def _error_line(err):
+    """The one error line of a failed command (no traceback; progress or notes may precede it)."""
+    lines = [line for line in err.splitlines() if line.startswith("mlm-ppl ")]
+    assert "Traceback" not in err and len(lines) == 1 and err.endswith(lines[0] + "\n"), err
+    return lines[0]
+
+
+def _digest(directory):
+    """Every file under ``directory`` (links as their target's name, not followed) and its content."""
+    out = {}
+    for p in sorted(Path(directory).rglob("*")):
+        if p.is_symlink():
+            out[str(p)] = "-> " + os.readlink(p)
+        elif p.is_file():
+            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            out[str(p)] = "dir"
+    return out
+
+
+@pytest.fixture(scope="module")
+def nan_model_dir(tmp_path_factory):
+    """A tiny antibody model whose embedding LayerNorm weight is NaN: every logit it returns is NaN."""
+    mlm = tiny_antibody_bert(seed=1)
+    with torch.no_grad():
+        mlm.model.bert.embeddings.LayerNorm.weight.fill_(float("nan"))
+    return str(save_tiny(mlm, tmp_path_factory.mktemp("m") / "nan_model"))
+
+
+# ---------------------------------------------------------------------- 1. the marker's file names
+def test_marker_names_outside_the_directory_are_refused_and_nothing_is_removed(model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out)) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x").write_text("x\n")
+    (tmp_path / "up.txt").write_text("up\n")
+    (tmp_path / "abs.txt").write_text("abs\n")
+    (out / "link").symlink_to(elsewhere)
+    marker = json.loads((out / rundir.MARKER).read_text())
+    for entry in (str(tmp_path / "abs.txt"), "../up.txt", "link/x", "..", ""):
+        (out / rundir.MARKER).write_text(json.dumps({**marker, "files": [*marker["files"], entry]}))
+        before = _digest(tmp_path)
+        code, err = _cli(*_sample(model_dir, out, "--overwrite"))
+        assert code == 2, err
+        line = _error_line(err)
+        assert str(out / rundir.MARKER) in line and repr(entry) in line and "nothing was removed" in line, line
+        assert _digest(tmp_path) == before, entry
+        capsys.readouterr()
+        assert main(["sample", "--resume", str(out)]) == 2  # read by a resume: refused the same way
+        assert repr(entry) in _error_line(capsys.readouterr().err)
+        assert _digest(tmp_path) == before, entry
+
+
+def test_a_batch_whose_template_run_lists_an_outside_name_is_refused_whole(model_dir, tmp_path, capsys):
+    templates = tmp_path / "templates.tsv"
+    templates.write_text("one\tA[MASK]C\ntwo\tD[MASK]E\n")
+    batch = ["sample", "--model", model_dir, "--templates", str(templates), "--chains", "2", "--draws", "5",
+             "--out", str(tmp_path / "batch"), "--no-progress"]  # fmt: skip
+    assert main(batch) == 0
+    (tmp_path / "victim.txt").write_text("victim\n")
+    inner = tmp_path / "batch" / "two" / rundir.MARKER
+    marker = json.loads(inner.read_text())
+    inner.write_text(json.dumps({**marker, "files": [*marker["files"], "../../victim.txt"]}))
+    before = _digest(tmp_path)
+    capsys.readouterr()
+    assert main([*batch, "--overwrite"]) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert str(inner) in line and "'../../victim.txt'" in line
+    assert _digest(tmp_path) == before  # not even the first template's run was removed
+
+
+# ---------------------------------------------------------------------- 2. the lock file
+def test_a_hard_link_planted_as_the_lock_file_is_never_written(model_dir, tmp_path):
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out)) == 0
+    outside = tmp_path / "precious.txt"
+    outside.write_text("precious\n")
+    (out / rundir.LOCK).unlink(missing_ok=True)
+    os.link(outside, out / rundir.LOCK)
+    (out / "trace_lp.png").unlink()  # diagnose would redraw it under the lock
+    code, err = _cli("diagnose", out)
+    assert code == 2, err
+    assert "hard link" in _error_line(err) and str(out / rundir.LOCK) in err
+    assert outside.read_text() == "precious\n" and os.stat(outside).st_nlink == 2
+    assert not (out / "trace_lp.png").exists()
+
+
+def test_a_users_own_file_named_like_the_lock_is_never_written_over(model_dir, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / rundir.LOCK).write_text("my notes, under an unlucky name\n")
+    code, err = _cli(*_sample(model_dir, out))
+    assert code == 2, err
+    line = _error_line(err)
+    assert "was not written by mlm-ppl" in line and "move it away" in line, line
+    assert os.listdir(out) == [rundir.LOCK] and (out / rundir.LOCK).read_text() == "my notes, under an unlucky name\n"
+    # something that is not a regular file there is refused too
+    (out / rundir.LOCK).unlink()
+    os.mkfifo(out / rundir.LOCK)
+    assert main(_sample(model_dir, out)) == 2
+    assert "is not a regular file" in _error_line(capsys.readouterr().err)
+    assert os.listdir(out) == [rundir.LOCK]
+    # the record an mlm-ppl process leaves there (pid and host; empty if it was killed at once) is its own
+    for record in ("4242 elsewhere\n", ""):
+        shutil.rmtree(out)
+        out.mkdir()
+        (out / rundir.LOCK).write_text(record)
+        assert main(_sample(model_dir, out)) == 0
+        assert (out / rundir.LOCK).read_text() == f"{os.getpid()} {os.uname().nodename}\n"
+
+
+# ---------------------------------------------------------------------- 14. nothing made on a refused run
+def test_a_refused_run_leaves_no_parent_folders(nan_model_dir, tmp_path, capsys):
+    (tmp_path / "kept").mkdir()
+    assert main(_sample(nan_model_dir, tmp_path / "deep" / "a" / "b")) == 2
+    assert "non-finite logits" in _error_line(capsys.readouterr().err)
+    assert not (tmp_path / "deep").exists()
+    assert main(_sample(nan_model_dir, tmp_path / "kept" / "a" / "b")) == 2  # a folder that was there stays
+    assert "non-finite logits" in _error_line(capsys.readouterr().err)
+    assert os.listdir(tmp_path / "kept") == []
+    data = tmp_path / "seqs.txt"
+    data.write_text("ACDEACDEAC\n")
+    assert main(_pairs(nan_model_dir, data, tmp_path / "deep" / "p" / "q")) == 2
+    assert "non-finite logits" in _error_line(capsys.readouterr().err)
+    assert not (tmp_path / "deep").exists()
+
+
+# ---------------------------------------------------------------------- 15. the hint names the right remedy
+def test_a_run_of_another_kind_is_refused_with_the_right_remedy(model_dir, tmp_path, capsys):
+    sampling = tmp_path / "sampling"
+    assert main(_sample(model_dir, sampling)) == 0
+    data = tmp_path / "seqs.txt"
+    data.write_text("ACDEACDEAC\n")
+    capsys.readouterr()
+    assert main(_pairs(model_dir, data, sampling, "--overwrite")) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert "holds an mlm-ppl sample run, not a pairs run" in line and "--overwrite" not in line, line
+    assert "use another --out, or remove it yourself" in line, line
+    pairs = tmp_path / "pairs"
+    assert main(_pairs(model_dir, data, pairs)) == 0
+    capsys.readouterr()
+    assert main(_sample(model_dir, pairs, "--overwrite")) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert "holds an mlm-ppl pairs run, not a sample run" in line and "--resume" not in line, line
+    assert "use another --out, or remove it yourself" in line, line
+
+
+# ---------------------------------------------------------------------- permission denied
+@pytest.fixture(scope="module")
+def unprivileged():
+    """``(prefix, base, env)``: a command prefix that runs the CLI without privileges, a
+    world-readable folder holding a tiny model, and the environment for the command.
+
+    The command runs as uid 65534 (nobody) where that user can start this interpreter with its
+    own library; where it cannot (an interpreter under a folder closed to other users, such as
+    /root), it runs as root
+    with every capability dropped, which the kernel refuses exactly like an ordinary user on files
+    another user owns. Either way the files it must not write or read belong to ``OTHER_UID``.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("the permission tests drop root's privileges for the command; run them as root")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("the permission tests need setpriv(1) (util-linux) to drop privileges")
+    base = Path(tempfile.mkdtemp(prefix="mlm-ppl-unprivileged-"))
+    try:
+        base.chmod(0o755)
+        home = base / "home"
+        home.mkdir()
+        home.chmod(0o777)
+        for file in save_tiny(tiny_residue_bert("ACDE", seed=1), base / "model").iterdir():
+            file.chmod(0o644)  # the weights are written 0600
+        env = {**os.environ, "HOME": str(home), "MPLCONFIGDIR": str(home), "PYTHONDONTWRITEBYTECODE": "1"}
+        probe = [sys.executable, "-c", "import sys, mlm_ppl.cli; print(sys.version)"]
+        reasons = []
+        for prefix in (
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"],
+            [setpriv, "--inh-caps=-all", "--bounding-set=-all"],
+        ):
+            done = subprocess.run([*prefix, *probe], env=env, capture_output=True, text=True, cwd=base)
+            if done.returncode == 0 and done.stdout.strip() == sys.version:  # not another Python's library
+                break
+            reasons.append(f"{' '.join(prefix[1:])}: {done.stderr.strip()[-200:]}")
+        else:
+            pytest.skip(f"cannot start this interpreter without privileges ({'; '.join(reasons)})")
+        yield prefix, base, env
+    finally:
+        shutil.rmtree(base)
+
+
+def _give_away(path, mode):
+    os.chown(path, OTHER_UID, OTHER_UID)
+    os.chmod(path, mode)
+
+
+def test_out_in_a_folder_the_user_cannot_write_is_a_message(unprivileged):
+    prefix, base, env = unprivileged
+    closed = base / "closed"
+    closed.mkdir()
+    _give_away(closed, 0o755)
+    for out in (closed / "run", closed / "a" / "run"):
+        code, err = _cli(*_sample(base / "model", out), prefix=prefix, env=env)
+        assert code == 2, err
+        assert "Permission denied" in _error_line(err)
+        assert os.listdir(closed) == []
+
+
+def test_resume_of_a_run_the_user_cannot_write_is_a_message(unprivileged):
+    prefix, base, env = unprivileged
+    out = base / "run"
+    assert main(_sample(base / "model", out, "--draws", "5")) == 0
+    (out / "run.nc").unlink()  # the resume would write it again
+    for lock_there in (True, False):
+        if not lock_there:
+            (out / rundir.LOCK).unlink()
+        for p in [out, *out.iterdir()]:
+            _give_away(p, 0o755 if p.is_dir() else 0o644)
+        before = _digest(out)
+        code, err = _cli("sample", "--resume", out, prefix=prefix, env=env)
+        assert code == 2, err
+        assert "Permission denied" in _error_line(err)
+        assert _digest(out) == before
+
+
+def test_diagnose_of_an_unreadable_run_is_a_message(unprivileged):
+    prefix, base, env = unprivileged
+    out = base / "unreadable"
+    assert main(_sample(base / "model", out, "--draws", "5")) == 0
+    (out / "trace_lp.png").unlink()
+    for p in [out, *out.iterdir()]:
+        _give_away(p, 0o777 if p.is_dir() else 0o666)
+    os.chmod(out / "run.nc", 0o600)
+    before = _digest(out)
+    code, err = _cli("diagnose", out, prefix=prefix, env=env)
+    assert code == 2, err
+    assert "Permission denied" in _error_line(err) and "run.nc" in err
+    assert _digest(out) == before
