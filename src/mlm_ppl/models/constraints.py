@@ -1084,7 +1084,9 @@ class BoundConstraints:
 
     def violations(self, tokens: Tensor) -> dict[str, Tensor]:
         """``{rule name: (N,) bool}``, True where the state breaks the rule."""
-        tokens = self._check(tokens)
+        return self._violations(self._check(tokens))
+
+    def _violations(self, tokens: Tensor) -> dict[str, Tensor]:
         N = tokens.shape[0]
         free = tokens[:, self.free_positions]  # (N, F)
         out: dict[str, Tensor] = {}
@@ -1110,9 +1112,11 @@ class BoundConstraints:
 
     def feasible(self, tokens: Tensor) -> Tensor:
         """``(N,)`` bool, True where the state breaks no rule."""
-        tokens = self._check(tokens)
+        return self._feasible(self._check(tokens))
+
+    def _feasible(self, tokens: Tensor) -> Tensor:
         ok = torch.ones(tokens.shape[0], dtype=torch.bool)
-        for broken in self.violations(tokens).values():
+        for broken in self._violations(tokens).values():
             ok &= ~broken
         return ok
 
@@ -1120,7 +1124,9 @@ class BoundConstraints:
     def expert_values(self, tokens: Tensor) -> dict[str, Tensor]:
         """``{expert name: (N,) float64}``, each expert's value ``f_k`` (unweighted); a non-finite
         value is a ValueError naming the expert."""
-        tokens = self._check(tokens)
+        return self._expert_values(self._check(tokens))
+
+    def _expert_values(self, tokens: Tensor) -> dict[str, Tensor]:
         N = tokens.shape[0]
         decoded = self._decode(tokens) if any(e.takes != "tokens" for e in self.spec.all_experts) else None
         out: dict[str, Tensor] = {}
@@ -1153,10 +1159,10 @@ class BoundConstraints:
         """``(N,)`` float64: ``sum_k w_k f_k(x)`` on feasible states, ``-inf`` on the others
         (experts run on the feasible states only)."""
         tokens = self._check(tokens)
-        ok = self.feasible(tokens)
+        ok = self._feasible(tokens)
         out = torch.full((tokens.shape[0],), -math.inf, dtype=torch.float64)
         if bool(ok.any()):
-            values = self.expert_values(tokens[ok])
+            values = self._expert_values(tokens[ok])
             total = torch.zeros(int(ok.sum()), dtype=torch.float64)
             for expert in self.spec.all_experts:
                 total += expert.weight * values[expert.name]
