@@ -19,6 +19,7 @@ from .models import (
     ENERGIES,
     PAIR_METHODS,
     VARIANTS,
+    ConstraintSpec,
     Encoding,
     EnergyTerms,
     MaskedConditionals,
@@ -26,6 +27,7 @@ from .models import (
     MaskedLMDistribution,
     PairConditionals,
     PairJoint,
+    constraints,
     derive_pair_joint,
     energy_terms,
     load_mlm,
@@ -51,6 +53,9 @@ __all__ = [
     "MaskPredict",
     "MLMKernel",
     "MLMGibbs",
+    # constrained generation
+    "constraints",
+    "ConstraintSpec",
     # diagnostics
     "to_inference_data",
     "from_pyro",

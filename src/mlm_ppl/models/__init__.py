@@ -2,6 +2,8 @@
 contract, the Pyro distribution, and derived pair joints. Nothing here moves states: that is
 :mod:`mlm_ppl.inference`."""
 
+from . import constraints
+from .constraints import ConstraintSpec, ConstraintTarget
 from .distribution import MaskedLMDistribution
 from .energy import ENERGIES, VARIANTS, EnergyTerms, energy_terms
 from .loading import antiberty_paths, load_mlm
@@ -32,6 +34,10 @@ __all__ = [
     "DerivedTarget",
     "WindowedTarget",
     "MaskedLMDistribution",
+    # constraints (hard rules, soft experts, antibody liabilities)
+    "constraints",
+    "ConstraintSpec",
+    "ConstraintTarget",
     # pair joints
     "PAIR_METHODS",
     "PairConditionals",
