@@ -24,7 +24,7 @@ from .inference.registry import make_kernel
 from .inference.runner import Checkpoint, Run, run_chains
 from .inference.spec import KernelBase
 from .models.distribution import MaskedLMDistribution
-from .models.loading import load_mlm
+from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
 from .rundir import RunDirectory
 from .settings import RunSettings
@@ -45,7 +45,10 @@ BATCH_FORMAT = "mlm-ppl-batch-2"
 
 # ---------------------------------------------------------------------- one run
 def build(settings: RunSettings) -> tuple[MaskedLM, MaskedLMDistribution, KernelBase]:
-    """Model, target and kernel of a run (loads the model; checks the template and options)."""
+    """Model, target and kernel of a run (loads the model, after checking its files against
+    ``settings.model_files`` when they are recorded; checks the template and options)."""
+    if settings.model_files is not None:
+        check_model_files(settings.model, settings.model_files)
     mlm = load_mlm(settings.model, device=settings.device, dtype=settings.dtype)
     template = settings.template
     if template is None:

@@ -20,7 +20,9 @@ from ..rundir import RunDirectory
 from ..settings import MAX_CHAINS, RunSettings, option_flags
 from ._common import add_model_args, split_lines
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSettings) if f.name != "kernel_options"}
+_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(RunSettings) if f.name not in ("kernel_options", "model_files")
+}
 _SETTINGS = tuple(_DEFAULTS)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _RESERVED = {"config.json", "designs.tsv", "summary.txt"}  # a batch directory's own files
@@ -115,7 +117,7 @@ def config_from_flags(args: argparse.Namespace, template: str | None = None) -> 
         import_ray()  # installed? (says how to install it)
         check_address()  # RAY_ADDRESS answers? (within seconds)
         given.setdefault("workers", min(given.get("chains", _DEFAULTS["chains"]), os.cpu_count() or 1))
-    settings = RunSettings(**given, kernel_options=options)
+    settings = RunSettings(**given, kernel_options=options).with_model_files()  # the model is part of the record
     if settings.chains > MAX_CHAINS and not args.force:
         raise ValueError(
             f"--chains {settings.chains} is more than {MAX_CHAINS}: plots and per-chain diagnostics stop "
