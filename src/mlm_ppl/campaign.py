@@ -3,7 +3,9 @@
 process or as Ray tasks). The command line parses flags into settings and prints what these
 return; everything else is here.
 
-A batch directory holds ``config.json`` (the shared settings and the templates), one run
+A batch directory holds ``config.json`` (the shared settings and the templates),
+``batch-record.json`` (the same as the batch started, and the run id of each template's run: a
+resume refuses a ``config.json`` or a template's run that differs from it), one run
 directory per template (``DIR/NAME``: a complete sampling run each, with its own checkpoint,
 ``run.nc``, ``summary.txt`` and plots), and at the end ``designs.tsv`` (template, chain, draw,
 energy, sequence for every draw of every template) and ``summary.txt`` (one line per template).
@@ -14,7 +16,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +28,18 @@ from .inference.registry import make_kernel
 from .inference.runner import Checkpoint, Run, run_chains
 from .inference.spec import KernelBase
 from .models.distribution import MaskedLMDistribution
-from .models.loading import load_mlm
+from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
 from .rundir import RunDirectory
 from .settings import RunSettings
 
 __all__ = [
     "BATCH_FORMAT",
+    "BATCH_RECORD",
+    "RESERVED_NAMES",
+    "Batch",
+    "check_template_name",
+    "check_batch",
     "build",
     "build_kernel",
     "execute",
@@ -45,7 +54,10 @@ BATCH_FORMAT = "mlm-ppl-batch-2"
 
 # ---------------------------------------------------------------------- one run
 def build(settings: RunSettings) -> tuple[MaskedLM, MaskedLMDistribution, KernelBase]:
-    """Model, target and kernel of a run (loads the model; checks the template and options)."""
+    """Model, target and kernel of a run (loads the model, after checking its files against
+    ``settings.model_files`` when they are recorded; checks the template and options)."""
+    if settings.model_files is not None:
+        check_model_files(settings.model, settings.model_files)
     mlm = load_mlm(settings.model, device=settings.device, dtype=settings.dtype)
     template = settings.template
     if template is None:
@@ -123,59 +135,237 @@ def execute(
 
 
 # ---------------------------------------------------------------------- batches of templates
+BATCH_RECORD = "batch-record.json"
+"""A batch's record: its settings and templates as the batch started, and the run id of each
+template's run (what ``config.json`` and the template runs are checked against on resume)."""
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+RESERVED_NAMES = frozenset({rundir.CONFIG, "designs.tsv", "summary.txt", BATCH_RECORD, rundir.MARKER, rundir.LOCK})
+"""The batch directory's own files: no template may be named like one (compared ignoring case)."""
+
+
+def check_template_name(name: str) -> str:
+    """A template's name as the name of its run directory in the batch; a ValueError says what to fix."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(
+            f"name {name!r} must be letters, digits, '_', '.' or '-' (a directory name: at most 64, the first "
+            "a letter or digit)"
+        )
+    if name.casefold() in {n.casefold() for n in RESERVED_NAMES}:
+        raise ValueError(f"name {name!r} is a file of the batch directory; choose another")
+    return name
+
+
+@dataclass
+class Batch:
+    """A locked batch directory and its record: the shared ``settings`` (with the first template),
+    the ``(name, template)`` pairs, and ``runs``, the run id of each template's run (None while
+    it is being created). Use it as a context manager to release the lock."""
+
+    directory: RunDirectory
+    settings: RunSettings
+    templates: list[tuple[str, str]]
+    runs: dict[str, str | None]
+
+    def config(self) -> dict[str, Any]:
+        """``config.json``: the settings and templates."""
+        return {
+            "format": BATCH_FORMAT,
+            "settings": _shared(self.settings),
+            "templates": [list(t) for t in self.templates],
+        }
+
+    def write_record(self) -> None:
+        self.directory.write_text(
+            BATCH_RECORD, json.dumps({**self.config(), "runs": self.runs}, indent=1, sort_keys=True)
+        )
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.directory.close()
+
+
 def _shared(settings: RunSettings) -> dict[str, Any]:
     """A batch's settings as recorded: every setting but the template (each template has its own)."""
     return {k: v for k, v in settings.to_dict().items() if k not in ("template", "length")}
 
 
+def check_batch(settings: RunSettings, templates: Sequence[tuple[str, str]]) -> None:
+    """Every name, the model (loaded) and every template of a batch, checked before any work;
+    a ValueError names the template."""
+    names = [check_template_name(name) for name, _ in templates]
+    if not names:
+        raise ValueError("a batch needs at least one template")
+    if len(set(names)) < len(names):
+        raise ValueError(f"template names are used twice: {sorted({n for n in names if names.count(n) > 1})}")
+    mlm, _, _ = build(settings.for_template(templates[0][1]))
+    for name, template in templates:
+        try:
+            MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"template {name!r}: {err}") from None
+
+
 def start_batch(
     directory: str | os.PathLike, settings: RunSettings, templates: Sequence[tuple[str, str]], *, overwrite: bool
-) -> RunDirectory:
-    """Create and lock a batch directory and write its ``config.json`` (``settings`` are the
-    batch's, with its first template)."""
+) -> Batch:
+    """Check a new batch (:func:`check_batch`: loads the model), then create and lock its directory
+    and write its record and ``config.json``. ``settings`` record the model's files
+    (:meth:`RunSettings.with_model_files`)."""
+    if settings.model_files is None:
+        raise ValueError("a batch records its model's files: give settings.with_model_files()")
+    check_batch(settings, templates)
     run_dir = RunDirectory.create(directory, "batch", overwrite=overwrite)
+    batch = Batch(run_dir, settings, list(templates), {})
     try:
-        config = {"format": BATCH_FORMAT, "settings": _shared(settings), "templates": [list(t) for t in templates]}
-        run_dir.write_text(rundir.CONFIG, json.dumps(config, indent=1, sort_keys=True))
+        batch.write_record()
+        run_dir.write_text(rundir.CONFIG, json.dumps(batch.config(), indent=1, sort_keys=True))
     except BaseException:
         run_dir.discard()
         raise
-    return run_dir
+    return batch
 
 
-def resume_batch(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings, list[tuple[str, str]]]:
-    """Lock a batch directory and read it: ``(run directory, settings with the first template, templates)``."""
+def resume_batch(directory: str | os.PathLike) -> Batch:
+    """Lock a batch directory and check it against its record before any work: ``config.json``
+    (every setting and template), the model's files, and every template's folder, which must be
+    empty or hold the run this batch started there with the batch's settings (compared with its own
+    ``config.json`` and checkpoint). A ValueError names each difference, with both values and files."""
     run_dir = RunDirectory.open(directory, "batch")
-    file = run_dir.path / rundir.CONFIG
     try:
-        try:
-            config = json.loads(file.read_text())
-            if config.get("format") != BATCH_FORMAT:
-                raise ValueError(f"format {config.get('format')!r}, {BATCH_FORMAT!r} expected")
-            templates = [(str(n), str(t)) for n, t in config["templates"]]
-            shared = dict(config["settings"], template=templates[0][1], length=None)
-        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
-            raise ValueError(f"{file} is not an mlm-ppl batch configuration ({err})") from None
-        settings = RunSettings.from_dict(shared, str(file))
+        batch = _read_batch(run_dir)
+        for name, template in batch.templates:
+            path = run_dir.path / name
+            if _started(path):
+                pending = name in batch.runs and batch.runs[name] is None
+                run_id = batch.runs.get(name)
+                with _open_template(path, batch.settings.for_template(template), run_id, pending=pending)[0] as run:
+                    if pending:  # its creation was cut off before its id was recorded
+                        batch.runs[name] = run.run_id
+                        batch.write_record()
     except BaseException:
         run_dir.close()
         raise
-    return run_dir, settings, templates
+    return batch
 
 
-def run_template(directory: str, settings: RunSettings, checkpoint_seconds: float, threads: int | None = None) -> dict:
-    """Run (or finish) one template's run in ``directory``; its rows (chain, draw, energy,
-    sequence) and summary line. Module-level so that a Ray task can run it: a worker that dies
-    leaves the template's checkpoint, and the retried task continues from it."""
+def _read_batch(run_dir: RunDirectory) -> Batch:
+    config_file, record_file = run_dir.path / rundir.CONFIG, run_dir.path / BATCH_RECORD
+    config, record = _read_batch_file(config_file), _read_batch_file(record_file)
+    runs = record.get("runs")
+    if not isinstance(runs, dict) or not all(isinstance(v, (str, type(None))) for v in runs.values()):
+        raise ValueError(f"{record_file}: runs must map each template's name to its run id")
+    detail = ", ".join(
+        d
+        for d in (
+            rundir.differences(config["settings"], record["settings"], rundir.CONFIG, BATCH_RECORD),
+            rundir.differences(
+                {"templates": dict(config["templates"])},
+                {"templates": dict(record["templates"])},
+                rundir.CONFIG,
+                BATCH_RECORD,
+            ),
+        )
+        if d
+    )
+    if not detail and [n for n, _ in config["templates"]] != [n for n, _ in record["templates"]]:
+        detail = f"the order of the templates ({[n for n, _ in config['templates']]} in {rundir.CONFIG})"
+    if detail:
+        raise ValueError(
+            f"{config_file} differs from the batch's record {BATCH_RECORD}: {detail}; restore {rundir.CONFIG}, "
+            "or start a new batch with the new settings"
+        )
+    templates = record["templates"]
+    try:
+        for name, _ in templates:
+            check_template_name(name)
+        settings = RunSettings.from_dict(dict(record["settings"], template=templates[0][1], length=None), "settings")
+        if settings.model_files is None:
+            raise ValueError("settings: model_files is not recorded")
+        check_batch(settings, templates)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{config_file}: {err}") from None
+    return Batch(run_dir, settings, templates, runs)
+
+
+def _read_batch_file(file: Path) -> dict[str, Any]:
+    """``config.json`` or the record of a batch, its shape checked (each problem named with its key)."""
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise ValueError(
+            f"{file} is missing: the batch was cut off as it started; start it again with --overwrite"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{file} is not readable as JSON ({err})") from None
+    if not isinstance(data, dict) or data.get("format") != BATCH_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else None
+        raise ValueError(f"{file} is not an mlm-ppl batch configuration (format {found!r}, {BATCH_FORMAT!r} expected)")
+    if not isinstance(data.get("settings"), dict):
+        raise ValueError(f"{file}: settings must be a mapping of the batch's settings")
+    templates = data.get("templates")
+    if not isinstance(templates, list) or not templates:
+        raise ValueError(f"{file}: templates must be a non-empty list of [NAME, TEMPLATE] pairs")
+    for i, pair in enumerate(templates):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise ValueError(f"{file}: templates[{i}] must be a pair of strings [NAME, TEMPLATE], found {pair!r}")
+    data["templates"] = [(n, t) for n, t in templates]
+    if len(dict(data["templates"])) < len(templates):
+        raise ValueError(f"{file}: templates: a name is used twice")
+    return data
+
+
+def _started(path: Path) -> bool:
+    """Whether a template's folder holds anything (an absent or empty one has no run yet)."""
+    if path.is_symlink() or not path.is_dir():
+        return path.exists() or path.is_symlink()
+    return any(p.name != rundir.LOCK for p in path.iterdir())
+
+
+def _open_template(
+    path: Path, settings: RunSettings, run_id: str | None, *, pending: bool = False
+) -> tuple[RunDirectory, Checkpoint | None]:
+    """Open (locked) the run of one template of a batch, which must be the run the batch started
+    there (``run_id``) with ``settings``; a ValueError otherwise. Its own files are only read.
+
+    ``pending``: the batch was cut off while it created this run, before it recorded its id; the
+    run is the batch's if it has the batch's settings and no checkpoint yet."""
+    if path.is_symlink() or not path.is_dir():
+        raise ValueError(f"{path} is not a run directory of the batch; move it out of the batch directory, then resume")
+    run_dir, own, checkpoint = rundir.resume_run(path)  # its config.json against its own checkpoints
+    try:
+        detail = rundir.differences(own.to_dict(), settings.to_dict(), f"{path.name}/{rundir.CONFIG}", BATCH_RECORD)
+        if detail:
+            raise ValueError(
+                f"{path / rundir.CONFIG} differs from the batch's record {path.parent / BATCH_RECORD}: {detail}; "
+                "restore the template's run, or start a new batch"
+            )
+        ours = run_dir.run_id == run_id or (pending and not rundir.checkpoint_files(path))
+        if not ours:
+            raise ValueError(
+                f"{path} holds a run this batch did not start (run id {run_dir.run_id}; the batch recorded "
+                f"{run_id or 'none'} for template {path.name!r}); move it out of the batch directory, then resume"
+            )
+    except BaseException:
+        run_dir.close()
+        raise
+    return run_dir, checkpoint
+
+
+def run_template(
+    directory: str, settings: RunSettings, run_id: str | None, checkpoint_seconds: float, threads: int | None = None
+) -> dict:
+    """Run (or finish) one template's run in ``directory``, the run the batch started there
+    (``run_id``) with ``settings``; its rows (chain, draw, energy, sequence) and summary line.
+    Module-level so that a Ray task can run it: a worker that dies leaves the template's
+    checkpoint, and the retried task continues from it."""
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
-    path = Path(directory)
-    if (path / rundir.MARKER).exists():
-        run_dir, _, checkpoint = rundir.resume_run(path)
-    else:
-        run_dir, checkpoint = rundir.start_run(path, settings), None
+    run_dir, checkpoint = _open_template(Path(directory), settings, run_id)
     with run_dir:
         mlm, _, kernel = build(settings)
         result, report, _ = execute(
@@ -199,22 +389,23 @@ def run_template(directory: str, settings: RunSettings, checkpoint_seconds: floa
     return {"rows": rows, "summary": line}
 
 
-def run_batch(
-    batch_dir: RunDirectory,
-    settings: RunSettings,
-    templates: Sequence[tuple[str, str]],
-    *,
-    checkpoint_seconds: float,
-    on_done: Callable[[], None] | None = None,
-) -> str:
-    """Run every template of a locked batch directory (as Ray tasks when ``settings.workers`` is
-    set), then write ``designs.tsv`` and ``summary.txt``; returns the summary's text."""
+def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], None] | None = None) -> str:
+    """Run every template of a locked batch (as Ray tasks when its settings have ``workers``), then
+    write ``designs.tsv`` and ``summary.txt``; returns the summary's text. The run of each template
+    not started yet is created first, here, and its id recorded before it runs."""
+    batch_dir, settings = batch.directory, batch.settings
+    for name, template in batch.templates:
+        path = batch_dir.record(name)  # each template's directory is the batch's (an overwrite removes it)
+        if not _started(path):
+            batch.runs[name] = None  # being created: a kill before its id is recorded leaves it recognisable
+            batch.write_record()
+            with rundir.start_run(path, settings.for_template(template)) as run_dir:
+                batch.runs[name] = run_dir.run_id
+                batch.write_record()
     jobs = [
-        (str(batch_dir.path / name), settings.for_template(template), checkpoint_seconds)
-        for name, template in templates
+        (str(batch_dir.path / name), settings.for_template(template), batch.runs[name], checkpoint_seconds)
+        for name, template in batch.templates
     ]
-    for name, _ in templates:
-        batch_dir.record(name)  # each template's directory is the batch's (an overwrite removes it)
     if settings.workers:
         results = run_tasks_ray(run_template, jobs, workers=settings.workers, on_done=on_done)
     else:
@@ -225,7 +416,7 @@ def run_batch(
                 on_done()
     lines = ["template\tchain\tdraw\tenergy\tsequence"]
     table = ["template\tr_hat_lp\tess_lp\tacceptance\tbest_energy\tbest_sequence"]
-    for (name, _), res in zip(templates, results):
+    for (name, _), res in zip(batch.templates, results):
         lines += [f"{name}\t{c}\t{d}\t{e:.4f}\t{seq}" for c, d, e, seq in res["rows"]]
         s = res["summary"]
         table.append(

@@ -9,6 +9,7 @@ kernel's ``Options`` (:mod:`mlm_ppl.inference.spec`). The same record is written
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from .inference.base import INITS
 from .inference.registry import KERNELS, kernel_class
 from .inference.spec import OptionInfo
 from .models.energy import ENERGIES
+from .models.loading import model_files
 
 __all__ = ["RunSettings", "MAX_CHAINS", "option_flags"]
 
@@ -37,8 +39,11 @@ class RunSettings:
 
     ``template`` (mask tokens at the positions to sample) or ``length`` (a whole sequence of N
     tokens), exactly one. ``kernel_options`` is the kernel's ``Options`` (a mapping is checked
-    into one). ``workers``: Ray workers, or None for one process. A TypeError or ValueError names
-    the setting to fix.
+    into one). ``workers``: Ray workers, or None for one process. ``model_files``: the sha256 of
+    each file the model is read from (:func:`~mlm_ppl.models.loading.model_files`), recorded by
+    :meth:`with_model_files` for a run directory (which refuses settings without them) and
+    checked each time the run loads its model; None in settings that only live in memory. A
+    TypeError or ValueError names the setting to fix.
     """
 
     model: str = "antiberty"
@@ -57,6 +62,7 @@ class RunSettings:
     dtype: str | None = None
     device: str | None = None
     workers: int | None = None
+    model_files: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         for name in ("model", "template", "dtype", "device"):
@@ -74,6 +80,13 @@ class RunSettings:
             if getattr(self, name) is not None:
                 check_count(getattr(self, name), name, 1)
         check_seed(self.seed)
+        if self.model_files is not None:
+            files = self.model_files
+            if not isinstance(files, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for k, v in files.items()
+            ):
+                raise TypeError("model_files must map each file name of the model to its sha256 (64 hex digits)")
+            object.__setattr__(self, "model_files", dict(files))
         cls = kernel_class(self.kernel).Options
         options = self.kernel_options
         if options is None:
@@ -93,6 +106,8 @@ class RunSettings:
         """The record as JSON-ready values (the kernel's options nested, Python-only ones left out)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["kernel_options"] = self.kernel_options.to_dict()
+        if self.model_files is not None:
+            out["model_files"] = dict(self.model_files)
         return out
 
     @classmethod
@@ -109,6 +124,10 @@ class RunSettings:
             return cls(**values)
         except (TypeError, ValueError) as err:
             raise ValueError(f"{what}: {err}") from None
+
+    def with_model_files(self) -> RunSettings:
+        """The same settings with ``model_files`` read from the model's files now: what a new run records."""
+        return dataclasses.replace(self, model_files=model_files(self.model))
 
     def for_template(self, template: str) -> RunSettings:
         """The same settings for another template, in one process (a batch's template run)."""

@@ -68,6 +68,7 @@ def pair_data(source: str) -> list[str]:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..evaluation.pairs import draw_pairs, parse_methods
     from ..evaluation.pairs_run import PAIRS_FORMAT, run_pairs
+    from ..models.loading import file_sha256, model_files
     from ..rundir import RunExistsError
 
     methods = [label for label, _, _ in parse_methods(args.methods)]
@@ -78,6 +79,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"--out {out_dir!r} is a file; give a directory")
     sequences = pair_data(args.data)
+    # the model's files and the data file are part of the record: a rerun with other contents is refused
+    recorded_files = {"model_files": model_files(args.model)}
+    recorded_files["data_files"] = {} if args.data.startswith("germlines:") else {args.data: file_sha256(args.data)}
     mlm = load(args)
     n_ordinary = int(mlm.ordinary_mask.sum())
     if args.support is not None and args.support > n_ordinary:
@@ -94,6 +98,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         "support": args.support,
         "convention": args.convention,
         "seed": args.seed,
+        **recorded_files,
     }
     try:
         result = run_pairs(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import sys
 import typing
 from typing import Any, TextIO
@@ -14,16 +13,15 @@ from .. import campaign
 from ..inference.base import INITS
 from ..inference.registry import KERNELS
 from ..inference.spec import KernelBase
-from ..models.distribution import MaskedLMDistribution
 from ..models.energy import ENERGIES
 from ..rundir import RunDirectory
 from ..settings import MAX_CHAINS, RunSettings, option_flags
 from ._common import add_model_args, exists_message, split_lines
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSettings) if f.name != "kernel_options"}
+_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(RunSettings) if f.name not in ("kernel_options", "model_files")
+}
 _SETTINGS = tuple(_DEFAULTS)
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_RESERVED = {"config.json", "designs.tsv", "summary.txt"}  # a batch directory's own files
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -115,7 +113,7 @@ def config_from_flags(args: argparse.Namespace, template: str | None = None) -> 
         import_ray()  # installed? (says how to install it)
         check_address()  # RAY_ADDRESS answers? (within seconds)
         given.setdefault("workers", min(given.get("chains", _DEFAULTS["chains"]), os.cpu_count() or 1))
-    settings = RunSettings(**given, kernel_options=options)
+    settings = RunSettings(**given, kernel_options=options).with_model_files()  # the model is part of the record
     if settings.chains > MAX_CHAINS and not args.force:
         raise ValueError(
             f"--chains {settings.chains} is more than {MAX_CHAINS}: plots and per-chain diagnostics stop "
@@ -173,8 +171,9 @@ def read_templates(source: str) -> list[tuple[str, str]]:
     """``(name, template)`` per line of ``source``: ``TEMPLATE`` or ``NAME<TAB>TEMPLATE``.
 
     Names (default ``t001``, ``t002`` ... by line) become directory names: letters, digits,
-    ``_ . -``, unique, and none of the batch directory's own files. A clear error for an empty
-    file, a blank line or a bad or repeated name.
+    ``_ . -``, unique, and none of the batch directory's own files
+    (:func:`~mlm_ppl.campaign.check_template_name`). A clear error for an empty file, a blank
+    line or a bad or repeated name.
     """
     lines = split_lines(source, "one template per line")
     if not lines:
@@ -190,12 +189,10 @@ def read_templates(source: str) -> list[tuple[str, str]]:
                 "(one template per line, no blank lines)"
             )
         name = fields[0].strip() if len(fields) == 2 else f"t{i:03d}"
-        if not _NAME.fullmatch(name):
-            raise ValueError(
-                f"{source}, line {i}: name {name!r} must be letters, digits, '_', '.' or '-' (a directory name)"
-            )
-        if name in _RESERVED:
-            raise ValueError(f"{source}, line {i}: name {name!r} is a file of the batch directory; choose another")
+        try:
+            campaign.check_template_name(name)
+        except ValueError as err:
+            raise ValueError(f"{source}, line {i}: {err}") from None
         if name in {n for n, _ in out}:
             raise ValueError(f"{source}, line {i}: name {name!r} is used twice")
         out.append((name, fields[-1].strip()))
@@ -211,10 +208,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         if args.templates:
             raise ValueError("--resume continues a batch with its own templates; give only --resume DIR")
         if rundir.kind_of(args.resume) == "batch":
-            batch_dir, settings, templates = campaign.resume_batch(args.resume)
-            with batch_dir:
-                _check_resume_flags(args, settings)
-                return _run_batch(batch_dir, settings, templates, args, out)
+            with campaign.resume_batch(args.resume) as batch:
+                _check_resume_flags(args, batch.settings)
+                return _run_batch(batch, args, out)
         run_dir, settings, checkpoint = rundir.resume_run(args.resume)
         with run_dir:
             _check_resume_flags(args, settings)
@@ -263,30 +259,23 @@ def _start_batch(args: argparse.Namespace, out: TextIO) -> int:
     templates = read_templates(args.templates)
     settings = config_from_flags(args, template=templates[0][1])
     try:
-        RunDirectory.check_new(args.out, "batch", overwrite=args.overwrite)
-        mlm, _, _ = campaign.build(settings)  # the model, the settings and the first template
-        for name, template in templates[1:]:
-            try:
-                MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
-            except ValueError as err:
-                raise ValueError(f"template {name!r}: {err}") from None
-        batch_dir = campaign.start_batch(args.out, settings, templates, overwrite=args.overwrite)
+        RunDirectory.check_new(args.out, "batch", overwrite=args.overwrite)  # before the model loads
+        batch = campaign.start_batch(args.out, settings, templates, overwrite=args.overwrite)  # checks, then creates
     except rundir.RunExistsError as err:
         raise _exists(err) from None
-    with batch_dir:
-        return _run_batch(batch_dir, settings, templates, args, out)
+    with batch:
+        return _run_batch(batch, args, out)
 
 
-def _run_batch(batch_dir: RunDirectory, settings: RunSettings, templates: list, args: Any, out: TextIO) -> int:
+def _run_batch(batch: campaign.Batch, args: Any, out: TextIO) -> int:
     from tqdm.auto import tqdm
 
     show = args.progress if args.progress is not None else True
-    with tqdm(total=len(templates), unit=" template", desc="templates", disable=not show, file=sys.stderr) as bar:
-        text = campaign.run_batch(
-            batch_dir, settings, templates, checkpoint_seconds=args.checkpoint_seconds, on_done=lambda: bar.update(1)
-        )
+    n = len(batch.templates)
+    with tqdm(total=n, unit=" template", desc="templates", disable=not show, file=sys.stderr) as bar:
+        text = campaign.run_batch(batch, checkpoint_seconds=args.checkpoint_seconds, on_done=lambda: bar.update(1))
     out.write(text)
-    out.write(f"\nwrote designs.tsv, summary.txt and one run directory per template in {batch_dir.path}\n")
+    out.write(f"\nwrote designs.tsv, summary.txt and one run directory per template in {batch.directory.path}\n")
     return 0
 
 

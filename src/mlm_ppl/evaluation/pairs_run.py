@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.masked_lm import MaskedLM
-from ..rundir import CONFIG, LOCK, MARKER, RunDirectory, RunExistsError
+from ..rundir import CONFIG, LOCK, MARKER, RunDirectory, RunExistsError, flat_record
 from .pairs import (
     ROW_FIELDS,
     evaluate_pairs,
@@ -70,10 +70,13 @@ def open_pairs_run(
     try:
         try:
             old = json.loads((path / CONFIG).read_text())
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            if not isinstance(old, dict):
+                raise ValueError("not a mapping")
+        except (FileNotFoundError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise RunExistsError(path, f"{str(path)!r} holds a pairs run without readable settings") from None
         if old != config:
-            changed = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+            was, now = flat_record(old), flat_record(config)  # a changed file named: model_files.model.safetensors
+            changed = sorted(k for k in set(was) | set(now) if k not in was or k not in now or was[k] != now[k])
             raise RunExistsError(path, f"{str(path)!r} holds a pairs run with other settings ({', '.join(changed)})")
         rows: list[dict] = []
         if (path / "pairs.csv").exists():

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import os
 import pickle
+import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -14,7 +17,7 @@ from safetensors import SafetensorError
 
 from .masked_lm import MaskedLM
 
-__all__ = ["load_mlm", "antiberty_paths"]
+__all__ = ["load_mlm", "antiberty_paths", "model_files", "check_model_files", "file_sha256"]
 
 _DTYPES = {
     "float32": torch.float32,
@@ -133,6 +136,68 @@ def load_mlm(
     model = model.to(torch_device).eval()
     budget = memory_budget_mb if memory_budget_mb is not None else (64.0 if torch_device.type == "cpu" else 2048.0)
     return MaskedLM(model, tokenizer, name=name, residue_level=residue_level, memory_budget_mb=budget, compile=compile)
+
+
+# what a model directory is read from: its config, weights (and their index) and tokenizer files,
+# and the code of a model that brings its own (trust_remote_code); not training state beside them
+_MODEL_FILE = re.compile(
+    r"config\.json|.*\.safetensors(\.index\.json)?|pytorch_model.*\.bin(\.index\.json)?"
+    r"|tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|.*\.model|.*\.py"
+)
+_DIGESTS: dict[tuple, str] = {}
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, in hex (remembered for this process while the file's size,
+    modification time and inode stay the same: a run hashes each file once)."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(real, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
+
+
+def _model_paths(name_or_path: str | os.PathLike) -> tuple[Path, dict[str, Path]]:
+    """The model's folder and the files :func:`load_mlm` reads for ``name_or_path``, by name in it."""
+    name = os.fspath(name_or_path)
+    if name.lower() == "antiberty":
+        weights, vocab = antiberty_paths()
+        folder, paths = vocab.parent, [p for p in weights.iterdir() if _MODEL_FILE.fullmatch(p.name)] + [vocab]
+    else:
+        folder = Path(_resolve(name))
+        paths = [p for p in folder.iterdir() if _MODEL_FILE.fullmatch(p.name)]
+    return folder, {str(p.relative_to(folder)): p for p in sorted(paths) if p.is_file()}
+
+
+def model_files(name_or_path: str | os.PathLike) -> dict[str, str]:
+    """The sha256 of every file :func:`load_mlm` reads for ``name_or_path``, by name: the config,
+    weights and tokenizer files of a model directory (or of its Hugging Face cache snapshot);
+    AntiBERTy's shipped config, weights and vocabulary. What a run records of its model."""
+    return {name: file_sha256(path) for name, path in _model_paths(name_or_path)[1].items()}
+
+
+def check_model_files(name_or_path: str | os.PathLike, recorded: Mapping[str, str]) -> None:
+    """Raise a ValueError naming every file of the model that is not the one ``recorded`` (the
+    :func:`model_files` of when the run started): changed, gone or new."""
+    folder, paths = _model_paths(name_or_path)
+    problems = []
+    for name in sorted(set(paths) | set(recorded)):
+        if name not in paths:
+            problems.append(f"{folder / name} is gone")
+        elif name not in recorded:
+            problems.append(f"{paths[name]} is new")
+        elif (digest := file_sha256(paths[name])) != recorded[name]:
+            problems.append(f"{paths[name]} changed (sha256 {recorded[name]} recorded, {digest} now)")
+    if problems:
+        raise ValueError(
+            f"model {os.fspath(name_or_path)!r} is not the model the run started with: {'; '.join(problems)}; "
+            "restore the model's files, or start a new run"
+        )
 
 
 def _resolve(name: str) -> str:

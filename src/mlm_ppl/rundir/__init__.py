@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..inference.runner import Checkpoint
 from ..settings import RunSettings
@@ -50,11 +52,18 @@ __all__ = [
     "group_name",
     "checkpoint_files",
     "write_outputs",
+    "flat_record",
+    "differences",
 ]
 
 
 def start_run(directory: str | os.PathLike, settings: RunSettings, *, overwrite: bool = False) -> RunDirectory:
-    """Create and lock ``directory`` for a new sampling run and write its ``config.json``."""
+    """Create and lock ``directory`` for a new sampling run and write its ``config.json``.
+
+    ``settings`` must record the model's files (:meth:`RunSettings.with_model_files`): a resume
+    refuses a model whose files changed."""
+    if settings.model_files is None:
+        raise ValueError("a run directory records its model's files: give settings.with_model_files()")
     run_dir = RunDirectory.create(directory, "sample", overwrite=overwrite)
     try:
         run_dir.write_text(CONFIG, json.dumps({"format": FORMAT, **settings.to_dict()}, indent=1, sort_keys=True))
@@ -80,10 +89,8 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
             cp, recorded = read_checkpoint(run_dir.path / name)
             if name == CHECKPOINT:
                 checkpoint = cp
-            mine, theirs = _flat(config), _flat(recorded or {})
-            keys = sorted(k for k in set(mine) | set(theirs) if _shown(mine, k) != _shown(theirs, k))
-            if keys:
-                detail = ", ".join(f"{k} ({_shown(mine, k)} in {CONFIG}, {_shown(theirs, k)} in {name})" for k in keys)
+            detail = differences(config, recorded or {}, CONFIG, name)
+            if detail:
                 raise ValueError(
                     f"{run_dir.path / CONFIG} differs from the settings the run's checkpoint was made with: "
                     f"{detail}; restore {CONFIG}, or start a new run with the new settings"
@@ -95,19 +102,28 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
     return run_dir, settings, checkpoint
 
 
-def _flat(record: dict) -> dict:
-    """A settings record with the kernel's options as ``kernel_options.NAME`` keys (to name what differs)."""
-    out = {k: v for k, v in record.items() if k != "kernel_options"}
-    options = record.get("kernel_options")
-    if isinstance(options, dict):
-        out.update({f"kernel_options.{k}": v for k, v in options.items()})
-    elif "kernel_options" in record:
-        out["kernel_options"] = options
+def flat_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A settings record with nested records as ``KEY.NAME`` keys (the kernel's options as
+    ``kernel_options.scan``, the model's files as ``model_files.model.safetensors``): to name what differs."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, Mapping):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
     return out
 
 
-def _shown(record: dict, key: str) -> str:
-    return repr(record[key]) if key in record else "missing"
+def differences(mine: Mapping[str, Any], theirs: Mapping[str, Any], where_mine: str, where_theirs: str) -> str:
+    """Every setting that differs between two records, named with both values and where each is:
+    ``seed (8 in config.json, 7 in checkpoint.pt), ...``; empty if they agree."""
+    a, b = flat_record(mine), flat_record(theirs)
+
+    def shown(record: dict, key: str) -> str:
+        return repr(record[key]) if key in record else "missing"
+
+    keys = sorted(k for k in set(a) | set(b) if shown(a, k) != shown(b, k))
+    return ", ".join(f"{k} ({shown(a, k)} in {where_mine}, {shown(b, k)} in {where_theirs})" for k in keys)
 
 
 def _read_config(path: Path) -> dict:
