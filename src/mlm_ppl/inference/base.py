@@ -30,6 +30,7 @@ __all__ = [
     "StepInfo",
     "accept",
     "acceptance_probability",
+    "mh_log_ratio",
     "proposal_log_probs",
     "sample_tokens",
     "select_sites",
@@ -87,6 +88,30 @@ def acceptance_probability(log_ratio: Tensor) -> Tensor:
     """``min(1, exp(log_ratio))``, 0 for a NaN ratio (which :func:`accept` rejects): the
     ``acceptance_rate`` statistic and the exact matrices' acceptance, written once."""
     return torch.nan_to_num(log_ratio.clamp(max=0).exp(), nan=0.0)
+
+
+def mh_log_ratio(lp_new: Tensor, lp_old: Tensor, log_correction: Tensor, changed: Tensor) -> Tensor:
+    """The log acceptance ratio of moves ``x -> x'``, defined where a state has density 0.
+
+    ``lp_new - lp_old + log_correction`` (the proposal's ``log q(x|x') - log q(x'|x)``, or
+    surrogate-MH's surrogate term) where both states have density > 0; where one has density 0
+    (``lp = -inf``: it breaks a hard rule):
+
+    * a move from such a state to one of density > 0 is always accepted (``+inf``);
+    * a move to a state of density 0 is always rejected (``-inf``), from any state, and a
+      proposal equal to a state of density 0 (``changed`` False) is rejected too: the chain
+      stayed off the target's support, and its statistics say so;
+    * a proposal equal to a state of density > 0 is accepted (``0``).
+
+    Rows of states of density 0 carry no weight in ``pi P``, so every kernel's exact transition
+    matrix is unchanged on the states of density > 0 (and there is never a NaN ratio, from
+    ``-inf - (-inf)``, that :func:`accept` rejects while the statistics count something else).
+    """
+    ok_old, ok_new = lp_old > float("-inf"), lp_new > float("-inf")
+    ratio = lp_new - lp_old + log_correction  # NaN where both are -inf: replaced below
+    inf = torch.full_like(ratio, float("inf"))
+    moved = torch.where(ok_old & ok_new, ratio, torch.where(ok_new, inf, -inf))
+    return torch.where(changed, moved, torch.where(ok_old, torch.zeros_like(ratio), -inf))
 
 
 def proposal_log_probs(
