@@ -36,11 +36,13 @@ __all__ = [
     "acceptance_rates",
     "plot_diagnostics",
     "STUCK",
+    "INFEASIBLE",
     "CONVERGED",
     "NOT_CONVERGED",
 ]
 
 STUCK, CONVERGED, NOT_CONVERGED = "stuck", "converged", "not converged"
+INFEASIBLE = "infeasible"
 RHAT_MAX = 1.01
 CHAIN_RHAT_MAX = 1.05
 ESS_MIN_PER_CHAIN = 100
@@ -215,7 +217,8 @@ class Summary:
     novel_transition_rate : float
         Fraction of steps whose accepted proposal changed the state (Goyal et al. 2021).
     chains : list of str
-        Per-chain verdict: "converged", "not converged" or "stuck" (never moved).
+        Per-chain verdict: "converged", "not converged", "stuck" (never moved) or "infeasible"
+        (draws of density 0: they break a hard rule of the target).
     reasons : list of str
         Why each chain got its verdict.
     moves_per_step : float
@@ -273,8 +276,10 @@ def summary(
 ) -> Summary:
     """R-hat, ESS and MCSE of every scalar functional, acceptance rates, and a verdict per chain.
 
-    A chain that never changed state is **stuck** (ArviZ would give R-hat NaN and ESS = N for
-    it, which must not read as converged). The others are **converged** when every functional
+    A chain with a draw of log density ``-inf`` is **infeasible**: the draw breaks a hard rule
+    of the target (a kernel that does not compute ``lp``, NaN, cannot tell). A chain that never
+    changed state is **stuck** (ArviZ would give R-hat NaN and ESS = N for it, which must not
+    read as converged). The others are **converged** when every functional
     that varies has rank-normalised R-hat <= ``rhat_max`` across all chains (Vehtari et al.
     2021), split R-hat <= ``chain_rhat_max`` within the chain alone (its two halves: noisier, so
     a looser bound), and bulk and tail ESS >= ``ess_min_per_chain`` x chains; otherwise
@@ -283,7 +288,10 @@ def summary(
     az = _arviz()
     post = idata.posterior
     names = [v for v in post.data_vars if v != "tokens" and not np.isnan(post[v].values).all()]
-    if "lp" in idata.sample_stats and not np.isnan(idata.sample_stats["lp"].values).all():
+    lp_values = idata.sample_stats["lp"].values if "lp" in idata.sample_stats else None
+    # lp is a functional unless the kernel does not compute it (NaN) or a draw has density 0 (-inf:
+    # no R-hat; its chain's verdict is "infeasible")
+    if lp_values is not None and not np.isnan(lp_values).all() and not np.isneginf(lp_values).any():
         lp = idata.sample_stats["lp"]
         post = post.assign(lp=lp)
         names = ["lp"] + names
@@ -299,6 +307,13 @@ def summary(
     # hamming_start depends on each chain's own start: chains legitimately disagree on it
     varying = [n for n in names if n != "hamming_start" and np.nanstd(post[n].values) > 0]
     for c in range(n_chains):
+        infeasible = 0 if lp_values is None else int(np.isneginf(lp_values[c]).sum())
+        if infeasible:
+            verdicts.append(INFEASIBLE)
+            reasons.append(
+                f"{infeasible} of {n_draws} draws have log density -inf: they break a hard rule of the target"
+            )
+            continue
         if (n_changed[c] == 0).all():
             verdicts.append(STUCK)
             reasons.append("the chain never changed state")

@@ -20,6 +20,7 @@ from torch import Tensor
 from .._checks import check_choice, check_count, check_positive
 from ..models.target import Target
 from .spec import KernelBase
+from .starts import allowed_tokens, check_start, repair_start
 from .streams import ChainStreams
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "StepInfo",
     "accept",
     "acceptance_probability",
+    "mh_log_ratio",
     "proposal_log_probs",
     "sample_tokens",
     "select_sites",
@@ -87,6 +89,30 @@ def acceptance_probability(log_ratio: Tensor) -> Tensor:
     """``min(1, exp(log_ratio))``, 0 for a NaN ratio (which :func:`accept` rejects): the
     ``acceptance_rate`` statistic and the exact matrices' acceptance, written once."""
     return torch.nan_to_num(log_ratio.clamp(max=0).exp(), nan=0.0)
+
+
+def mh_log_ratio(lp_new: Tensor, lp_old: Tensor, log_correction: Tensor, changed: Tensor) -> Tensor:
+    """The log acceptance ratio of moves ``x -> x'``, defined where a state has density 0.
+
+    ``lp_new - lp_old + log_correction`` (the proposal's ``log q(x|x') - log q(x'|x)``, or
+    surrogate-MH's surrogate term) where both states have density > 0; where one has density 0
+    (``lp = -inf``: it breaks a hard rule):
+
+    * a move from such a state to one of density > 0 is always accepted (``+inf``);
+    * a move to a state of density 0 is always rejected (``-inf``), from any state, and a
+      proposal equal to a state of density 0 (``changed`` False) is rejected too: the chain
+      stayed off the target's support, and its statistics say so;
+    * a proposal equal to a state of density > 0 is accepted (``0``).
+
+    Rows of states of density 0 carry no weight in ``pi P``, so every kernel's exact transition
+    matrix is unchanged on the states of density > 0 (and there is never a NaN ratio, from
+    ``-inf - (-inf)``, that :func:`accept` rejects while the statistics count something else).
+    """
+    ok_old, ok_new = lp_old > float("-inf"), lp_new > float("-inf")
+    ratio = lp_new - lp_old + log_correction  # NaN where both are -inf: replaced below
+    inf = torch.full_like(ratio, float("inf"))
+    moved = torch.where(ok_old & ok_new, ratio, torch.where(ok_new, inf, -inf))
+    return torch.where(changed, moved, torch.where(ok_old, torch.zeros_like(ratio), -inf))
 
 
 def proposal_log_probs(
@@ -183,38 +209,48 @@ def fill_template(target: Target, num_chains: int, streams: ChainStreams, method
     Each position is drawn (``"sample"``) or taken as the argmax (``"greedy"``) from the MLM
     conditional with the positions to its right still masked: one forward per free position,
     all chains batched. These fill-in steps are warm-up, never MH draws. ``"uniform"`` draws
-    ordinary tokens uniformly (no forward).
+    ordinary tokens uniformly (no forward). Every position is filled within its alphabet
+    (:func:`~mlm_ppl.inference.starts.allowed_tokens`: a constrained target's ``allowed``);
+    pattern rules are :func:`initial_tokens`' concern.
     """
     check_init(method)
     C = check_count(num_chains, "num_chains")
     tokens = target.template.expand(C, -1).clone()
     ordinary = target.ordinary_mask
+    alphabets = allowed_tokens(target)  # (F, V)
     if method == "uniform":
-        logq = proposal_log_probs(torch.zeros(C, target.num_free, target.vocab_size), ordinary)
+        logits = torch.zeros(C, target.num_free, target.vocab_size).masked_fill(~alphabets, float("-inf"))
+        logq = proposal_log_probs(logits, ordinary)
         return tokens.scatter(1, target.free_positions.expand(C, -1), sample_tokens(logq, streams))
-    for p in target.free_positions.tolist():
+    for k, p in enumerate(target.free_positions.tolist()):
         logits = target.site_logits(tokens, torch.full((C, 1), p))[:, 0]  # (C, V)
+        logits = logits.masked_fill(~alphabets[k].to(logits.device), float("-inf"))
         logq = proposal_log_probs(logits, ordinary)
         tokens[:, p] = logq.argmax(-1) if method == "greedy" else sample_tokens(logq, streams)
     return tokens
 
 
 def initial_tokens(kernel: Kernel, num_chains: int, streams: ChainStreams, init: str | Tensor) -> Tensor:
-    """The tokens ``(C, L)`` that ``kernel.init`` starts from.
+    """The tokens ``(C, L)`` that ``kernel.init`` starts from, each breaking no hard rule of the target.
 
-    Given tokens are used as they are; otherwise the template is filled with
-    :func:`fill_template` (``init`` names the method), or left masked for a kernel that does
-    not need a complete start.
+    Given tokens are used as they are, and refused (a ValueError naming the chain and the rule)
+    when one breaks a rule (:func:`~mlm_ppl.inference.starts.check_start`); otherwise the
+    template is filled with :func:`fill_template` (``init`` names the method) and a fill that
+    breaks a rule is repaired (:func:`~mlm_ppl.inference.starts.repair_start`, from the chain's
+    stream), or the run stops here, before any step. A kernel that does not need a complete
+    start gets the masked template.
     """
     C = check_count(num_chains, "num_chains")
     if isinstance(init, Tensor):
         if init.dim() == 2 and init.shape[0] != C:
             raise ValueError(f"init has {init.shape[0]} chains but num_chains={C}")
+        if kernel.capabilities.complete_start:
+            check_start(kernel.target, check_states(kernel.target, init))
         return init
     if not kernel.capabilities.complete_start:
         check_init(init)
         return kernel.target.template.expand(C, -1).clone()
-    return fill_template(kernel.target, C, streams, init)
+    return repair_start(kernel.target, fill_template(kernel.target, C, streams, init), streams)
 
 
 def geometric_annealing(start: float, end: float, num_steps: int) -> Callable[[int], float]:

@@ -22,6 +22,7 @@ from .base import (
     accept,
     acceptance_probability,
     check_states,
+    mh_log_ratio,
     proposal_log_probs,
     sample_tokens,
     select_sites,
@@ -75,7 +76,7 @@ class MHInfo(NamedTuple):
 
     lp: Tensor  # (C,) log target density after the step (at the target temperature)
     is_accepted: Tensor  # (C,) bool
-    acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)); 1 for a proposal equal to the state
+    acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)); 1 for a proposal equal to a state of density > 0
     n_changed: Tensor  # (C,) positions that changed in this step
     evaluated: Tensor  # (C,) bool: the proposal differed from the state, so its masked copies ran
 
@@ -99,7 +100,11 @@ class MetropolisHastings(KernelBase[MHOptions]):
 
     A truncated proposal gives ``log q(x_B) = -inf`` when the old tokens fall outside the
     truncated set, so such a move is rejected, never silently accepted. The chain is exact for
-    its target (tests check the transition matrix by enumeration).
+    its target (tests check the transition matrix by enumeration). From a state of density 0
+    (``log_factor = -inf``: it breaks a hard rule) a move to a state of density > 0 is always
+    accepted and any other, a proposal equal to the state included, rejected
+    (:func:`~mlm_ppl.inference.base.mh_log_ratio`): the statistics never count a stuck step as
+    accepted.
 
     **Cost**: one pass over the proposed state's masked copies for each chain whose proposal
     changed the state; nothing for the current state (its conditionals are cached in
@@ -184,7 +189,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
         if changed.any():
             ev = self.target.evaluate(proposed[changed])  # the step's one batched pass
             lp_new[changed] = self.log_density(ev.energy, ev.log_factor, state.step)
-        log_ratio = torch.where(changed, lp_new - lp_old + log_rev - log_fwd, torch.zeros(C))
+        log_ratio = mh_log_ratio(lp_new, lp_old, torch.where(changed, log_rev - log_fwd, 0.0), changed)
         accepted = accept(log_ratio, streams)
         take = accepted & changed
         energy, factor, cond = state.energy.clone(), state.log_factor.clone(), state.cond_logits.clone()
@@ -219,8 +224,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
         rows = torch.arange(S)
         for log_fwd, dest in block_moves(self.target, states, pos, logq, index):
             q = log_fwd.exp()
-            ratio = lp[dest] - lp + log_rev - log_fwd
-            a = acceptance_probability(ratio)
+            a = acceptance_probability(mh_log_ratio(lp[dest], lp, log_rev - log_fwd, dest != rows))
             a = torch.where(dest == rows, torch.ones_like(a), a)
             P.index_put_((rows, dest), q * a, accumulate=True)
             P.index_put_((rows, rows), q * (1 - a), accumulate=True)

@@ -60,6 +60,17 @@ class ChainStreams:
         if n != len(self):
             raise ValueError(f"{what} has {n} chains in its leading dimension; these streams have {len(self)}")
 
+    def subset(self, rows: Sequence[int]) -> ChainStreams:
+        """The streams of rows ``rows`` of these, shared (drawing from the subset advances them here):
+        for work only some chains do, each still from its own stream."""
+        out = object.__new__(ChainStreams)
+        out.seed = self.seed
+        out.chains = tuple(self.chains[int(r)] for r in rows)
+        out.generators = [self.generators[int(r)] for r in rows]
+        if not out.generators:
+            raise ValueError("a subset of streams needs at least one row")
+        return out
+
     def rand(self, shape: Sequence[int]) -> Tensor:
         """``U[0, 1)`` numbers of ``shape`` ``(C, ...)``: row ``c`` from chain ``c``'s stream."""
         shape = tuple(shape)

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from .._checks import check_probability, check_temperature, count_at_least
 from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget, log_density
-from .base import accept, acceptance_probability, check_states
+from .base import accept, acceptance_probability, check_states, mh_log_ratio
 from .exact import transition_matrix
 from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, Options, option
@@ -101,7 +101,8 @@ class SurrogateInfo(NamedTuple):
     """Per-step statistics of C chains."""
 
     lp: Tensor  # (C,) log target density after the step
-    is_accepted: Tensor  # (C,) bool, the outer (exact) acceptance; True for a move that changed nothing
+    is_accepted: Tensor  # (C,) bool, the outer (exact) acceptance; True for a move that changed nothing from a
+    # state of density > 0, False for every move but one to density > 0 from a state of density 0
     acceptance_rate: Tensor  # (C,) min(1, exp(log a)) of the outer correction
     n_changed: Tensor  # (C,) positions that differ before and after the step
     n_moves: Tensor  # (C,) accepted single-site changes along an accepted move's path, else 0
@@ -122,6 +123,9 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
     ``top_k``, ``top_p``); then the whole move ``x -> y`` is accepted with
     ``log a = [log p(y) - log p(x)] - [log p~(y) - log p~(x)]``. See the module docstring for
     why this is exact whatever the surrogate (tests check the transition matrix by enumeration).
+    The surrogate has the target's log-factor, so the same states have density 0 under both; from
+    one of them the inner and the outer step accept a move to a state of density > 0 and reject
+    every other (:func:`~mlm_ppl.inference.base.mh_log_ratio`): no ``-inf - (-inf)``.
 
     **Cost**: each inner proposal that changes the state runs the window's masked copies;
     each step whose inner chain moved runs the whole sequence's once.
@@ -206,7 +210,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         surrogate_gain = self.log_density(inner.energy, inner.log_factor) - self.log_density(
             start.energy, start.log_factor
         )
-        log_a = torch.where(moved, (lp_y - lp_x) - surrogate_gain.to(lp_x.dtype), torch.zeros(C, dtype=lp_x.dtype))
+        log_a = mh_log_ratio(lp_y, lp_x, torch.where(moved, -surrogate_gain.to(lp_x.dtype), 0.0), moved)
         is_accepted = accept(log_a, streams)
         take = is_accepted & moved
         if take.any():
@@ -242,8 +246,9 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
         sur = self.surrogate.evaluate(states)
         lp_sur = self.log_density(sur.energy, sur.log_factor).double()
-        gain = lp - lp_sur  # log a(x -> y) = gain[y] - gain[x]
-        A = acceptance_probability(gain[None, :] - gain[:, None])
+        moved = ~torch.eye(lp.shape[0], dtype=torch.bool)
+        # log a(x -> y) = [lp(y) - lp(x)] - [lp~(y) - lp~(x)], as in step
+        A = acceptance_probability(mh_log_ratio(lp[None, :], lp[:, None], lp_sur[:, None] - lp_sur[None, :], moved))
         P = Q * A
         P.diagonal().zero_()
         P.diagonal().copy_(1 - P.sum(1))

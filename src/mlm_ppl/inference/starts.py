@@ -1,0 +1,155 @@
+"""Feasible starting states: the alphabets a start is drawn from, the hard rules it must keep,
+and the repair search that finds a state breaking none of them.
+
+A constrained target (:class:`~mlm_ppl.models.ConstraintTarget`, or any
+:class:`~mlm_ppl.models.ConstrainedTarget` whose log-factor is ``-inf`` somewhere) has density 0
+off its feasible set. A chain must start on that set: the template is filled within the
+alphabets (:func:`allowed_tokens`), and a fill that still breaks a pattern rule is repaired by
+:func:`repair_start` (annealed single-site changes within the alphabets that lower the number
+of broken rules, each chain drawing from its own stream), or the run stops before its first
+step, naming the rules. A start the user gives is checked by :func:`check_start` and refused,
+naming the chain and the rule, when it breaks one.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._checks import check_count
+from ..models.constraints import ConstraintTarget
+from ..models.target import ConstrainedTarget, DerivedTarget, Target
+from .streams import ChainStreams
+
+__all__ = ["REPAIR_TRIES", "allowed_tokens", "rule_violations", "check_start", "repair_start"]
+
+REPAIR_TRIES = 2000
+"""Single-site changes the repair search tries per chain before it gives up."""
+
+_START_TEMPERATURE, _END_TEMPERATURE = 1.0, 0.05  # of the repair's annealing, per broken rule
+
+
+def allowed_tokens(target: Target) -> Tensor:
+    """``(F, V)`` bool, the tokens each free position may hold: the target's ordinary tokens,
+    narrowed by its alphabets where it has them (a :class:`~mlm_ppl.models.ConstraintTarget`'s
+    ``allowed``). The one place a start reads them."""
+    F, V = int(target.num_free), int(target.vocab_size)
+    ordinary = target.ordinary_mask.cpu().bool().expand(F, V)
+    allowed = getattr(target, "allowed", None)
+    if allowed is None:
+        return ordinary.clone()
+    return ordinary & torch.as_tensor(allowed).cpu().bool().expand(F, V)
+
+
+def rule_violations(target: Target, tokens: Tensor) -> dict[str, Tensor] | None:
+    """``{rule name: (N,) bool}``, True where a state ``(N, L)`` breaks the rule, for every hard rule
+    the target can check without running its model; None when it has none.
+
+    The rules are read down the chain of derived targets: a
+    :class:`~mlm_ppl.models.ConstraintTarget`'s named rules
+    (:meth:`~mlm_ppl.models.constraints.BoundConstraints.violations`); for any other
+    :class:`~mlm_ppl.models.ConstrainedTarget`, its log-factor being ``-inf``, named
+    ``"finite log_factor"``.
+    """
+    out: dict[str, Tensor] = {}
+    level: Target | None = target
+    while isinstance(level, DerivedTarget):
+        if isinstance(level, ConstraintTarget):
+            found = level.constraints.violations(tokens)
+        elif isinstance(level, ConstrainedTarget):
+            factor = torch.as_tensor(level.log_factor(tokens)).reshape(-1)
+            found = {"finite log_factor": torch.isneginf(factor).cpu()}
+        else:
+            found = {}
+        for name, broken in found.items():
+            key, k = name, 2
+            while key in out:  # two levels with rules of one name: both kept
+                key, k = f"{name} #{k}", k + 1
+            out[key] = broken
+        level = level.base
+    return out or None
+
+
+def _broken_count(target: Target, tokens: Tensor) -> Tensor:
+    """``(N,)`` long, how many hard rules each state breaks (0 for a target without any)."""
+    found = rule_violations(target, tokens)
+    if found is None:
+        return torch.zeros(tokens.shape[0], dtype=torch.long)
+    return torch.stack([v.long() for v in found.values()]).sum(0)
+
+
+def _broken_names(target: Target, tokens: Tensor) -> list[str]:
+    """The rules any of the states ``(N, L)`` breaks, in the target's order."""
+    found = rule_violations(target, tokens) or {}
+    return [name for name, broken in found.items() if bool(broken.any())]
+
+
+def check_start(target: Target, tokens: Tensor) -> None:
+    """A ValueError, naming the chain and the rules, when a given start ``(C, L)`` breaks a hard rule."""
+    found = rule_violations(target, tokens)
+    if found is None:
+        return
+    for c in range(tokens.shape[0]):
+        names = [name for name, broken in found.items() if bool(broken[c])]
+        if names:
+            rules = ", ".join(map(repr, names))
+            raise ValueError(
+                f"init: the start of chain {c} breaks rule {rules}, so it has density 0 under the target; give "
+                "starts that satisfy every rule, or let the run fill the template (init='sample', 'greedy' or "
+                "'uniform'), which searches for one"
+            )
+
+
+def repair_start(target: Target, tokens: Tensor, streams: ChainStreams, tries: int = REPAIR_TRIES) -> Tensor:
+    """Starting states ``(C, L)`` that break no hard rule: ``tokens`` where they break none, else
+    found by an annealed search from them.
+
+    Each chain whose start breaks a rule runs its own search, drawing from its own stream (so a
+    chain's start depends only on its seed and its fill): ``tries`` times, a free position is
+    picked uniformly, given a token drawn uniformly from its alphabet (:func:`allowed_tokens`),
+    and the change is kept when it breaks no more rules than the state, or otherwise with
+    probability ``exp(-(increase) / T)``, ``T`` annealed geometrically from 1 to 0.05. The
+    search stops at the first state that breaks none. A chain that finds none stops the run: a
+    ValueError ``"no sequence satisfying <rules> found after N tries"``.
+
+    A target whose rules :func:`rule_violations` cannot read is left as it is.
+    """
+    tries = check_count(tries, "tries")
+    tokens = tokens.clone()
+    broken = _broken_count(target, tokens)
+    active = broken.nonzero().flatten().tolist()
+    if not active:
+        return tokens
+    alphabets = allowed_tokens(target).float()  # (F, V)
+    free = target.free_positions.cpu()
+    F = int(target.num_free)
+    state, count = tokens[active], broken[active]
+    for t in range(tries):
+        sub = streams.subset(active)  # only the searching chains draw: each from its own stream
+        n = len(active)
+        temperature = _START_TEMPERATURE * (_END_TEMPERATURE / _START_TEMPERATURE) ** (t / max(1, tries - 1))
+        keys = sub.rand((n, 2))
+        site = (keys[:, 0] * F).long().clamp(max=F - 1)  # (n,) a free position each
+        token = sub.categorical(alphabets[site])  # (n,) a token of its alphabet
+        proposal = state.clone()
+        proposal[torch.arange(n), free[site]] = token
+        new_count = _broken_count(target, proposal)
+        worse = (new_count - count).clamp(min=0).double()
+        keep = keys[:, 1].double() < torch.exp(-worse / temperature)  # always when no worse
+        state = torch.where(keep[:, None], proposal, state)
+        count = torch.where(keep, new_count, count)
+        done = count == 0
+        if bool(done.any()):
+            rows = torch.tensor(active)[done]
+            tokens[rows] = state[done]
+            active = [c for c, d in zip(active, done.tolist()) if not d]
+            state, count = state[~done], count[~done]
+            if not active:
+                return tokens
+    rules = ", ".join(map(repr, _broken_names(target, state))) or "every rule"
+    chains = ", ".join(map(str, (streams.chains[c] for c in active)))
+    raise ValueError(
+        f"no sequence satisfying {rules} found after {tries} tries (single-site changes within the allowed "
+        f"tokens, from the filled template of chain{'s' if len(active) > 1 else ''} {chains}); check that the "
+        "rules can hold together in this template, or give a start that satisfies them (init=tokens)"
+    )
