@@ -11,6 +11,7 @@ import typing
 from typing import Any, TextIO
 
 from .. import campaign
+from .._checks import check_interval
 from ..inference.base import INITS
 from ..inference.registry import KERNELS
 from ..inference.spec import KernelBase
@@ -87,7 +88,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help=f"run past the size limits (more than {MAX_CHAINS} chains, half the memory, a day)",
     )
-    smp.add_argument("--checkpoint-seconds", type=float, default=30.0, help="checkpoint interval (default 30 s)")
+    smp.add_argument(
+        "--checkpoint-seconds",
+        type=float,
+        default=30.0,
+        help="checkpoint interval in seconds, a finite number >= 0 (default 30)",
+    )
 
 
 def config_from_flags(args: argparse.Namespace, template: str | None = None) -> RunSettings:
@@ -205,6 +211,7 @@ def read_templates(source: str) -> list[tuple[str, str]]:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .. import rundir
 
+    check_interval(args.checkpoint_seconds, "--checkpoint-seconds")
     if args.resume:
         if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
             raise ValueError("--out and --resume name different directories; give only --resume DIR")

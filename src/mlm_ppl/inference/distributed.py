@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._checks import check_count
+from .._checks import check_count, check_interval
 from .base import Kernel
 from .runner import Checkpoint, Run, run_chains
 
@@ -175,6 +175,7 @@ def run_chains_ray(
     """
     groups = split_chains(num_chains, workers)
     check_count(num_samples, "num_samples", 1)
+    check_interval(checkpoint_seconds, "checkpoint_seconds")
     ray = connect(address, num_cpus=max(len(groups), os.cpu_count() or 1))
     resources = ray.cluster_resources()
     per_gpu = 0.0
