@@ -87,3 +87,62 @@ def test_run_chains_refuses_a_checkpoint_interval_of_nan(model_dir):
     with pytest.raises(ValueError, match="checkpoint_seconds must be a finite number >= 0, got nan"):
         mlm_ppl.run_chains(kernel, 2, 3, checkpoint_seconds=math.nan, on_checkpoint=lambda cp: None)
     assert torch.is_tensor(mlm_ppl.run_chains(kernel, 2, 3, checkpoint_seconds=0).tokens)
+
+
+# ---------------------------------------------------------------------- row 16: a log-factor of NaN or -inf
+def _nan_after(calls):
+    """A log-factor that is 0 for its first ``calls`` calls, then NaN for every state."""
+    seen = []
+
+    def log_factor(tokens):
+        seen.append(1)
+        return torch.full((tokens.shape[0],), math.nan if len(seen) > calls else 0.0)
+
+    return log_factor
+
+
+@pytest.mark.parametrize("kernel", ["mh", "surrogate-mh"])
+def test_a_log_factor_of_nan_stops_the_run_where_it_appears(model_dir, kernel):
+    mlm = load_mlm(model_dir)
+    for calls in (0, 6):  # NaN at the start, and a few steps in
+        with pytest.raises(ValueError, match=r"log_factor returned nan for \d+ of \d+ states .* or -inf for"):
+            mlm_ppl.sample(mlm, TEMPLATE, kernel=kernel, num_chains=2, num_samples=50, log_factor=_nan_after(calls))
+
+
+@pytest.mark.parametrize("kernel", ["mh", "surrogate-mh"])
+def test_a_log_factor_of_minus_inf_at_every_start_is_refused(model_dir, kernel):
+    mlm = load_mlm(model_dir)
+    with pytest.raises(ValueError, match="the start is infeasible: the log-factor .* is -inf at every chain's start"):
+        mlm_ppl.sample(
+            mlm,
+            TEMPLATE,
+            kernel=kernel,
+            num_chains=2,
+            num_samples=5,
+            log_factor=lambda t: torch.full((len(t),), -math.inf),
+        )
+    # one chain forbidden at its start is allowed (it may leave for an allowed state); the other stays allowed
+    start = mlm.encode(["ADCEE", "ACCEE"]).input_ids
+    d_id = int(start[0, 2])
+    half = mlm_ppl.sample(
+        mlm, TEMPLATE, kernel=kernel, num_chains=2, num_samples=20, init=start,
+        log_factor=lambda t: torch.where(t[:, 2] == d_id, -math.inf, 0.0),
+    )  # fmt: skip
+    assert (half.tokens[1, :, 2] != d_id).all() and torch.isfinite(half.stats["lp"][1]).all()
+
+
+@pytest.mark.parametrize("which", ["MLMKernel", "MLMGibbs"])
+def test_a_pyro_model_whose_other_terms_are_nan_stops_with_the_message(model_dir, which):
+    import pyro
+    from pyro.infer import MCMC
+
+    mlm = load_mlm(model_dir)
+    d = mlm_ppl.MaskedLMDistribution(mlm, TEMPLATE)
+
+    def model():
+        pyro.sample("x", d)
+        pyro.factor("broken", torch.tensor(math.nan))
+
+    kernel = mlm_ppl.MLMKernel(model, seed=0) if which == "MLMKernel" else mlm_ppl.MLMGibbs(model, seed=0)
+    with pytest.raises(ValueError, match="log_factor returned nan"):
+        MCMC(kernel, num_samples=3, warmup_steps=0, disable_progbar=True).run()

@@ -8,6 +8,7 @@ proposed state in one batched pass, and accepts with :func:`~mlm_ppl.inference.b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -137,6 +138,12 @@ class MetropolisHastings(KernelBase[MHOptions]):
         """Evaluate complete starting states ``(C, L)`` (see :func:`~mlm_ppl.inference.fill_template`)."""
         tokens = check_states(self.target, tokens)
         ev = self.target.evaluate(tokens)
+        if (ev.log_factor == -math.inf).all():
+            raise ValueError(
+                "the start is infeasible: the log-factor (constraints, likelihood terms) is -inf at every chain's "
+                "starting state, so no draw has a finite log density; start the chains at states it allows "
+                "(init=starting tokens)"
+            )
         return MHState(tokens, ev.energy, ev.log_factor, ev.cond_logits, 0, torch.empty(0, dtype=torch.long))
 
     def with_log_factor(self, state: MHState, log_factor: Tensor) -> MHState:
