@@ -5,6 +5,7 @@ silent result (docs/reliability.md)."""
 import math
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -146,3 +147,20 @@ def test_a_pyro_model_whose_other_terms_are_nan_stops_with_the_message(model_dir
     kernel = mlm_ppl.MLMKernel(model, seed=0) if which == "MLMKernel" else mlm_ppl.MLMGibbs(model, seed=0)
     with pytest.raises(ValueError, match="log_factor returned nan"):
         MCMC(kernel, num_samples=3, warmup_steps=0, disable_progbar=True).run()
+
+
+# ---------------------------------------------------------------------- row 9: a few steps, each of them huge
+def test_a_run_of_few_steps_with_a_huge_inner_chain_is_refused_before_it_starts(model_dir, tmp_path, capsys):
+    huge = ("--kernel", "surrogate-mh", "--inner-steps", "100000000000", "--draws", "2")
+    t0 = time.monotonic()
+    assert main(_sample(model_dir, tmp_path / "run", *huge)) == 2
+    line = _one_line_error(capsys)
+    assert "2 chains x 2 steps x 6e+10 evaluations per step" in line and "more than a day" in line, line
+    assert not (tmp_path / "run").exists()
+    templates = tmp_path / "templates.tsv"  # a batch is estimated as well, all its templates
+    templates.write_text(f"{TEMPLATE}\nD[MASK]C[MASK]E\n")
+    batch = ["sample", "--model", model_dir, "--templates", str(templates), "--chains", "2", "--no-progress",
+             "--out", str(tmp_path / "batch"), *huge]  # fmt: skip
+    assert main(batch) == 2
+    assert "x 2 templates" in _one_line_error(capsys) and not (tmp_path / "batch").exists()
+    assert time.monotonic() - t0 < 60

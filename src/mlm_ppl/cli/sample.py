@@ -130,48 +130,56 @@ def config_from_flags(args: argparse.Namespace, template: str | None = None) -> 
     return settings
 
 
-def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: TextIO) -> None:
-    """Estimate a run's memory and time before it starts; print the estimate for a big run and
-    refuse one past the machine's memory, or past a day, unless ``force``.
+def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: TextIO, runs: int = 1) -> None:
+    """Estimate a run's memory and time before it starts (``runs``: a batch's runs of these
+    settings, one after another); print the estimate for a big run and refuse one past the
+    machine's memory, or past a day, unless ``force``.
 
     Memory: the draws and statistics kept in memory (and again while ``run.nc`` is written).
-    Time: one timed step of up to 8 chains (only for runs of 100,000 chain-steps or more).
+    Time: the run's work in full evaluations of the target (chains x steps x the kernel's
+    evaluations per step, from its options), times one timed evaluation of up to 8 chains; timed
+    for runs of 100,000 chain-evaluations or more, without running a step (a step may be huge).
     """
     C, steps = settings.chains, settings.total_steps
     L = kernel.target.template.numel()
     kept = C * settings.draws
     memory = 3 * kept * (8 * L + 8 * len(kernel.stat_names()))  # tokens + stats, three copies
     available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    per_step = kernel.evaluations_per_step()
     seconds = None
-    if C * steps >= 100_000 and memory <= available // 2:
-        seconds = _time_per_step(kernel, min(C, 8)) * -(-C // 8) * steps
+    if runs * C * steps * per_step >= 100_000 and memory <= available // 2:
+        seconds = runs * _time_per_evaluation(kernel, min(C, 8)) * -(-C // 8) * steps * per_step
     big = memory > 2**30 or (seconds is not None and seconds > 3600)
     if not big:
         return
-    text = f"{C} chains x {steps} steps: about {memory / 2**30:.1f} GiB of draws in memory"
+    text = f"{C} chains x {steps} steps"
+    if per_step != 1:
+        text += f" x {per_step:,.4g} evaluations per step"
+    if runs > 1:
+        text += f" x {runs} templates"
+    text += f": about {memory / 2**30:.1f} GiB of draws in memory"
     if seconds is not None:
-        text += f", about {seconds / 3600:.1f} h (timed: one step of {min(C, 8)} chains)"
+        text += f", about {seconds / 3600:,.1f} h (timed: one evaluation of {min(C, 8)} chains)"
     if not force and memory > available // 2:
         raise ValueError(
             f"{text}: more than half of this machine's {available / 2**30:.0f} GiB; "
             "use fewer chains or draws, or --force"
         )
     if not force and seconds is not None and seconds > 86400:
-        raise ValueError(f"{text}: more than a day; use fewer chains or draws, or --force")
+        raise ValueError(f"{text}: more than a day; use fewer chains, draws or evaluations per step, or --force")
     print(f"estimate: {text}", file=err)
 
 
-def _time_per_step(kernel: KernelBase, chains: int) -> float:
-    """Seconds of one step of ``chains`` chains from a uniform start (init excluded)."""
+def _time_per_evaluation(kernel: KernelBase, chains: int) -> float:
+    """Seconds of one evaluation of the target for ``chains`` states filled uniformly."""
     import time
 
-    from ..inference.base import initial_tokens
+    from ..inference.base import fill_template
     from ..inference.streams import ChainStreams
 
-    streams = ChainStreams(0, chains)
-    state = kernel.init(initial_tokens(kernel, chains, streams, "uniform"))
+    tokens = fill_template(kernel.target, chains, ChainStreams(0, chains), "uniform")
     t0 = time.perf_counter()
-    kernel.step(state, streams)
+    kernel.target.evaluate(tokens)
     return time.perf_counter() - t0
 
 
@@ -272,12 +280,13 @@ def _start_batch(args: argparse.Namespace, out: TextIO) -> int:
     settings = config_from_flags(args, template=templates[0][1])
     try:
         RunDirectory.check_new(args.out, "batch", overwrite=args.overwrite)
-        mlm, _, _ = campaign.build(settings)  # the model, the settings and the first template
+        mlm, _, kernel = campaign.build(settings)  # the model, the settings and the first template
         for name, template in templates[1:]:
             try:
                 MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
             except ValueError as err:
                 raise ValueError(f"template {name!r}: {err}") from None
+        check_size(settings, kernel, force=args.force, err=sys.stderr, runs=len(templates))
         batch_dir = campaign.start_batch(args.out, settings, templates, overwrite=args.overwrite)
     except rundir.RunExistsError as err:
         raise ValueError(f"{err.detail}; {_exists_hint(err)}") from None
