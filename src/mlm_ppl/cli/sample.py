@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from .. import campaign
 from .._checks import check_interval
 from ..inference.base import INITS
+from ..inference.distributed import WorkersLostError
 from ..inference.registry import KERNELS
 from ..inference.spec import KernelBase
 from ..models.distribution import MaskedLMDistribution
@@ -299,12 +300,26 @@ def _run_batch(batch_dir: RunDirectory, settings: RunSettings, templates: list, 
 
     show = args.progress if args.progress is not None else True
     with tqdm(total=len(templates), unit=" template", desc="templates", disable=not show, file=sys.stderr) as bar:
-        text = campaign.run_batch(
-            batch_dir, settings, templates, checkpoint_seconds=args.checkpoint_seconds, on_done=lambda: bar.update(1)
-        )
+        try:
+            text = campaign.run_batch(
+                batch_dir,
+                settings,
+                templates,
+                checkpoint_seconds=args.checkpoint_seconds,
+                on_done=lambda: bar.update(1),
+            )
+        except WorkersLostError as err:  # each template's run keeps its own checkpoints
+            raise _kept(err, batch_dir.path, kept=True) from None
     out.write(text)
     out.write(f"\nwrote designs.tsv, summary.txt and one run directory per template in {batch_dir.path}\n")
     return 0
+
+
+def _kept(err: WorkersLostError, path: Any, kept: bool) -> WorkersLostError:
+    """The error with what stays of the run in ``path`` and how to continue it."""
+    if kept:
+        return WorkersLostError(f"{err}; the checkpoints are kept: continue with mlm-ppl sample --resume {path}")
+    return WorkersLostError(f"{err}; nothing had been checkpointed, so nothing is kept: run the command again")
 
 
 def _sample(
@@ -327,6 +342,11 @@ def _sample(
     except KeyboardInterrupt:
         print(f"interrupted; checkpoint saved. Continue with: mlm-ppl sample --resume {run_dir.path}", file=sys.stderr)
         return 130
+    except WorkersLostError as err:
+        from .. import rundir
+
+        kept = run_dir.path.is_dir() and bool(rundir.checkpoint_files(run_dir.path))
+        raise _kept(err, run_dir.path, kept) from None
     out.write(str(report) + "\n\n")
     last = mlm.decode(result.tokens[:, -1])
     out.write("last draw of each chain:\n" + "".join(f"  chain {c}: {s}\n" for c, s in enumerate(last)))
