@@ -13,8 +13,6 @@ import time
 import pytest
 from test_ray import _netns_prefix, _ray_worker_pid  # tests/cli is on sys.path (rootdir-relative imports)
 
-from mlm_ppl.inference.distributed import RESTARTS
-
 TEMPLATE = "A[MASK]C[MASK][MASK]"
 
 
@@ -74,7 +72,7 @@ def test_a_worker_killed_more_often_than_ray_restarts_it_stops_with_how_to_resum
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert len(killed) == RESTARTS + 1, (killed, err)
+    assert len(killed) == 4, (killed, err)  # Ray restarted it 3 times
     assert proc.returncode == 2 and "Traceback" not in err and "this is a bug" not in err, err
     last = err.strip().splitlines()[-1]
     assert last.startswith("mlm-ppl sample: error: a Ray worker died more often than Ray restarts one (3 times)"), err
