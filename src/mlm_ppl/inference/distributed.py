@@ -10,8 +10,8 @@ the restarted actor, up to :data:`RESTARTS` times; then the run stops with
 imports it only when a Ray run starts.
 
 Ray connects to ``address`` (or the ``RAY_ADDRESS`` environment variable) when one is given,
-after checking within seconds that something listens there, and starts a local Ray instance
-otherwise.
+after checking within seconds that a Ray head (a gRPC server) answers there, and starts a local
+Ray instance otherwise.
 """
 
 from __future__ import annotations
@@ -120,8 +120,9 @@ def _answer_to_preface(conn: socket.socket, timeout: float) -> bytes:
 
 
 def check_address(address: str | None = None) -> None:
-    """ValueError within seconds unless the cluster at ``address`` (or ``RAY_ADDRESS``) answers;
-    nothing to check when neither is set (a local instance will start)."""
+    """ValueError within seconds unless the cluster at ``address`` (or ``RAY_ADDRESS``) answers
+    as a Ray head does (:func:`_reachable`); nothing to check when neither is set (a local
+    instance will start)."""
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is not None and address != "auto":
         _reachable(address)
