@@ -17,6 +17,7 @@ __all__ = [
     "check_count",
     "count_at_least",
     "check_positive",
+    "check_interval",
     "check_temperature",
     "check_probability",
     "check_seed",
@@ -71,6 +72,15 @@ def check_positive(value: Any, name: str) -> float:
     if not 0 < value < math.inf:
         raise ValueError(f"{name} must be > 0 and finite, got {value!r}")
     return float(value)
+
+
+def check_interval(value: Any, name: str) -> float:
+    """A finite number of seconds ``>= 0`` (0: every time): a TypeError for a non-number, a
+    ValueError otherwise (NaN would never come round, inf and negatives mean nothing)."""
+    value = check_type(value, name, float)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return value
 
 
 def check_temperature(value: Any, name: str) -> float:

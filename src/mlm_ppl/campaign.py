@@ -192,31 +192,40 @@ def _shared(settings: RunSettings) -> dict[str, Any]:
     return {k: v for k, v in settings.to_dict().items() if k not in ("template", "length")}
 
 
-def check_batch(settings: RunSettings, templates: Sequence[tuple[str, str]]) -> None:
+def check_batch(settings: RunSettings, templates: Sequence[tuple[str, str]]) -> KernelBase:
     """Every name, the model (loaded) and every template of a batch, checked before any work;
-    a ValueError names the template."""
+    a ValueError names the template. Returns the first template's kernel (for the size check)."""
     names = [check_template_name(name) for name, _ in templates]
     if not names:
         raise ValueError("a batch needs at least one template")
     if len(set(names)) < len(names):
         raise ValueError(f"template names are used twice: {sorted({n for n in names if names.count(n) > 1})}")
-    mlm, _, _ = build(settings.for_template(templates[0][1]))
+    mlm, _, kernel = build(settings.for_template(templates[0][1]))
     for name, template in templates:
         try:
             MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
         except (TypeError, ValueError) as err:
             raise ValueError(f"template {name!r}: {err}") from None
+    return kernel
 
 
 def start_batch(
-    directory: str | os.PathLike, settings: RunSettings, templates: Sequence[tuple[str, str]], *, overwrite: bool
+    directory: str | os.PathLike,
+    settings: RunSettings,
+    templates: Sequence[tuple[str, str]],
+    *,
+    overwrite: bool,
+    check_size: Callable[[KernelBase], None] | None = None,
 ) -> Batch:
-    """Check a new batch (:func:`check_batch`: loads the model), then create and lock its directory
-    and write its record and ``config.json``. ``settings`` record the model's files
+    """Check a new batch (:func:`check_batch`: loads the model; then ``check_size`` on the first
+    template's kernel, which may refuse it), then create and lock its directory and write its
+    record and ``config.json``. ``settings`` record the model's files
     (:meth:`RunSettings.with_model_files`)."""
     if settings.model_files is None:
         raise ValueError("a batch records its model's files: give settings.with_model_files()")
-    check_batch(settings, templates)
+    kernel = check_batch(settings, templates)
+    if check_size is not None:
+        check_size(kernel)
     run_dir = RunDirectory.create(directory, "batch", overwrite=overwrite)
     batch = Batch(run_dir, settings, list(templates), {})
     try:

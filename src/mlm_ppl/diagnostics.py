@@ -186,7 +186,9 @@ def read_run(path: str) -> "arviz.InferenceData":
     """The InferenceData of a run: ``run.nc``, or a run directory holding one.
 
     Raises FileNotFoundError when there is no such file, ValueError when it is not an mlm-ppl
-    run (no ``tokens`` draws or no ``is_accepted`` statistics).
+    run (no ``tokens`` draws or no ``is_accepted`` statistics) or holds what no run writes: a
+    token id outside the model's vocabulary (recorded in the file), a free position outside
+    the sequence.
     """
     import os
 
@@ -198,9 +200,29 @@ def read_run(path: str) -> "arviz.InferenceData":
         idata = _arviz().from_netcdf(path)
         if "tokens" not in idata.posterior or "is_accepted" not in idata.sample_stats:
             raise ValueError("no tokens or is_accepted")
+        _check_tokens(idata)
     except Exception as err:
         raise ValueError(f"{path} is not an mlm-ppl run file ({err})") from None
     return idata
+
+
+def _check_tokens(idata: "arviz.InferenceData") -> None:
+    """A ValueError unless the draws are ``(C, D, L)`` integer ids of the recorded vocabulary and
+    the recorded free positions lie in ``0 .. L-1``."""
+    tokens = idata.posterior["tokens"].values
+    if tokens.ndim != 3 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens are {tokens.dtype} of shape {tokens.shape}, not integer ids (chain, draw, position)")
+    vocab = _attr_list(idata.attrs, "vocab")
+    size = len(vocab) if vocab is not None else None
+    bad = (tokens < 0) if size is None else (tokens < 0) | (tokens >= size)
+    if bad.any():
+        c, d, p = (int(i) for i in np.argwhere(bad)[0])
+        where = "outside the vocabulary" + (f" of {size} tokens" if size is not None else "")
+        raise ValueError(f"token id {int(tokens[c, d, p])} at chain {c}, draw {d}, position {p} is {where}")
+    free = _attr_list(idata.attrs, "free_positions")
+    L = tokens.shape[-1]
+    if free is not None and any(not isinstance(i, int) or not 0 <= i < L for i in free):
+        raise ValueError(f"free positions {free} lie outside the {L} positions of the draws")
 
 
 @dataclass

@@ -33,7 +33,8 @@ def read_lines(source: str) -> list[str]:
     """Non-blank lines of a UTF-8 file, or of stdin for ``-``; a clear error otherwise.
 
     Lines end at ``\\n`` only (a ``\\r`` before it is dropped): a vertical tab or U+2028 inside a
-    line stays in it. A tab is refused, since the output is tab-separated.
+    line stays in it. A tab is refused, since the output is tab-separated (and a ``\\r`` inside
+    a line, by :func:`split_lines`).
     """
     lines = split_lines(source, "one sequence per line")
     if not lines:
@@ -48,23 +49,32 @@ def read_lines(source: str) -> list[str]:
 
 def split_lines(source: str, what: str) -> list[str]:
     """The lines of a UTF-8 file (or stdin for ``-``), split at ``\\n`` only, ``\\r\\n`` as
-    ``\\n``; a clear error for a missing file, a directory or another encoding. ``what`` says
-    what the file should hold."""
-    if source == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            with open(source, encoding="utf-8") as fh:
+    ``\\n``; a clear error for a missing file, a directory, another encoding, or a ``\\r``
+    inside a line (the lines become rows of tab-separated output, and many readers of that take
+    a lone ``\\r`` for a line break). ``what`` says what the file should hold."""
+    name = "stdin" if source == "-" else f"input file {source!r}"
+    try:
+        if source == "-":  # the bytes, so that no reader's newline translation turns a \r into a line break
+            stdin = getattr(sys.stdin, "buffer", None)
+            text = stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()
+        else:
+            with open(source, encoding="utf-8", newline="") as fh:
                 text = fh.read()
-        except FileNotFoundError:
-            raise FileNotFoundError(f"input file {source!r} does not exist") from None
-        except IsADirectoryError:
-            raise ValueError(f"input {source!r} is a directory; give a file with {what}") from None
-        except UnicodeDecodeError as err:
-            raise ValueError(f"input file {source!r} is not UTF-8 text: {err}") from None
+    except FileNotFoundError:
+        raise FileNotFoundError(f"input file {source!r} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"input {source!r} is a directory; give a file with {what}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{name} is not UTF-8 text: {err}") from None
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines and lines[-1] == "":  # the newline that ends the last line
         lines.pop()
+    for i, line in enumerate(lines, 1):
+        if "\r" in line:
+            raise ValueError(
+                f"{name}, line {i} holds a carriage return (\\r) inside it, which readers of the tab-separated "
+                "output take for a line break; remove it (lines end at \\n; a \\r\\n ending is fine)"
+            )
     return lines
 
 

@@ -10,7 +10,9 @@ import typing
 from typing import Any, TextIO
 
 from .. import campaign
+from .._checks import check_interval
 from ..inference.base import INITS
+from ..inference.distributed import WorkersLostError
 from ..inference.registry import KERNELS
 from ..inference.spec import KernelBase
 from ..models.energy import ENERGIES
@@ -85,7 +87,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help=f"run past the size limits (more than {MAX_CHAINS} chains, half the memory, a day)",
     )
-    smp.add_argument("--checkpoint-seconds", type=float, default=30.0, help="checkpoint interval (default 30 s)")
+    smp.add_argument(
+        "--checkpoint-seconds",
+        type=float,
+        default=30.0,
+        help="checkpoint interval in seconds, a finite number >= 0 (default 30)",
+    )
 
 
 def config_from_flags(args: argparse.Namespace, template: str | None = None) -> RunSettings:
@@ -122,48 +129,56 @@ def config_from_flags(args: argparse.Namespace, template: str | None = None) -> 
     return settings
 
 
-def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: TextIO) -> None:
-    """Estimate a run's memory and time before it starts; print the estimate for a big run and
-    refuse one past the machine's memory, or past a day, unless ``force``.
+def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: TextIO, runs: int = 1) -> None:
+    """Estimate a run's memory and time before it starts (``runs``: a batch's runs of these
+    settings, one after another); print the estimate for a big run and refuse one past the
+    machine's memory, or past a day, unless ``force``.
 
     Memory: the draws and statistics kept in memory (and again while ``run.nc`` is written).
-    Time: one timed step of up to 8 chains (only for runs of 100,000 chain-steps or more).
+    Time: the run's work in full evaluations of the target (chains x steps x the kernel's
+    evaluations per step, from its options), times one timed evaluation of up to 8 chains; timed
+    for runs of 100,000 chain-evaluations or more, without running a step (a step may be huge).
     """
     C, steps = settings.chains, settings.total_steps
     L = kernel.target.template.numel()
     kept = C * settings.draws
     memory = 3 * kept * (8 * L + 8 * len(kernel.stat_names()))  # tokens + stats, three copies
     available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    per_step = kernel.evaluations_per_step()
     seconds = None
-    if C * steps >= 100_000 and memory <= available // 2:
-        seconds = _time_per_step(kernel, min(C, 8)) * -(-C // 8) * steps
+    if runs * C * steps * per_step >= 100_000 and memory <= available // 2:
+        seconds = runs * _time_per_evaluation(kernel, min(C, 8)) * -(-C // 8) * steps * per_step
     big = memory > 2**30 or (seconds is not None and seconds > 3600)
     if not big:
         return
-    text = f"{C} chains x {steps} steps: about {memory / 2**30:.1f} GiB of draws in memory"
+    text = f"{C} chains x {steps} steps"
+    if per_step != 1:
+        text += f" x {per_step:,.4g} evaluations per step"
+    if runs > 1:
+        text += f" x {runs} templates"
+    text += f": about {memory / 2**30:.1f} GiB of draws in memory"
     if seconds is not None:
-        text += f", about {seconds / 3600:.1f} h (timed: one step of {min(C, 8)} chains)"
+        text += f", about {seconds / 3600:,.1f} h (timed: one evaluation of {min(C, 8)} chains)"
     if not force and memory > available // 2:
         raise ValueError(
             f"{text}: more than half of this machine's {available / 2**30:.0f} GiB; "
             "use fewer chains or draws, or --force"
         )
     if not force and seconds is not None and seconds > 86400:
-        raise ValueError(f"{text}: more than a day; use fewer chains or draws, or --force")
+        raise ValueError(f"{text}: more than a day; use fewer chains, draws or evaluations per step, or --force")
     print(f"estimate: {text}", file=err)
 
 
-def _time_per_step(kernel: KernelBase, chains: int) -> float:
-    """Seconds of one step of ``chains`` chains from a uniform start (init excluded)."""
+def _time_per_evaluation(kernel: KernelBase, chains: int) -> float:
+    """Seconds of one evaluation of the target for ``chains`` states filled uniformly."""
     import time
 
-    from ..inference.base import initial_tokens
+    from ..inference.base import fill_template
     from ..inference.streams import ChainStreams
 
-    streams = ChainStreams(0, chains)
-    state = kernel.init(initial_tokens(kernel, chains, streams, "uniform"))
+    tokens = fill_template(kernel.target, chains, ChainStreams(0, chains), "uniform")
     t0 = time.perf_counter()
-    kernel.step(state, streams)
+    kernel.target.evaluate(tokens)
     return time.perf_counter() - t0
 
 
@@ -202,6 +217,7 @@ def read_templates(source: str) -> list[tuple[str, str]]:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .. import rundir
 
+    check_interval(args.checkpoint_seconds, "--checkpoint-seconds")
     if args.resume:
         if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
             raise ValueError("--out and --resume name different directories; give only --resume DIR")
@@ -260,7 +276,15 @@ def _start_batch(args: argparse.Namespace, out: TextIO) -> int:
     settings = config_from_flags(args, template=templates[0][1])
     try:
         RunDirectory.check_new(args.out, "batch", overwrite=args.overwrite)  # before the model loads
-        batch = campaign.start_batch(args.out, settings, templates, overwrite=args.overwrite)  # checks, then creates
+        batch = campaign.start_batch(
+            args.out,
+            settings,
+            templates,
+            overwrite=args.overwrite,
+            check_size=lambda kernel: check_size(
+                settings, kernel, force=args.force, err=sys.stderr, runs=len(templates)
+            ),
+        )  # checks (the size too), then creates
     except rundir.RunExistsError as err:
         raise _exists(err) from None
     with batch:
@@ -273,10 +297,20 @@ def _run_batch(batch: campaign.Batch, args: Any, out: TextIO) -> int:
     show = args.progress if args.progress is not None else True
     n = len(batch.templates)
     with tqdm(total=n, unit=" template", desc="templates", disable=not show, file=sys.stderr) as bar:
-        text = campaign.run_batch(batch, checkpoint_seconds=args.checkpoint_seconds, on_done=lambda: bar.update(1))
+        try:
+            text = campaign.run_batch(batch, checkpoint_seconds=args.checkpoint_seconds, on_done=lambda: bar.update(1))
+        except WorkersLostError as err:  # each template's run keeps its own checkpoints
+            raise _kept(err, batch.directory.path, kept=True) from None
     out.write(text)
     out.write(f"\nwrote designs.tsv, summary.txt and one run directory per template in {batch.directory.path}\n")
     return 0
+
+
+def _kept(err: WorkersLostError, path: Any, kept: bool) -> WorkersLostError:
+    """The error with what stays of the run in ``path`` and how to continue it."""
+    if kept:
+        return WorkersLostError(f"{err}; the checkpoints are kept: continue with mlm-ppl sample --resume {path}")
+    return WorkersLostError(f"{err}; nothing had been checkpointed, so nothing is kept: run the command again")
 
 
 def _sample(
@@ -299,6 +333,11 @@ def _sample(
     except KeyboardInterrupt:
         print(f"interrupted; checkpoint saved. Continue with: mlm-ppl sample --resume {run_dir.path}", file=sys.stderr)
         return 130
+    except WorkersLostError as err:
+        from .. import rundir
+
+        kept = run_dir.path.is_dir() and bool(rundir.checkpoint_files(run_dir.path))
+        raise _kept(err, run_dir.path, kept) from None
     out.write(str(report) + "\n\n")
     last = mlm.decode(result.tokens[:, -1])
     out.write("last draw of each chain:\n" + "".join(f"  chain {c}: {s}\n" for c, s in enumerate(last)))

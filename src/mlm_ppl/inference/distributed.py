@@ -5,25 +5,27 @@ worker (``run_chains(..., chains=[...])``) gives exactly those chains of the who
 groups, concatenated, are the run a single process would give with the same seed. Each worker
 is a Ray actor holding one model; with ``checkpoints`` it saves its group's checkpoint as it
 goes and, when Ray restarts it after it died, continues from there (Ray retries the group on
-the restarted actor). Ray is an optional extra (``pip install 'mlm-ppl[ray]'``): this module
+the restarted actor, up to :data:`RESTARTS` times; then the run stops with
+:class:`WorkersLostError`, the checkpoints kept). Ray is an optional extra (``pip install 'mlm-ppl[ray]'``): this module
 imports it only when a Ray run starts.
 
 Ray connects to ``address`` (or the ``RAY_ADDRESS`` environment variable) when one is given,
-after checking within seconds that something listens there, and starts a local Ray instance
-otherwise.
+after checking within seconds that a Ray head (a gRPC server) answers there, and starts a local
+Ray instance otherwise.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .._checks import check_count
+from .._checks import check_count, check_interval
 from .base import Kernel
 from .runner import Checkpoint, Run, run_chains, state_consistent_lp
 
@@ -36,9 +38,19 @@ __all__ = [
     "run_tasks_ray",
     "merge_runs",
     "GroupCheckpoints",
+    "WorkersLostError",
+    "RESTARTS",
 ]
 
 _INSTALL = "pip install 'mlm-ppl[ray]'"
+
+RESTARTS = 3
+"""How often Ray restarts a worker that died (an actor, or a batch's task) before the run stops."""
+
+
+class WorkersLostError(OSError):
+    """A Ray worker died more often than Ray restarts it (:data:`RESTARTS`): killed, out of
+    memory, its node lost. What the workers checkpointed stays; the run resumes from it."""
 
 
 def split_chains(num_chains: int, workers: int) -> list[list[int]]:
@@ -58,25 +70,59 @@ def import_ray() -> Any:
     return ray
 
 
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # magic, empty SETTINGS
+
+
 def _reachable(address: str, timeout: float = 3.0) -> None:
-    """ValueError unless a TCP connection to ``host:port`` of a Ray address opens within ``timeout``."""
+    """ValueError unless a Ray head answers at ``host:port`` of a Ray address within ``timeout``:
+    a TCP connection opens, and what listens speaks gRPC (HTTP/2: it answers the connection
+    preface with a SETTINGS frame), as Ray's head and Ray Client servers do. With
+    ``RAY_USE_TLS`` set the answer is encrypted, and only the connection is checked."""
     hostport = address.split("://", 1)[-1].rstrip("/")
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"Ray address {address!r} is not host:port (or ray://host:port)")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     except OSError as err:
         raise ValueError(
             f"cannot reach the Ray cluster at {address!r} ({err}); start it (`ray start --head`), fix RAY_ADDRESS, "
             "or unset RAY_ADDRESS to run on a local Ray instance"
         ) from None
+    with conn:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return
+        answer = _answer_to_preface(conn, timeout)
+    if len(answer) < 9 or answer[3] != 4:  # byte 3 of a frame header: its type; 4 is SETTINGS
+        raise ValueError(
+            f"something answers at {address!r}, but not a Ray cluster (it does not speak gRPC as a Ray head does); "
+            "fix RAY_ADDRESS (the head's GCS port, 6379 by default, or ray://host:10001), or unset it to run on a "
+            "local Ray instance"
+        )
+
+
+def _answer_to_preface(conn: socket.socket, timeout: float) -> bytes:
+    """The first 9 bytes (a frame header) a server sends back to an HTTP/2 connection preface
+    within ``timeout``, or fewer: what came before it closed, reset or fell silent."""
+    answer = b""
+    deadline = time.monotonic() + timeout
+    try:
+        conn.sendall(_HTTP2_PREFACE)
+        while len(answer) < 9 and time.monotonic() < deadline:
+            conn.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = conn.recv(9 - len(answer))
+            if not chunk:
+                break
+            answer += chunk
+    except OSError:  # reset, or silent past the deadline
+        pass
+    return answer
 
 
 def check_address(address: str | None = None) -> None:
-    """ValueError within seconds unless the cluster at ``address`` (or ``RAY_ADDRESS``) answers;
-    nothing to check when neither is set (a local instance will start)."""
+    """ValueError within seconds unless the cluster at ``address`` (or ``RAY_ADDRESS``) answers
+    as a Ray head does (:func:`_reachable`); nothing to check when neither is set (a local
+    instance will start)."""
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is not None and address != "auto":
         _reachable(address)
@@ -175,6 +221,7 @@ def run_chains_ray(
     """
     groups = split_chains(num_chains, workers)
     check_count(num_samples, "num_samples", 1)
+    check_interval(checkpoint_seconds, "checkpoint_seconds")
     ray = connect(address, num_cpus=max(len(groups), os.cpu_count() or 1))
     resources = ray.cluster_resources()
     per_gpu = 0.0
@@ -186,8 +233,8 @@ def run_chains_ray(
     actor = ray.remote(_Worker).options(
         num_cpus=1,
         num_gpus=per_gpu,
-        max_restarts=3,
-        max_task_retries=3,
+        max_restarts=RESTARTS,
+        max_task_retries=RESTARTS,
         max_concurrency=2,  # progress() meanwhile
     )
     actors = [actor.remote(make_kernel, threads) for _ in groups]
@@ -215,7 +262,7 @@ def run_chains_ray(
                 if done is not None:
                     bar.n = min(done, total)
                     bar.refresh()
-        runs = ray.get(futures)
+        runs = _get(ray, futures)
     finally:
         if bar is not None:
             bar.close()
@@ -244,7 +291,7 @@ def run_tasks_ray(
     W = check_count(workers, "workers", 1)
     ray = connect(address, num_cpus=max(W, os.cpu_count() or 1))
     threads = _threads_per_worker(ray.cluster_resources(), W)
-    remote = ray.remote(task).options(num_cpus=1, max_retries=3)
+    remote = ray.remote(task).options(num_cpus=1, max_retries=RESTARTS)
     futures: list[Any] = []
     pending: set[Any] = set()
 
@@ -262,7 +309,26 @@ def run_tasks_ray(
         pending.add(ref)
     while pending:
         wait_one()
-    return ray.get(futures)
+    return _get(ray, futures)
+
+
+def _get(ray: Any, futures: list[Any]) -> list[Any]:
+    """``ray.get(futures)``; a worker that died for good (Ray gave up restarting it) is a
+    :class:`WorkersLostError` with Ray's first line of why."""
+    lost = (
+        ray.exceptions.RayActorError,
+        ray.exceptions.WorkerCrashedError,
+        ray.exceptions.NodeDiedError,
+        ray.exceptions.OutOfMemoryError,
+        ray.exceptions.LocalRayletDiedError,
+    )
+    try:
+        return ray.get(futures)
+    except lost as err:
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise WorkersLostError(
+            f"a Ray worker died more often than Ray restarts one ({RESTARTS} times): {why}"
+        ) from None
 
 
 def _progress(ray: Any, actors: Sequence[Any]) -> int | None:

@@ -120,6 +120,11 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
     capabilities = Capabilities(log_factor=False, gibbs=False, complete_start=True, exact_matrix=True)
     options: PseudoGibbsOptions
 
+    def evaluations_per_step(self) -> float:
+        """The conditionals' pass (at most one evaluation's copies), and with ``compute_lp`` one
+        evaluation of the new state."""
+        return 2.0 if self.options.compute_lp else 1.0
+
     def init(self, tokens: Tensor) -> PseudoGibbsState:
         """Chains starting at complete states ``(C, L)``."""
         return PseudoGibbsState(check_states(self.target, tokens), 0, torch.empty(0, dtype=torch.long))

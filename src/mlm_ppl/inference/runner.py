@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._checks import check_count, check_seed
+from .._checks import check_count, check_interval, check_seed
 from ..models.target import Target
 from .base import Kernel, StepInfo, initial_tokens
 from .spec import STAT_NAMES
@@ -184,8 +184,9 @@ def run_chains(
     progress : bool
         Progress bar with draws/s and acceptance so far.
     on_checkpoint : callable, optional
-        Called with a :class:`Checkpoint` at most every ``checkpoint_seconds``, after the last
-        step, and when the run is interrupted (then ``KeyboardInterrupt`` propagates).
+        Called with a :class:`Checkpoint` at most every ``checkpoint_seconds`` (a finite number
+        >= 0; 0: after every step), after the last step, and when the run is interrupted (then
+        ``KeyboardInterrupt`` propagates).
     resume : Checkpoint, optional
         Continue from a checkpoint of the same run: the result equals the uninterrupted run.
     chains : sequence of int, optional
@@ -198,6 +199,7 @@ def run_chains(
     D = check_count(num_samples, "num_samples", 1)
     W = check_count(warmup_steps, "warmup_steps", 0)
     thin = check_count(thin, "thin", 1)
+    checkpoint_seconds = check_interval(checkpoint_seconds, "checkpoint_seconds")
     ids = list(range(C)) if chains is None else [check_count(c, "chain index", 0) for c in chains]
     if len(ids) != C:
         raise ValueError(f"chains names {len(ids)} chain indices for num_chains={C}")

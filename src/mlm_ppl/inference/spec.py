@@ -183,6 +183,13 @@ class KernelBase(Generic[OptionsT]):
         the free positions) and what the kernel derives from it once (surrogate-MH: its surrogate
         and inner chain). Called by ``__init__``."""
 
+    def evaluations_per_step(self) -> float:
+        """At most how much work one step does for one chain, in full evaluations of the target
+        (one :meth:`~mlm_ppl.models.Target.evaluate` of one state), from the options: what a
+        run's time is estimated from before it starts. One here, as for an MH step; a kernel
+        whose step may do more (an inner chain, a second pass) says how much more."""
+        return 1.0
+
     @classmethod
     def stat_names(cls) -> tuple[str, ...]:
         """Per-draw statistics of a run of this kernel: :data:`STAT_NAMES` and its Info's other fields."""

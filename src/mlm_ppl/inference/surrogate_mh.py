@@ -169,6 +169,11 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         self._full_copies = int(scored.numel())
         self._window_copies = int(self.surrogate.positions.numel())
 
+    def evaluations_per_step(self) -> float:
+        """``inner_steps`` passes over the window's copies and one over the whole sequence's, in
+        full evaluations."""
+        return (self.inner_steps * self._window_copies + self._full_copies) / self._full_copies
+
     # -- state
     def init(self, tokens: Tensor) -> SurrogateState:
         """Evaluate complete starting states ``(C, L)`` under the target and the surrogate."""

@@ -220,27 +220,41 @@ class ConstrainedTarget(DerivedTarget):
         Usually a :class:`~mlm_ppl.MaskedLMDistribution`.
     log_factor : callable
         ``tokens (N, L) -> (N,)`` extra log-density (constraints, likelihood terms that depend
-        on the tokens); ``-inf`` forbids a state.
+        on the tokens); ``-inf`` forbids a state. NaN or ``+inf`` is an error where it appears.
     """
 
     def __init__(self, base: Target, log_factor: Callable[[Tensor], Tensor]) -> None:
         if not callable(log_factor):
             raise TypeError("log_factor must be a callable tokens (N, L) -> (N,)")
         super().__init__(base)
-        self.log_factor = log_factor
+        self._log_factor = log_factor
+
+    def log_factor(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` the given log-factor of ``tokens`` ``(N, L)``, checked: its shape, and a
+        ValueError for NaN or ``+inf`` (every evaluation, and every sampler that reads the
+        log-factor alone, goes through here)."""
+        extra = torch.as_tensor(self._log_factor(tokens)).reshape(-1)
+        if extra.shape != (tokens.shape[0],):
+            raise ValueError(f"log_factor must return shape ({tokens.shape[0]},), got {tuple(extra.shape)}")
+        if not extra.is_floating_point():
+            extra = extra.double()
+        bad = extra.isnan() | (extra == float("inf"))
+        if bad.any():
+            rows = bad.nonzero()[:, 0].tolist()
+            raise ValueError(
+                f"log_factor returned {extra[rows[0]].item()} for {len(rows)} of {extra.numel()} states (first: row "
+                f"{rows[0]}, tokens {tokens[rows[0]].tolist()}); it must return a number, or -inf for a forbidden state"
+            )
+        return extra
 
     # -- the one thing it changes
     def evaluate(
         self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
     ) -> Evaluation:
-        """The base evaluation with ``log_factor(tokens)`` added to its log-factors;
-        ``positions`` and ``dtype`` go to a base that can restrict its energy
-        (:class:`WindowedTarget`)."""
+        """The base evaluation with :meth:`log_factor` added to its log-factors; ``positions``
+        and ``dtype`` go to a base that can restrict its energy (:class:`WindowedTarget`)."""
         ev = self.evaluate_base(tokens, positions, dtype=dtype)
-        extra = torch.as_tensor(self.log_factor(tokens), dtype=ev.energy.dtype).reshape(-1)
-        if extra.shape != ev.energy.shape:
-            raise ValueError(f"log_factor must return shape ({tokens.shape[0]},), got {tuple(extra.shape)}")
-        return ev._replace(log_factor=ev.log_factor + extra)
+        return ev._replace(log_factor=ev.log_factor + self.log_factor(tokens).to(ev.energy.dtype))
 
     def __repr__(self) -> str:
         return f"ConstrainedTarget({self.base!r})"
