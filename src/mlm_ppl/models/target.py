@@ -7,7 +7,10 @@ a template,
 
 that can (1) evaluate complete states in one batched pass over masked copies, giving the
 energy, the extra log terms and the single-site conditionals at the free positions (the next
-MH step's proposals), and (2) read the MLM's logits at a block of positions masked together.
+MH step's proposals), (2) read the MLM's logits at a block of positions masked together, and
+(3) say which tokens each free position may hold (:attr:`Target.allowed`, the proposals'
+support) and give the log-factor of states alone, without a forward pass
+(:meth:`Target.log_factor_of`, so that a kernel rejects a forbidden proposal before running it).
 :class:`Target` writes that down as a :class:`typing.Protocol`; every kernel in
 :mod:`mlm_ppl.inference` relies on it and on nothing else.
 
@@ -78,7 +81,13 @@ class Target(Protocol):
         Which energy ``E`` is (``"norm"`` or ``"raw"``), for the record (a name; a state's
         ``energy`` is the tensor of its values).
     ordinary_mask : Tensor
-        ``(V,)`` bool, the tokens that may fill a free position (never special tokens).
+        ``(V,)`` bool, the model's ordinary tokens (never special tokens): what a state may hold
+        at a free position, what enumeration runs over.
+    allowed : Tensor
+        ``(F, V)`` bool, the tokens each free position may hold with nonzero density (its
+        alphabet; within ``ordinary_mask``): every kernel proposes within it. A state with a
+        token outside it has log-factor ``-inf``. ``ordinary_mask`` at every position unless
+        constraints narrow it (:class:`~mlm_ppl.models.constraints.ConstraintTarget`).
     vocab_size : int
         ``V``.
     """
@@ -102,10 +111,18 @@ class Target(Protocol):
     def ordinary_mask(self) -> Tensor: ...
 
     @property
+    def allowed(self) -> Tensor: ...
+
+    @property
     def vocab_size(self) -> int: ...
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """Energies, log-factors and free-position conditionals of complete states ``(N, L)``."""
+        ...
+
+    def log_factor_of(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` float64 log-factors of complete states ``(N, L)`` alone, without a forward pass:
+        the ``log_factor`` that :meth:`evaluate` gives them (zeros for a bare distribution)."""
         ...
 
     def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
@@ -177,6 +194,10 @@ class DerivedTarget:
         return self.base.ordinary_mask
 
     @property
+    def allowed(self) -> Tensor:
+        return self.base.allowed
+
+    @property
     def vocab_size(self) -> int:
         return self.base.vocab_size
 
@@ -198,6 +219,9 @@ class DerivedTarget:
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         return self.base.evaluate(tokens)
+
+    def log_factor_of(self, tokens: Tensor) -> Tensor:
+        return self.base.log_factor_of(tokens)
 
     def evaluate_base(
         self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
@@ -237,10 +261,18 @@ class ConstrainedTarget(DerivedTarget):
         ``positions`` and ``dtype`` go to a base that can restrict its energy
         (:class:`WindowedTarget`)."""
         ev = self.evaluate_base(tokens, positions, dtype=dtype)
-        extra = torch.as_tensor(self.log_factor(tokens), dtype=ev.energy.dtype).reshape(-1)
-        if extra.shape != ev.energy.shape:
+        return ev._replace(log_factor=ev.log_factor + self._own_log_factor(tokens).to(ev.energy.dtype))
+
+    def log_factor_of(self, tokens: Tensor) -> Tensor:
+        """The base's log-factors plus ``log_factor(tokens)``, without a forward pass."""
+        return self.base.log_factor_of(tokens) + self._own_log_factor(tokens)
+
+    def _own_log_factor(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` float64 ``log_factor(tokens)``, its shape checked."""
+        extra = torch.as_tensor(self.log_factor(tokens), dtype=torch.float64).reshape(-1)
+        if extra.shape != (tokens.shape[0],):
             raise ValueError(f"log_factor must return shape ({tokens.shape[0]},), got {tuple(extra.shape)}")
-        return ev._replace(log_factor=ev.log_factor + extra)
+        return extra
 
     def __repr__(self) -> str:
         return f"ConstrainedTarget({self.base!r})"
