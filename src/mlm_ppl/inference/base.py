@@ -91,7 +91,7 @@ def acceptance_probability(log_ratio: Tensor) -> Tensor:
 
 def proposal_log_probs(
     logits: Tensor,
-    ordinary: Tensor,
+    allowed: Tensor,
     *,
     temperature: float = 1.0,
     top_k: int | None = None,
@@ -99,23 +99,31 @@ def proposal_log_probs(
 ) -> Tensor:
     """Log-probabilities of a (possibly truncated) MLM proposal, ``-inf`` outside its support.
 
+    The one way every kernel restricts its proposals: renormalised over the ``allowed`` tokens of
+    each site (its alphabet, :attr:`~mlm_ppl.models.Target.allowed`), then truncated. A kernel
+    takes both ``log q(x'_B)`` and ``log q(x_B)`` from the result, so its Hastings ratio is that
+    of the restricted proposal.
+
     Parameters
     ----------
     logits : Tensor
         ``(..., V)`` MLM logits.
-    ordinary : Tensor
-        ``(V,)`` bool: special tokens are never proposed.
+    allowed : Tensor
+        ``(..., V)`` bool, broadcastable to ``logits``: the tokens each site may be given (the
+        target's ``allowed`` rows of the proposed sites; never a special token). A ``(V,)``
+        mask (e.g. ``ordinary_mask``) applies to every site.
     temperature : float
         ``q ∝ exp(logit / temperature)``.
     top_k, top_p : optional
-        Keep the ``top_k`` most likely tokens (ties at the boundary kept), and/or the smallest
-        set whose probability reaches ``top_p`` (nucleus). Tokens outside get ``-inf``, so a
-        move whose reverse needs one of them is rejected.
+        Keep the ``top_k`` most likely allowed tokens (ties at the boundary kept; all of them
+        where fewer are allowed), and/or the smallest set whose probability reaches ``top_p``
+        (nucleus). Tokens outside get ``-inf``, so a move whose reverse needs one of them is
+        rejected.
     """
     lg = logits / temperature
-    lg = lg.masked_fill(~ordinary.to(lg.device), float("-inf"))
+    lg = lg.masked_fill(~allowed.to(lg.device), float("-inf"))
     if top_k is not None:
-        k = min(int(top_k), int(ordinary.sum()))
+        k = min(int(top_k), lg.shape[-1])  # a site with fewer allowed tokens: its k-th is -inf, all kept
         kth = lg.topk(k, dim=-1).values[..., -1:]
         lg = lg.masked_fill(lg < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:

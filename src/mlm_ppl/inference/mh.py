@@ -77,7 +77,7 @@ class MHInfo(NamedTuple):
     is_accepted: Tensor  # (C,) bool
     acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)); 1 for a proposal equal to the state
     n_changed: Tensor  # (C,) positions that changed in this step
-    evaluated: Tensor  # (C,) bool: the proposal differed from the state, so its masked copies ran
+    evaluated: Tensor  # (C,) bool: the proposal's masked copies ran (it changed the state, log-factor not -inf)
 
 
 class MetropolisHastings(KernelBase[MHOptions]):
@@ -90,20 +90,27 @@ class MetropolisHastings(KernelBase[MHOptions]):
     **Proposal**: pick a block ``B`` of free positions (``scan``: uniformly at random, a random
     permutation per sweep, or left to right; ``block_size`` positions). Mask ``B`` in the current
     state ``x`` and propose ``x'_B ~ q(.|x_{\\B}) = prod_{i in B} q_i(x'_i | x_{\\B})``, where
-    ``q_i ∝ exp(logit_i / proposal_temperature)`` over ordinary tokens, optionally truncated to
-    ``top_k`` / ``top_p``. For ``block_size=1`` the conditional is the cached one of the state.
+    ``q_i ∝ exp(logit_i / proposal_temperature)`` over the tokens position ``i`` may hold
+    (``target.allowed``: the ordinary tokens, or a constraint spec's alphabet there),
+    optionally truncated to ``top_k`` / ``top_p``. For ``block_size=1`` the conditional is the
+    cached one of the state.
 
     **Acceptance**: since ``x_{\\B} = x'_{\\B}``, the reverse proposal uses the same masked context:
 
         log α = [log p(x') - log p(x)] + [log q(x_B | x_{\\B}) - log q(x'_B | x_{\\B})].
 
     A truncated proposal gives ``log q(x_B) = -inf`` when the old tokens fall outside the
-    truncated set, so such a move is rejected, never silently accepted. The chain is exact for
-    its target (tests check the transition matrix by enumeration).
+    truncated set, so such a move is rejected, never silently accepted. The restriction to the
+    alphabets is part of ``q`` (both ``q`` terms come from the same restricted, renormalised
+    distribution), so the ratio is that of the restricted proposal. The chain is exact for its
+    target (tests check the transition matrix by enumeration).
 
     **Cost**: one pass over the proposed state's masked copies for each chain whose proposal
     changed the state; nothing for the current state (its conditionals are cached in
-    :class:`MHState`), nothing for a proposal equal to the state.
+    :class:`MHState`), nothing for a proposal equal to the state, and nothing for a proposal
+    whose log-factor alone (:meth:`~mlm_ppl.models.Target.log_factor_of`: a forbidden
+    pattern, a broken rule) is ``-inf``: it is rejected before its forward pass
+    (``info.evaluated`` says which chains ran one).
 
     Parameters
     ----------
@@ -150,11 +157,11 @@ class MetropolisHastings(KernelBase[MHOptions]):
             T = float(self.options.temperature_schedule(step))
         return log_density(energy, log_factor, T)
 
-    def _proposal(self, logits: Tensor) -> Tensor:
+    def _proposal(self, logits: Tensor, sites: Tensor) -> Tensor:
+        """``(C, b, V)`` log q at free indices ``sites`` ``(C, b)``, within their alphabets."""
         o = self.options
-        return proposal_log_probs(
-            logits, self.target.ordinary_mask, temperature=o.proposal_temperature, top_k=o.top_k, top_p=o.top_p
-        )
+        allowed = self.target.allowed[sites]  # (C, b, V)
+        return proposal_log_probs(logits, allowed, temperature=o.proposal_temperature, top_k=o.top_k, top_p=o.top_p)
 
     def _block_logits(self, tokens: Tensor, cond_logits: Tensor, sites: Tensor) -> Tensor:
         """``(C, b, V)`` proposal logits: the cached conditionals for single sites, else one block pass."""
@@ -171,25 +178,30 @@ class MetropolisHastings(KernelBase[MHOptions]):
             self.options.scan, state.step, state.order, C, self.target.num_free, self.options.block_size, streams
         )
         pos = self.target.free_positions[sites]  # (C, b)
-        logq = self._proposal(self._block_logits(tokens, state.cond_logits, sites))  # (C, b, V)
+        logq = self._proposal(self._block_logits(tokens, state.cond_logits, sites), sites)  # (C, b, V)
         new = sample_tokens(logq, streams)  # (C, b)
         old = tokens.gather(1, pos)  # (C, b)
         log_fwd = logq.gather(-1, new[..., None]).sum((-1, -2))  # (C,) log q(x'_B | x_\B)
         log_rev = logq.gather(-1, old[..., None]).sum((-1, -2))  # (C,) log q(x_B | x_\B)
         proposed = tokens.scatter(1, pos, new)  # (C, L)
         changed = (new != old).any(-1)  # (C,) a proposal equal to the state is a no-op: no forward
+        forbidden = torch.zeros(C, dtype=torch.bool)  # the log-factor alone is -inf: rejected unrun
+        if changed.any():
+            forbidden[changed] = self.target.log_factor_of(proposed[changed]) == float("-inf")
+        run = changed & ~forbidden  # (C,) the chains whose proposal's masked copies run
 
         lp_old = self.log_density(state.energy, state.log_factor, state.step)
         lp_new = lp_old.clone()
-        if changed.any():
-            ev = self.target.evaluate(proposed[changed])  # the step's one batched pass
-            lp_new[changed] = self.log_density(ev.energy, ev.log_factor, state.step)
-        log_ratio = torch.where(changed, lp_new - lp_old + log_rev - log_fwd, torch.zeros(C))
+        if run.any():
+            ev = self.target.evaluate(proposed[run])  # the step's one batched pass
+            lp_new[run] = self.log_density(ev.energy, ev.log_factor, state.step)
+        log_ratio = torch.where(run, lp_new - lp_old + log_rev - log_fwd, torch.zeros(C, dtype=lp_old.dtype))
+        log_ratio = log_ratio.masked_fill(forbidden, float("-inf"))
         accepted = accept(log_ratio, streams)
-        take = accepted & changed
+        take = accepted & run
         energy, factor, cond = state.energy.clone(), state.log_factor.clone(), state.cond_logits.clone()
         if take.any():
-            kept = take[changed]  # which evaluated proposals were accepted
+            kept = take[run]  # which evaluated proposals were accepted
             energy[take], factor[take], cond[take] = ev.energy[kept], ev.log_factor[kept], ev.cond_logits[kept]
         new_state = MHState(torch.where(take[:, None], proposed, tokens), energy, factor, cond, state.step + 1, order)
         info = MHInfo(
@@ -197,7 +209,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
             is_accepted=accepted,
             acceptance_rate=acceptance_probability(log_ratio),
             n_changed=torch.where(take, (new != old).sum(-1), torch.zeros(C, dtype=torch.long)),
-            evaluated=changed,
+            evaluated=run,
         )
         return new_state, info
 
@@ -211,7 +223,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
         S = states.shape[0]
         site_t = torch.tensor(sites).expand(S, -1)
         pos = self.target.free_positions[site_t]
-        logq = self._proposal(self._block_logits(states, evaluation.cond_logits, site_t))  # (S, b, V)
+        logq = self._proposal(self._block_logits(states, evaluation.cond_logits, site_t), site_t)  # (S, b, V)
         lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
         old = states.gather(1, pos)
         log_rev = logq.gather(-1, old[..., None]).sum((-1, -2)).double()
