@@ -258,9 +258,9 @@ class TableTarget:
         """``(F, V)`` bool: the ordinary tokens at every position."""
         return self.ordinary_mask.expand(self.num_free, -1)
 
-    def log_factor_of(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` float64 zeros: a table target has no log-factor."""
-        return torch.zeros(tokens.shape[0], dtype=torch.float64)
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` False: a table target has no log-factor."""
+        return torch.zeros(tokens.shape[0], dtype=torch.bool)
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         cond = torch.stack([self._logits(tokens, p) for p in range(self.num_free)], dim=1)  # (N, F, V)

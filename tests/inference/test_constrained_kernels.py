@@ -54,16 +54,18 @@ def in_alphabets(target, tokens):
 
 
 def feasible_start(target, states, num_chains):
-    ok = torch.isfinite(target.log_factor_of(states))
+    ok = target.constraints.feasible(states)
     return states[ok][:1].expand(num_chains, -1).clone()
 
 
 def test_the_constrained_target_has_alphabets_and_a_forbidden_pattern(target, states):
     assert target.allowed.sum(-1).tolist() == [3, 3, 2]
-    feasible = torch.isfinite(target.log_factor_of(states))
+    feasible = torch.isfinite(target.evaluate(states).log_factor)
     alphabet = in_alphabets(target, states)
     assert int(feasible.sum()) == 10 and int(alphabet.sum()) == 18  # the pattern kills 8 in the alphabets
-    torch.testing.assert_close(target.log_factor_of(states), target.evaluate(states).log_factor)
+    assert torch.equal(target.forbidden(states), ~feasible)  # the rules alone, no forward
+    opaque = ConstrainedTarget(target.base, target.log_factor)  # the same factor as one callable
+    assert not target.base.forbidden(states).any() and not opaque.forbidden(states).any()  # not consulted early
 
 
 def test_proposal_log_probs_renormalises_over_each_sites_alphabet():
@@ -132,7 +134,7 @@ def test_a_proposal_killed_by_a_pattern_costs_no_forward(target, states, monkeyp
         killed += int((~info.evaluated & (info.acceptance_rate == 0)).sum())  # changed, forbidden, unrun
         evaluated += int(info.evaluated.sum())
         assert not bool((info.is_accepted & ~info.evaluated & (info.acceptance_rate == 0)).any())
-        assert bool(torch.isfinite(target.log_factor_of(state.tokens)).all())
+        assert bool(target.constraints.feasible(state.tokens).all())
     assert killed > 0 and evaluated > 0
 
 

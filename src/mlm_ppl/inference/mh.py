@@ -77,7 +77,7 @@ class MHInfo(NamedTuple):
     is_accepted: Tensor  # (C,) bool
     acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)); 1 for a proposal equal to the state
     n_changed: Tensor  # (C,) positions that changed in this step
-    evaluated: Tensor  # (C,) bool: the proposal's masked copies ran (it changed the state, log-factor not -inf)
+    evaluated: Tensor  # (C,) bool: the proposal's masked copies ran (it changed the state, broke no rule)
 
 
 class MetropolisHastings(KernelBase[MHOptions]):
@@ -108,9 +108,9 @@ class MetropolisHastings(KernelBase[MHOptions]):
     **Cost**: one pass over the proposed state's masked copies for each chain whose proposal
     changed the state; nothing for the current state (its conditionals are cached in
     :class:`MHState`), nothing for a proposal equal to the state, and nothing for a proposal
-    whose log-factor alone (:meth:`~mlm_ppl.models.Target.log_factor_of`: a forbidden
-    pattern, a broken rule) is ``-inf``: it is rejected before its forward pass
-    (``info.evaluated`` says which chains ran one).
+    that breaks a hard rule (:meth:`~mlm_ppl.models.Target.forbidden`: a forbidden pattern, a
+    required one missing): its log-factor is ``-inf``, so it is rejected before its forward
+    pass (``info.evaluated`` says which chains ran one).
 
     Parameters
     ----------
@@ -185,9 +185,9 @@ class MetropolisHastings(KernelBase[MHOptions]):
         log_rev = logq.gather(-1, old[..., None]).sum((-1, -2))  # (C,) log q(x_B | x_\B)
         proposed = tokens.scatter(1, pos, new)  # (C, L)
         changed = (new != old).any(-1)  # (C,) a proposal equal to the state is a no-op: no forward
-        forbidden = torch.zeros(C, dtype=torch.bool)  # the log-factor alone is -inf: rejected unrun
+        forbidden = torch.zeros(C, dtype=torch.bool)  # a rule is broken: log-factor -inf, rejected unrun
         if changed.any():
-            forbidden[changed] = self.target.log_factor_of(proposed[changed]) == float("-inf")
+            forbidden[changed] = self.target.forbidden(proposed[changed])
         run = changed & ~forbidden  # (C,) the chains whose proposal's masked copies run
 
         lp_old = self.log_density(state.energy, state.log_factor, state.step)

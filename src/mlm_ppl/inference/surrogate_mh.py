@@ -124,7 +124,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
     why this is exact whatever the surrogate (tests check the transition matrix by enumeration).
 
     **Cost**: each inner proposal that changes the state runs the window's masked copies,
-    unless its log-factor alone is ``-inf`` (rejected unrun, as in MH); each step whose inner
+    unless it breaks a hard rule (``target.forbidden``: rejected unrun, as in MH); each step whose inner
     chain moved runs the whole sequence's once. The inner proposals keep to the target's
     alphabets (``target.allowed``), so the whole move does.
 

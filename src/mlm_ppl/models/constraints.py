@@ -1182,8 +1182,8 @@ class ConstraintTarget(ConstrainedTarget):
 
     Every kernel proposes within :attr:`allowed`, renormalised, with the Hastings ratio of that
     restricted proposal; the other rules (:class:`Forbid`, :class:`Require`, :class:`OddCount`)
-    give ``-inf`` through :meth:`~mlm_ppl.models.ConstrainedTarget.log_factor_of`, which MH reads
-    before running a proposal's masked copies. A kernel that does not sample log-factors
+    give ``-inf``, and :meth:`forbidden` finds them from the rules alone, which MH reads before
+    running a proposal's masked copies. A kernel that does not sample log-factors
     (pseudo-Gibbs, mask-predict) accepts it when :attr:`BoundConstraints.alphabets_only`: its
     restricted proposals then honour the whole spec.
     """
@@ -1198,6 +1198,11 @@ class ConstraintTarget(ConstrainedTarget):
     def allowed(self) -> Tensor:
         """``(F, V)`` bool, the tokens each free position may hold."""
         return self.constraints.allowed
+
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` bool, True where the states break a rule (:meth:`BoundConstraints.feasible`: the
+        rules alone, no expert, no forward pass) or the base forbids them."""
+        return self.base.forbidden(tokens) | ~self.constraints.feasible(tokens)
 
     def __repr__(self) -> str:
         return f"ConstraintTarget({self.base!r}, {self.constraints.spec!r})"

@@ -199,9 +199,9 @@ class MaskedLMDistribution(TorchDistribution):
     def vocab_size(self) -> int:
         return self.mlm.vocab_size
 
-    def log_factor_of(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` float64 zeros: a bare distribution has no log-factor."""
-        return torch.zeros(tokens.shape[0], dtype=torch.float64)
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` False: a bare distribution has no log-factor."""
+        return torch.zeros(tokens.shape[0], dtype=torch.bool)
 
     def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
         """``(N, k, V)`` MLM logits at ``positions`` (N, k) of ``tokens`` (N, L): all k masked together

@@ -9,8 +9,8 @@ that can (1) evaluate complete states in one batched pass over masked copies, gi
 energy, the extra log terms and the single-site conditionals at the free positions (the next
 MH step's proposals), (2) read the MLM's logits at a block of positions masked together, and
 (3) say which tokens each free position may hold (:attr:`Target.allowed`, the proposals'
-support) and give the log-factor of states alone, without a forward pass
-(:meth:`Target.log_factor_of`, so that a kernel rejects a forbidden proposal before running it).
+support) and which states its hard rules forbid, without a forward pass
+(:meth:`Target.forbidden`, so that a kernel rejects such a proposal before running it).
 :class:`Target` writes that down as a :class:`typing.Protocol`; every kernel in
 :mod:`mlm_ppl.inference` relies on it and on nothing else.
 
@@ -120,9 +120,11 @@ class Target(Protocol):
         """Energies, log-factors and free-position conditionals of complete states ``(N, L)``."""
         ...
 
-    def log_factor_of(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` float64 log-factors of complete states ``(N, L)`` alone, without a forward pass:
-        the ``log_factor`` that :meth:`evaluate` gives them (zeros for a bare distribution)."""
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` bool, True where complete states ``(N, L)`` are known to have log-factor ``-inf``
+        from cheap checks alone (a constraint spec's rules), with no forward pass and no soft
+        term; False elsewhere, including wherever finding out would cost as much as evaluating
+        (an opaque log-factor: its ``-inf`` still comes from :meth:`evaluate`)."""
         ...
 
     def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
@@ -220,8 +222,8 @@ class DerivedTarget:
     def evaluate(self, tokens: Tensor) -> Evaluation:
         return self.base.evaluate(tokens)
 
-    def log_factor_of(self, tokens: Tensor) -> Tensor:
-        return self.base.log_factor_of(tokens)
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        return self.base.forbidden(tokens)
 
     def evaluate_base(
         self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
@@ -261,18 +263,10 @@ class ConstrainedTarget(DerivedTarget):
         ``positions`` and ``dtype`` go to a base that can restrict its energy
         (:class:`WindowedTarget`)."""
         ev = self.evaluate_base(tokens, positions, dtype=dtype)
-        return ev._replace(log_factor=ev.log_factor + self._own_log_factor(tokens).to(ev.energy.dtype))
-
-    def log_factor_of(self, tokens: Tensor) -> Tensor:
-        """The base's log-factors plus ``log_factor(tokens)``, without a forward pass."""
-        return self.base.log_factor_of(tokens) + self._own_log_factor(tokens)
-
-    def _own_log_factor(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` float64 ``log_factor(tokens)``, its shape checked."""
-        extra = torch.as_tensor(self.log_factor(tokens), dtype=torch.float64).reshape(-1)
-        if extra.shape != (tokens.shape[0],):
+        extra = torch.as_tensor(self.log_factor(tokens), dtype=ev.energy.dtype).reshape(-1)
+        if extra.shape != ev.energy.shape:
             raise ValueError(f"log_factor must return shape ({tokens.shape[0]},), got {tuple(extra.shape)}")
-        return extra
+        return ev._replace(log_factor=ev.log_factor + extra)
 
     def __repr__(self) -> str:
         return f"ConstrainedTarget({self.base!r})"
