@@ -253,6 +253,15 @@ class TableTarget:
         if ((tokens < 0) | (tokens >= self.mask_id)).any():
             raise ValueError(f"a table target's tokens are 0 .. {self.mask_id - 1}")
 
+    @property
+    def allowed(self) -> Tensor:
+        """``(F, V)`` bool: the ordinary tokens at every position."""
+        return self.ordinary_mask.expand(self.num_free, -1)
+
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` False: a table target has no log-factor."""
+        return torch.zeros(tokens.shape[0], dtype=torch.bool)
+
     def evaluate(self, tokens: Tensor) -> Evaluation:
         cond = torch.stack([self._logits(tokens, p) for p in range(self.num_free)], dim=1)  # (N, F, V)
         logp = torch.log_softmax(cond, -1).gather(-1, tokens[:, :, None])[..., 0]

@@ -20,7 +20,7 @@ from torch import Tensor
 from .._checks import check_choice, check_count, check_positive
 from ..models.target import Target
 from .spec import KernelBase
-from .starts import allowed_tokens, check_start, repair_start
+from .starts import check_start, repair_start
 from .streams import ChainStreams
 
 __all__ = [
@@ -117,7 +117,7 @@ def mh_log_ratio(lp_new: Tensor, lp_old: Tensor, log_correction: Tensor, changed
 
 def proposal_log_probs(
     logits: Tensor,
-    ordinary: Tensor,
+    allowed: Tensor,
     *,
     temperature: float = 1.0,
     top_k: int | None = None,
@@ -125,23 +125,31 @@ def proposal_log_probs(
 ) -> Tensor:
     """Log-probabilities of a (possibly truncated) MLM proposal, ``-inf`` outside its support.
 
+    The one way every kernel restricts its proposals: renormalised over the ``allowed`` tokens of
+    each site (its alphabet, :attr:`~mlm_ppl.models.Target.allowed`), then truncated. A kernel
+    takes both ``log q(x'_B)`` and ``log q(x_B)`` from the result, so its Hastings ratio is that
+    of the restricted proposal.
+
     Parameters
     ----------
     logits : Tensor
         ``(..., V)`` MLM logits.
-    ordinary : Tensor
-        ``(V,)`` bool: special tokens are never proposed.
+    allowed : Tensor
+        ``(..., V)`` bool, broadcastable to ``logits``: the tokens each site may be given (the
+        target's ``allowed`` rows of the proposed sites; never a special token). A ``(V,)``
+        mask (e.g. ``ordinary_mask``) applies to every site.
     temperature : float
         ``q ∝ exp(logit / temperature)``.
     top_k, top_p : optional
-        Keep the ``top_k`` most likely tokens (ties at the boundary kept), and/or the smallest
-        set whose probability reaches ``top_p`` (nucleus). Tokens outside get ``-inf``, so a
-        move whose reverse needs one of them is rejected.
+        Keep the ``top_k`` most likely allowed tokens (ties at the boundary kept; all of them
+        where fewer are allowed), and/or the smallest set whose probability reaches ``top_p``
+        (nucleus). Tokens outside get ``-inf``, so a move whose reverse needs one of them is
+        rejected.
     """
     lg = logits / temperature
-    lg = lg.masked_fill(~ordinary.to(lg.device), float("-inf"))
+    lg = lg.masked_fill(~allowed.to(lg.device), float("-inf"))
     if top_k is not None:
-        k = min(int(top_k), int(ordinary.sum()))
+        k = min(int(top_k), lg.shape[-1])  # a site with fewer allowed tokens: its k-th is -inf, all kept
         kth = lg.topk(k, dim=-1).values[..., -1:]
         lg = lg.masked_fill(lg < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:
@@ -210,22 +218,19 @@ def fill_template(target: Target, num_chains: int, streams: ChainStreams, method
     conditional with the positions to its right still masked: one forward per free position,
     all chains batched. These fill-in steps are warm-up, never MH draws. ``"uniform"`` draws
     ordinary tokens uniformly (no forward). Every position is filled within its alphabet
-    (:func:`~mlm_ppl.inference.starts.allowed_tokens`: a constrained target's ``allowed``);
+    (the target's ``allowed``: its ordinary tokens, narrowed by a constraint spec's alphabets);
     pattern rules are :func:`initial_tokens`' concern.
     """
     check_init(method)
     C = check_count(num_chains, "num_chains")
     tokens = target.template.expand(C, -1).clone()
-    ordinary = target.ordinary_mask
-    alphabets = allowed_tokens(target)  # (F, V)
+    alphabets = target.allowed  # (F, V): the ordinary tokens, narrowed by any alphabets
     if method == "uniform":
-        logits = torch.zeros(C, target.num_free, target.vocab_size).masked_fill(~alphabets, float("-inf"))
-        logq = proposal_log_probs(logits, ordinary)
+        logq = proposal_log_probs(torch.zeros(C, target.num_free, target.vocab_size), alphabets.cpu())
         return tokens.scatter(1, target.free_positions.expand(C, -1), sample_tokens(logq, streams))
     for k, p in enumerate(target.free_positions.tolist()):
         logits = target.site_logits(tokens, torch.full((C, 1), p))[:, 0]  # (C, V)
-        logits = logits.masked_fill(~alphabets[k].to(logits.device), float("-inf"))
-        logq = proposal_log_probs(logits, ordinary)
+        logq = proposal_log_probs(logits, alphabets[k].to(logits.device))
         tokens[:, p] = logq.argmax(-1) if method == "greedy" else sample_tokens(logq, streams)
     return tokens
 

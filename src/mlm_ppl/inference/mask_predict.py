@@ -43,9 +43,10 @@ class MaskPredict(KernelBase[MaskPredictOptions]):
 
     **Target**: none; a greedy decoder. Starting with every free position masked, iteration
     ``t`` (of ``iterations``) predicts all masked positions at once (argmax of the MLM, with
-    all of them masked), then re-masks the ``floor(F * (iterations - t - 1) / iterations)``
-    free positions with the lowest predicted probability. After ``iterations`` steps the state
-    is complete and further steps change nothing.
+    all of them masked, over the tokens each may hold: ``target.allowed``), then re-masks
+    the ``floor(F * (iterations - t - 1) / iterations)`` free positions with the lowest
+    predicted probability. After ``iterations`` steps the state is complete and further
+    steps change nothing.
 
     It draws no random numbers; ``step`` takes random streams only to share the kernel signature.
     """
@@ -89,7 +90,7 @@ class MaskPredict(KernelBase[MaskPredictOptions]):
             return state._replace(step=t + 1), MaskPredictInfo(nan, torch.zeros(C, dtype=torch.long))
         sites = masked.nonzero()[:, 1].reshape(C, n_masked)  # (C, m) free indices, same count per chain
         logits = self.target.site_logits(tokens, free[sites])  # (C, m, V)
-        logp = proposal_log_probs(logits, self.target.ordinary_mask)
+        logp = proposal_log_probs(logits, self.target.allowed[sites])  # within each position's alphabet
         best_lp, best = logp.max(-1)
         tokens = tokens.scatter(1, free[sites], best)
         probs = probs.scatter(1, sites, best_lp.exp().to(probs.dtype))  # float64 models give float64 logits

@@ -78,7 +78,7 @@ class MHInfo(NamedTuple):
     is_accepted: Tensor  # (C,) bool
     acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)); 1 for a proposal equal to a state of density > 0
     n_changed: Tensor  # (C,) positions that changed in this step
-    evaluated: Tensor  # (C,) bool: the proposal differed from the state, so its masked copies ran
+    evaluated: Tensor  # (C,) bool: the proposal's masked copies ran (it changed the state, broke no rule)
 
 
 class MetropolisHastings(KernelBase[MHOptions]):
@@ -91,16 +91,20 @@ class MetropolisHastings(KernelBase[MHOptions]):
     **Proposal**: pick a block ``B`` of free positions (``scan``: uniformly at random, a random
     permutation per sweep, or left to right; ``block_size`` positions). Mask ``B`` in the current
     state ``x`` and propose ``x'_B ~ q(.|x_{\\B}) = prod_{i in B} q_i(x'_i | x_{\\B})``, where
-    ``q_i ∝ exp(logit_i / proposal_temperature)`` over ordinary tokens, optionally truncated to
-    ``top_k`` / ``top_p``. For ``block_size=1`` the conditional is the cached one of the state.
+    ``q_i ∝ exp(logit_i / proposal_temperature)`` over the tokens position ``i`` may hold
+    (``target.allowed``: the ordinary tokens, or a constraint spec's alphabet there),
+    optionally truncated to ``top_k`` / ``top_p``. For ``block_size=1`` the conditional is the
+    cached one of the state.
 
     **Acceptance**: since ``x_{\\B} = x'_{\\B}``, the reverse proposal uses the same masked context:
 
         log α = [log p(x') - log p(x)] + [log q(x_B | x_{\\B}) - log q(x'_B | x_{\\B})].
 
     A truncated proposal gives ``log q(x_B) = -inf`` when the old tokens fall outside the
-    truncated set, so such a move is rejected, never silently accepted. The chain is exact for
-    its target (tests check the transition matrix by enumeration). From a state of density 0
+    truncated set, so such a move is rejected, never silently accepted. The restriction to the
+    alphabets is part of ``q`` (both ``q`` terms come from the same restricted, renormalised
+    distribution), so the ratio is that of the restricted proposal. The chain is exact for its
+    target (tests check the transition matrix by enumeration). From a state of density 0
     (``log_factor = -inf``: it breaks a hard rule) a move to a state of density > 0 is always
     accepted and any other, a proposal equal to the state included, rejected
     (:func:`~mlm_ppl.inference.base.mh_log_ratio`): the statistics never count a stuck step as
@@ -108,7 +112,10 @@ class MetropolisHastings(KernelBase[MHOptions]):
 
     **Cost**: one pass over the proposed state's masked copies for each chain whose proposal
     changed the state; nothing for the current state (its conditionals are cached in
-    :class:`MHState`), nothing for a proposal equal to the state.
+    :class:`MHState`), nothing for a proposal equal to the state, and nothing for a proposal
+    that breaks a hard rule (:meth:`~mlm_ppl.models.Target.forbidden`: a forbidden pattern, a
+    required one missing): its log-factor is ``-inf``, so it is rejected before its forward
+    pass (``info.evaluated`` says which chains ran one).
 
     Parameters
     ----------
@@ -155,11 +162,11 @@ class MetropolisHastings(KernelBase[MHOptions]):
             T = float(self.options.temperature_schedule(step))
         return log_density(energy, log_factor, T)
 
-    def _proposal(self, logits: Tensor) -> Tensor:
+    def _proposal(self, logits: Tensor, sites: Tensor) -> Tensor:
+        """``(C, b, V)`` log q at free indices ``sites`` ``(C, b)``, within their alphabets."""
         o = self.options
-        return proposal_log_probs(
-            logits, self.target.ordinary_mask, temperature=o.proposal_temperature, top_k=o.top_k, top_p=o.top_p
-        )
+        allowed = self.target.allowed[sites]  # (C, b, V)
+        return proposal_log_probs(logits, allowed, temperature=o.proposal_temperature, top_k=o.top_k, top_p=o.top_p)
 
     def _block_logits(self, tokens: Tensor, cond_logits: Tensor, sites: Tensor) -> Tensor:
         """``(C, b, V)`` proposal logits: the cached conditionals for single sites, else one block pass."""
@@ -176,25 +183,30 @@ class MetropolisHastings(KernelBase[MHOptions]):
             self.options.scan, state.step, state.order, C, self.target.num_free, self.options.block_size, streams
         )
         pos = self.target.free_positions[sites]  # (C, b)
-        logq = self._proposal(self._block_logits(tokens, state.cond_logits, sites))  # (C, b, V)
+        logq = self._proposal(self._block_logits(tokens, state.cond_logits, sites), sites)  # (C, b, V)
         new = sample_tokens(logq, streams)  # (C, b)
         old = tokens.gather(1, pos)  # (C, b)
         log_fwd = logq.gather(-1, new[..., None]).sum((-1, -2))  # (C,) log q(x'_B | x_\B)
         log_rev = logq.gather(-1, old[..., None]).sum((-1, -2))  # (C,) log q(x_B | x_\B)
         proposed = tokens.scatter(1, pos, new)  # (C, L)
         changed = (new != old).any(-1)  # (C,) a proposal equal to the state is a no-op: no forward
+        forbidden = torch.zeros(C, dtype=torch.bool)  # a rule is broken: log-factor -inf, rejected unrun
+        if changed.any():
+            forbidden[changed] = self.target.forbidden(proposed[changed])
+        run = changed & ~forbidden  # (C,) the chains whose proposal's masked copies run
 
         lp_old = self.log_density(state.energy, state.log_factor, state.step)
         lp_new = lp_old.clone()
-        if changed.any():
-            ev = self.target.evaluate(proposed[changed])  # the step's one batched pass
-            lp_new[changed] = self.log_density(ev.energy, ev.log_factor, state.step)
+        lp_new[forbidden] = float("-inf")  # a broken rule: density 0, rejected without its pass
+        if run.any():
+            ev = self.target.evaluate(proposed[run])  # the step's one batched pass
+            lp_new[run] = self.log_density(ev.energy, ev.log_factor, state.step)
         log_ratio = mh_log_ratio(lp_new, lp_old, torch.where(changed, log_rev - log_fwd, 0.0), changed)
         accepted = accept(log_ratio, streams)
-        take = accepted & changed
+        take = accepted & run
         energy, factor, cond = state.energy.clone(), state.log_factor.clone(), state.cond_logits.clone()
         if take.any():
-            kept = take[changed]  # which evaluated proposals were accepted
+            kept = take[run]  # which evaluated proposals were accepted
             energy[take], factor[take], cond[take] = ev.energy[kept], ev.log_factor[kept], ev.cond_logits[kept]
         new_state = MHState(torch.where(take[:, None], proposed, tokens), energy, factor, cond, state.step + 1, order)
         info = MHInfo(
@@ -202,7 +214,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
             is_accepted=accepted,
             acceptance_rate=acceptance_probability(log_ratio),
             n_changed=torch.where(take, (new != old).sum(-1), torch.zeros(C, dtype=torch.long)),
-            evaluated=changed,
+            evaluated=run,
         )
         return new_state, info
 
@@ -216,7 +228,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
         S = states.shape[0]
         site_t = torch.tensor(sites).expand(S, -1)
         pos = self.target.free_positions[site_t]
-        logq = self._proposal(self._block_logits(states, evaluation.cond_logits, site_t))  # (S, b, V)
+        logq = self._proposal(self._block_logits(states, evaluation.cond_logits, site_t), site_t)  # (S, b, V)
         lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
         old = states.gather(1, pos)
         log_rev = logq.gather(-1, old[..., None]).sum((-1, -2)).double()

@@ -65,9 +65,10 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
     from the energy-based distribution ``exp(-E/T)`` (tests show both on enumerable cases).
     Use :class:`~mlm_ppl.inference.MetropolisHastings` to sample the energy.
 
-    **Proposal**: ``x'_i ~ q_i ∝ exp(logit_i / proposal_temperature)`` over ordinary tokens,
-    truncated to ``top_k`` once ``step >= burnin``, where ``logit_i`` is the MLM's prediction at
-    position ``i`` read with ``i`` masked, or (``scan="parallel_unmasked"``) read unmasked.
+    **Proposal**: ``x'_i ~ q_i ∝ exp(logit_i / proposal_temperature)`` over the tokens position
+    ``i`` may hold (``target.allowed``), truncated to ``top_k`` once ``step >= burnin``, where
+    ``logit_i`` is the MLM's prediction at position ``i`` read with ``i`` masked, or
+    (``scan="parallel_unmasked"``) read unmasked.
 
     **Acceptance**: none; every draw is taken.
 
@@ -99,7 +100,9 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
     target : Target
         A bare MLM target: a :class:`~mlm_ppl.models.ConstrainedTarget` (log-factors, Pyro
         models with factors, observations or other sites) is refused, since pseudo-Gibbs would
-        silently ignore its factor.
+        silently ignore its factor; but a constraint spec of alphabets alone
+        (:attr:`~mlm_ppl.models.constraints.BoundConstraints.alphabets_only`) is honoured in
+        full by the restricted draws, so it is accepted.
     scan : str
         One of :data:`PSEUDO_GIBBS_SCANS`.
     top_k : int, optional
@@ -129,10 +132,12 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
         """Chains starting at complete states ``(C, L)``."""
         return PseudoGibbsState(check_states(self.target, tokens), 0, torch.empty(0, dtype=torch.long))
 
-    def _proposal(self, logits: Tensor, step: int) -> Tensor:
+    def _proposal(self, logits: Tensor, sites: Tensor, step: int) -> Tensor:
+        """``(C, k, V)`` log q at free indices ``sites`` ``(C, k)``, within their alphabets."""
         o = self.options
         top_k = o.top_k if step >= o.burnin else None
-        return proposal_log_probs(logits, self.target.ordinary_mask, temperature=o.proposal_temperature, top_k=top_k)
+        allowed = self.target.allowed[sites]  # (C, k, V)
+        return proposal_log_probs(logits, allowed, temperature=o.proposal_temperature, top_k=top_k)
 
     def _site_logits(self, tokens: Tensor, sites: Tensor) -> Tensor:
         """``(C, k, V)`` logits at free indices ``sites`` ``(C, k)``: each site masked alone (one
@@ -156,7 +161,7 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
         C = tokens.shape[0]
         sites, order = self._sites(state, C, streams)
         pos = self.target.free_positions[sites]  # (C, k)
-        logq = self._proposal(self._site_logits(tokens, sites), state.step)  # (C, k, V)
+        logq = self._proposal(self._site_logits(tokens, sites), sites, state.step)  # (C, k, V)
         new = sample_tokens(logq, streams)  # (C, k)
         old = tokens.gather(1, pos)
         new_tokens = tokens.scatter(1, pos, new)
@@ -174,7 +179,7 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
         S = states.shape[0]
         site_t = torch.tensor(sites).expand(S, -1)
         pos = self.target.free_positions[site_t]
-        logq = self._proposal(self._site_logits(states, site_t), self.options.burnin)
+        logq = self._proposal(self._site_logits(states, site_t), site_t, self.options.burnin)
         P = torch.zeros((S, S), dtype=torch.float64)
         rows = torch.arange(S)
         for log_fwd, dest in block_moves(self.target, states, pos, logq, index):

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from torch import Tensor
 
 from .._checks import check_choice, check_type
+from ..models.constraints import ConstraintTarget
 from ..models.target import ConstrainedTarget, Evaluation, ScaledTarget, Target
 
 __all__ = ["STAT_NAMES", "Capabilities", "Options", "option", "OptionInfo", "KernelBase"]
@@ -153,6 +154,15 @@ class Options:
 OptionsT = TypeVar("OptionsT", bound=Options)
 
 
+def _beyond_proposals(target: Target) -> bool:
+    """Whether ``target``'s density has terms that proposals within its alphabets (``allowed``) do
+    not honour: a log-factor or a scaled energy. A constraint spec of alphabets alone has none
+    (its log-factor is 0 within them); the target it constrains may."""
+    if isinstance(target, ConstraintTarget) and target.constraints.alphabets_only:
+        return _beyond_proposals(target.base)
+    return isinstance(target, (ConstrainedTarget, ScaledTarget))
+
+
 class KernelBase(Generic[OptionsT]):
     """The contract every kernel fulfils (:class:`~mlm_ppl.inference.base.Kernel`), and what it
     declares about itself (see the module docstring).
@@ -170,11 +180,12 @@ class KernelBase(Generic[OptionsT]):
     def __init__(self, target: Target, **options: Any) -> None:
         self.target = target
         self.options: OptionsT = self.Options.from_dict(options, self.name)  # type: ignore[assignment]
-        if isinstance(target, (ConstrainedTarget, ScaledTarget)) and not self.capabilities.log_factor:
+        if _beyond_proposals(target) and not self.capabilities.log_factor:
             raise ValueError(
                 f"{self.name} would ignore the log-factor (constraints, likelihood terms, other sites of a Pyro "
                 "model, a poutine.scale or mask on the site): it does not sample one (capabilities.log_factor is "
-                "false); use kernel='mh', which is exact for the whole model"
+                "false); use kernel='mh', which is exact for the whole model (a constraint spec of Allowed rules "
+                "alone it honours, proposing within the alphabets)"
             )
         self.bind_target(target)
 

@@ -4,7 +4,7 @@ and the repair search that finds a state breaking none of them.
 A constrained target (:class:`~mlm_ppl.models.ConstraintTarget`, or any
 :class:`~mlm_ppl.models.ConstrainedTarget` whose log-factor is ``-inf`` somewhere) has density 0
 off its feasible set. A chain must start on that set: the template is filled within the
-alphabets (:func:`allowed_tokens`), and a fill that still breaks a pattern rule is repaired by
+alphabets (``target.allowed``), and a fill that still breaks a pattern rule is repaired by
 :func:`repair_start` (annealed single-site changes within the alphabets that lower the number
 of broken rules, each chain drawing from its own stream), or the run stops before its first
 step, naming the rules. A start the user gives is checked by :func:`check_start` and refused,
@@ -21,24 +21,12 @@ from ..models.constraints import ConstraintTarget
 from ..models.target import ConstrainedTarget, DerivedTarget, Target
 from .streams import ChainStreams
 
-__all__ = ["REPAIR_TRIES", "allowed_tokens", "rule_violations", "check_start", "repair_start"]
+__all__ = ["REPAIR_TRIES", "rule_violations", "check_start", "repair_start"]
 
 REPAIR_TRIES = 2000
 """Single-site changes the repair search tries per chain before it gives up."""
 
 _START_TEMPERATURE, _END_TEMPERATURE = 1.0, 0.05  # of the repair's annealing, per broken rule
-
-
-def allowed_tokens(target: Target) -> Tensor:
-    """``(F, V)`` bool, the tokens each free position may hold: the target's ordinary tokens,
-    narrowed by its alphabets where it has them (a :class:`~mlm_ppl.models.ConstraintTarget`'s
-    ``allowed``). The one place a start reads them."""
-    F, V = int(target.num_free), int(target.vocab_size)
-    ordinary = target.ordinary_mask.cpu().bool().expand(F, V)
-    allowed = getattr(target, "allowed", None)
-    if allowed is None:
-        return ordinary.clone()
-    return ordinary & torch.as_tensor(allowed).cpu().bool().expand(F, V)
 
 
 def rule_violations(target: Target, tokens: Tensor) -> dict[str, Tensor] | None:
@@ -106,7 +94,7 @@ def repair_start(target: Target, tokens: Tensor, streams: ChainStreams, tries: i
 
     Each chain whose start breaks a rule runs its own search, drawing from its own stream (so a
     chain's start depends only on its seed and its fill): ``tries`` times, a free position is
-    picked uniformly, given a token drawn uniformly from its alphabet (:func:`allowed_tokens`),
+    picked uniformly, given a token drawn uniformly from its alphabet (``target.allowed``),
     and the change is kept when it breaks no more rules than the state, or otherwise with
     probability ``exp(-(increase) / T)``, ``T`` annealed geometrically from 1 to 0.05. The
     search stops at the first state that breaks none. A chain that finds none stops the run: a
@@ -120,7 +108,7 @@ def repair_start(target: Target, tokens: Tensor, streams: ChainStreams, tries: i
     active = broken.nonzero().flatten().tolist()
     if not active:
         return tokens
-    alphabets = allowed_tokens(target).float()  # (F, V)
+    alphabets = target.allowed.cpu().float()  # (F, V)
     free = target.free_positions.cpu()
     F = int(target.num_free)
     state, count = tokens[active], broken[active]

@@ -127,8 +127,10 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
     one of them the inner and the outer step accept a move to a state of density > 0 and reject
     every other (:func:`~mlm_ppl.inference.base.mh_log_ratio`): no ``-inf - (-inf)``.
 
-    **Cost**: each inner proposal that changes the state runs the window's masked copies;
-    each step whose inner chain moved runs the whole sequence's once.
+    **Cost**: each inner proposal that changes the state runs the window's masked copies,
+    unless it breaks a hard rule (``target.forbidden``: rejected unrun, as in MH); each step whose inner
+    chain moved runs the whole sequence's once. The inner proposals keep to the target's
+    alphabets (``target.allowed``), so the whole move does.
 
     Parameters
     ----------

@@ -941,8 +941,12 @@ class BoundConstraints:
     Attributes
     ----------
     allowed : Tensor
-        ``(F, V)`` bool, the alphabet of each free position (ordinary tokens allowed by every
-        :class:`Allowed` rule at that position).
+        ``(F, V)`` bool, the alphabet of each free position (the target's allowed tokens, ordinary
+        ones for a bare distribution, that every :class:`Allowed` rule at that position allows).
+    alphabets_only : bool
+        The spec has :class:`Allowed` rules alone (no other rule, no expert): its log-factor is 0
+        on the alphabets and ``-inf`` elsewhere, so a kernel whose proposals keep to
+        :attr:`allowed` samples it without reading the log-factor.
     framework_matches : tuple of FrameworkMatch
         :class:`Forbid` matches wholly inside the fixed template: reported once here, never
         infeasible (found in the template filled with each free position's first allowed token).
@@ -962,7 +966,7 @@ class BoundConstraints:
         self.codec = codec
         self.free_positions = target.free_positions.cpu()
         F, V = int(target.num_free), int(target.vocab_size)
-        allowed = target.ordinary_mask.cpu().expand(F, V).clone()
+        allowed = target.allowed.cpu().expand(F, V).clone()  # a constrained target's own alphabets narrow further
         self._alphabets: list[tuple[Allowed, Tensor, Tensor]] = []  # (rule, free indices, (V,) mask)
         for rule in spec.all_rules:
             if not isinstance(rule, Allowed):
@@ -981,6 +985,7 @@ class BoundConstraints:
                 allowed[k] = narrowed
             self._alphabets.append((rule, torch.tensor(indices, dtype=torch.long), mask))
         self.allowed: Tensor = allowed
+        self.alphabets_only = not spec.all_experts and all(isinstance(r, Allowed) for r in spec.all_rules)
         self._odd = [(r, r.token_id(codec)) for r in spec.all_rules if isinstance(r, OddCount)]
         self._forbid = [r for r in spec.all_rules if isinstance(r, Forbid)]
         self._require = [r for r in spec.all_rules if isinstance(r, Require)]
@@ -1172,13 +1177,15 @@ class BoundConstraints:
 
 class ConstraintTarget(ConstrainedTarget):
     """A target under a :class:`ConstraintSpec`: a :class:`~mlm_ppl.models.ConstrainedTarget` whose
-    log-factor is :meth:`BoundConstraints.log_factor`, plus :attr:`allowed`, the free positions'
-    alphabets, for kernels that restrict their proposals to them.
+    log-factor is :meth:`BoundConstraints.log_factor` and whose :attr:`allowed` (the
+    :class:`~mlm_ppl.models.Target` protocol's alphabets) are the spec's.
 
-    It subclasses ConstrainedTarget rather than adding to the :class:`~mlm_ppl.models.Target`
-    protocol, so every kernel that accepts log-factors runs on it unchanged (states outside an
-    alphabet get ``-inf``, so no kernel ever accepts them); restricting proposals is an
-    optimisation a kernel may make by reading :attr:`allowed`.
+    Every kernel proposes within :attr:`allowed`, renormalised, with the Hastings ratio of that
+    restricted proposal; the other rules (:class:`Forbid`, :class:`Require`, :class:`OddCount`)
+    give ``-inf``, and :meth:`forbidden` finds them from the rules alone, which MH reads before
+    running a proposal's masked copies. A kernel that does not sample log-factors
+    (pseudo-Gibbs, mask-predict) accepts it when :attr:`BoundConstraints.alphabets_only`: its
+    restricted proposals then honour the whole spec.
     """
 
     def __init__(self, base: Target, constraints: BoundConstraints) -> None:
@@ -1191,6 +1198,11 @@ class ConstraintTarget(ConstrainedTarget):
     def allowed(self) -> Tensor:
         """``(F, V)`` bool, the tokens each free position may hold."""
         return self.constraints.allowed
+
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` bool, True where the states break a rule (:meth:`BoundConstraints.feasible`: the
+        rules alone, no expert, no forward pass) or the base forbids them."""
+        return self.base.forbidden(tokens) | ~self.constraints.feasible(tokens)
 
     def __repr__(self) -> str:
         return f"ConstraintTarget({self.base!r}, {self.constraints.spec!r})"

@@ -191,8 +191,17 @@ class MaskedLMDistribution(TorchDistribution):
         return self.mlm.ordinary_mask
 
     @property
+    def allowed(self) -> Tensor:
+        """``(F, V)`` bool, the tokens each free position may hold: the ordinary ones everywhere."""
+        return self.mlm.ordinary_mask.expand(self.num_free, -1)
+
+    @property
     def vocab_size(self) -> int:
         return self.mlm.vocab_size
+
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` False: a bare distribution has no log-factor."""
+        return torch.zeros(tokens.shape[0], dtype=torch.bool)
 
     def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
         """``(N, k, V)`` MLM logits at ``positions`` (N, k) of ``tokens`` (N, L): all k masked together

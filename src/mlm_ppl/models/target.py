@@ -7,7 +7,10 @@ a template,
 
 that can (1) evaluate complete states in one batched pass over masked copies, giving the
 energy, the extra log terms and the single-site conditionals at the free positions (the next
-MH step's proposals), and (2) read the MLM's logits at a block of positions masked together.
+MH step's proposals), (2) read the MLM's logits at a block of positions masked together, and
+(3) say which tokens each free position may hold (:attr:`Target.allowed`, the proposals'
+support) and which states its hard rules forbid, without a forward pass
+(:meth:`Target.forbidden`, so that a kernel rejects such a proposal before running it).
 :class:`Target` writes that down as a :class:`typing.Protocol`; every kernel in
 :mod:`mlm_ppl.inference` relies on it and on nothing else.
 
@@ -78,7 +81,13 @@ class Target(Protocol):
         Which energy ``E`` is (``"norm"`` or ``"raw"``), for the record (a name; a state's
         ``energy`` is the tensor of its values).
     ordinary_mask : Tensor
-        ``(V,)`` bool, the tokens that may fill a free position (never special tokens).
+        ``(V,)`` bool, the model's ordinary tokens (never special tokens): what a state may hold
+        at a free position, what enumeration runs over.
+    allowed : Tensor
+        ``(F, V)`` bool, the tokens each free position may hold with nonzero density (its
+        alphabet; within ``ordinary_mask``): every kernel proposes within it. A state with a
+        token outside it has log-factor ``-inf``. ``ordinary_mask`` at every position unless
+        constraints narrow it (:class:`~mlm_ppl.models.constraints.ConstraintTarget`).
     vocab_size : int
         ``V``.
     """
@@ -102,10 +111,20 @@ class Target(Protocol):
     def ordinary_mask(self) -> Tensor: ...
 
     @property
+    def allowed(self) -> Tensor: ...
+
+    @property
     def vocab_size(self) -> int: ...
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """Energies, log-factors and free-position conditionals of complete states ``(N, L)``."""
+        ...
+
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` bool, True where complete states ``(N, L)`` are known to have log-factor ``-inf``
+        from cheap checks alone (a constraint spec's rules), with no forward pass and no soft
+        term; False elsewhere, including wherever finding out would cost as much as evaluating
+        (an opaque log-factor: its ``-inf`` still comes from :meth:`evaluate`)."""
         ...
 
     def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
@@ -177,6 +196,10 @@ class DerivedTarget:
         return self.base.ordinary_mask
 
     @property
+    def allowed(self) -> Tensor:
+        return self.base.allowed
+
+    @property
     def vocab_size(self) -> int:
         return self.base.vocab_size
 
@@ -198,6 +221,9 @@ class DerivedTarget:
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         return self.base.evaluate(tokens)
+
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        return self.base.forbidden(tokens)
 
     def evaluate_base(
         self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
