@@ -17,11 +17,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from mlm_ppl import rundir
 from mlm_ppl.cli import main
-from mlm_ppl.testing import save_tiny, tiny_antibody_bert, tiny_residue_bert
+from mlm_ppl.testing import save_tiny, tiny_residue_bert
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
 OTHER_UID = 4242  # owner of the files the unprivileged command must not write or read: neither root nor nobody
@@ -67,15 +66,6 @@ def _digest(directory):
         else:
             out[str(p)] = "dir"
     return out
-
-
-@pytest.fixture(scope="module")
-def nan_model_dir(tmp_path_factory):
-    """A tiny antibody model whose embedding LayerNorm weight is NaN: every logit it returns is NaN."""
-    mlm = tiny_antibody_bert(seed=1)
-    with torch.no_grad():
-        mlm.model.bert.embeddings.LayerNorm.weight.fill_(float("nan"))
-    return str(save_tiny(mlm, tmp_path_factory.mktemp("m") / "nan_model"))
 
 
 # ---------------------------------------------------------------------- 1. the marker's file names

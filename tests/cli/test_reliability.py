@@ -26,22 +26,13 @@ import torch
 
 from mlm_ppl import load_mlm, rundir
 from mlm_ppl.cli import main
-from mlm_ppl.testing import save_tiny, tiny_antibody_bert, tiny_bert
+from mlm_ppl.testing import save_tiny, tiny_bert
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
     import arviz as az
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
-
-
-@pytest.fixture(scope="module")
-def nan_model_dir(tmp_path_factory):
-    """A tiny antibody model whose embedding LayerNorm weight is NaN: every logit it returns is NaN."""
-    mlm = tiny_antibody_bert(seed=1)
-    with torch.no_grad():
-        mlm.model.bert.embeddings.LayerNorm.weight.fill_(float("nan"))
-    return str(save_tiny(mlm, tmp_path_factory.mktemp("m") / "nan_model"))
 
 
 def _sample(model_dir, out, *extra):

@@ -224,20 +224,13 @@ class Allowed:
 
 
 @dataclass(frozen=True)
-class Forbid:
-    """A pattern the sequence must not contain where it touches a designed position.
-
-    A match counts only when its characters overlap those of a free position's token: a match
-    lying wholly in the fixed framework cannot be designed away, so it is reported once at bind
-    time (:attr:`BoundConstraints.framework_matches`) and does not make a state infeasible.
-    Matches may overlap one another (each start position is tried). Anchors and lookarounds
-    read the whole decoded sequence.
-    """
+class _Pattern:
+    """A named regular expression over the decoded sequence, compiled (and checked) when made."""
 
     name: str
     pattern: str
     regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
-    kind: ClassVar[str] = "forbid"
+    kind: ClassVar[str]
 
     def __post_init__(self) -> None:
         _check_name(self.name, "rule")
@@ -248,20 +241,24 @@ class Forbid:
 
 
 @dataclass(frozen=True)
-class Require:
+class Forbid(_Pattern):
+    """A pattern the sequence must not contain where it touches a designed position.
+
+    A match counts only when its characters overlap those of a free position's token: a match
+    lying wholly in the fixed framework cannot be designed away, so it is reported once at bind
+    time (:attr:`BoundConstraints.framework_matches`) and does not make a state infeasible.
+    Matches may overlap one another (each start position is tried). Anchors and lookarounds
+    read the whole decoded sequence.
+    """
+
+    kind: ClassVar[str] = "forbid"
+
+
+@dataclass(frozen=True)
+class Require(_Pattern):
     """A pattern that must match somewhere in the decoded sequence (framework included)."""
 
-    name: str
-    pattern: str
-    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
     kind: ClassVar[str] = "require"
-
-    def __post_init__(self) -> None:
-        _check_name(self.name, "rule")
-        object.__setattr__(self, "regex", _compile(self.name, self.pattern))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "pattern": self.pattern}
 
 
 @dataclass(frozen=True)
