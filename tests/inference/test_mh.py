@@ -136,3 +136,23 @@ def test_annealing_schedule_finds_the_mode_more_often(tiny4):
     assert at_mode(annealed) >= 0.8 > at_mode(plain)
     # info.lp is reported at the target temperature, not the annealed one
     assert torch.allclose(annealed.stats["lp"][:, 0], dist.log_prob(annealed.tokens[:, 0]), atol=1e-5)
+
+
+def test_truncated_proposals_warn_that_the_chain_may_be_reducible():
+    """top_k/top_p keep the target invariant (the matrix tests) but can cut the chain into pieces:
+    measured here from the exact matrix, the very number the warning quotes."""
+    from mlm_ppl.inference import make_kernel
+    from mlm_ppl.inference.mh import TruncatedProposalWarning
+    from mlm_ppl.testing import tiny_residue_bert
+
+    d = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1, std=0.2, dtype=torch.float64), TEMPLATE)
+    pi = exact.exact_log_probs(d).exp()
+    for options, tv_uniform in (({"top_k": 3}, 0.29), ({"top_p": 0.9}, 0.20)):
+        with pytest.warns(TruncatedProposalWarning, match="may be reducible"):
+            kernel = MetropolisHastings(d, **options)
+        P5000 = torch.linalg.matrix_power(exact.transition_matrix(kernel), 5000)
+        p0 = torch.full((len(pi),), 1.0 / len(pi), dtype=P5000.dtype)
+        assert round(exact.total_variation(p0 @ P5000, pi), 2) == tv_uniform
+        assert float((pi @ P5000 - pi).abs().max()) < 1e-10  # invariant all the same
+    with pytest.warns(TruncatedProposalWarning):
+        make_kernel("surrogate-mh", d, top_k=3)  # its inner chain's proposal
