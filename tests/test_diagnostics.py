@@ -177,3 +177,30 @@ def test_plotting_leaves_the_users_backend_and_figures_alone(mixing_run, tmp_pat
     finally:
         plt.close(mine)
         plt.switch_backend(before)
+
+
+def test_constraints_are_on_the_record_per_draw(tiny4):
+    """Each rule's satisfaction, feasibility and each expert's value per draw, in run.nc's posterior
+    and in the summary's table: checked against hand-computed values on three chosen draws."""
+    from mlm_ppl import ConstraintSpec, MaskedLMDistribution
+    from mlm_ppl import constraints as c
+    from mlm_ppl.diagnostics import constraint_functionals
+
+    d = MaskedLMDistribution(tiny4, "A[MASK]C[MASK][MASK]")
+    spec = ConstraintSpec(
+        [c.Forbid("no-DE", "DE"), c.Require("has-C", "C[CDE]")],
+        [c.residue_count("E", name="e-count", weight=-0.5)],
+    )
+    bound = spec.bind(d)
+    seqs = ["ADCDE", "AACAA", "AECEE"]  # DE at the end: forbidden; C followed by A: no match; E count 3
+    tokens = tiny4.encode(seqs).input_ids[None]  # (1, 3, L)
+    got = constraint_functionals(bound, tokens)
+    assert list(got) == ["rule_no_DE", "rule_has_C", "feasible", "expert_e_count"]
+    np.testing.assert_array_equal(got["rule_no_DE"], [[0.0, 1.0, 1.0]])
+    np.testing.assert_array_equal(got["rule_has_C"], [[1.0, 0.0, 1.0]])
+    np.testing.assert_array_equal(got["feasible"], [[0.0, 0.0, 1.0]])
+    np.testing.assert_array_equal(got["expert_e_count"], [[1.0, 0.0, 3.0]])
+    run = mlm_ppl.sample(tiny4, "A[MASK]C[MASK][MASK]", num_chains=2, num_samples=30, seed=0)
+    idata = to_inference_data(run, mlm=tiny4, constraints=bound)
+    assert idata.posterior["expert_e_count"].shape == (2, 30)
+    assert {"expert_e_count", "feasible", "rule_no_DE"} <= set(summary(idata).table.index)

@@ -22,11 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch import Tensor
+
 from . import rundir
 from .inference.distributed import run_chains_ray, run_tasks_ray, split_chains
 from .inference.registry import make_kernel
 from .inference.runner import Checkpoint, Run, run_chains
 from .inference.spec import KernelBase
+from .models.constraints import BoundConstraints, ConstraintTarget
 from .models.distribution import MaskedLMDistribution
 from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
@@ -130,8 +133,13 @@ def execute(
         template_text=settings.template or "",
         config=json.dumps(record, sort_keys=True),
     )
-    report, paths = rundir.write_outputs(run_dir, result, mlm)
+    report, paths = rundir.write_outputs(run_dir, result, mlm, constraints_of(kernel.target))
     return result, report, paths
+
+
+def constraints_of(target: Any) -> BoundConstraints | None:
+    """The constraint spec a run's target was built with (bound to it), or None."""
+    return target.constraints if isinstance(target, ConstraintTarget) else None
 
 
 # ---------------------------------------------------------------------- batches of templates
@@ -367,7 +375,8 @@ def run_template(
     directory: str, settings: RunSettings, run_id: str | None, checkpoint_seconds: float, threads: int | None = None
 ) -> dict:
     """Run (or finish) one template's run in ``directory``, the run the batch started there
-    (``run_id``) with ``settings``; its rows (chain, draw, energy, sequence) and summary line.
+    (``run_id``) with ``settings``; its rows (chain, draw, MLM energy, sequence, and the values of
+    ``columns``: feasible and each expert, for a constrained run) and summary line.
     Module-level so that a Ray task can run it: a worker that dies leaves the template's
     checkpoint, and the retried task continues from it."""
     if threads is not None:
@@ -380,13 +389,24 @@ def run_template(
         result, report, _ = execute(
             run_dir, settings, checkpoint, mlm, kernel, progress=False, checkpoint_seconds=checkpoint_seconds
         )
-    energy = -result.stats["lp"] * settings.temperature  # E = -T log p: a batch's runs have no other terms
+    constraints = constraints_of(kernel.target)
+    C, D, L = result.tokens.shape
+    flat = result.tokens.reshape(-1, L)
+    factor = torch.zeros(C * D, dtype=torch.float64)
+    columns: dict[str, Tensor] = {}  # per-draw values beside the energy: feasible, then each expert
+    if constraints is not None:
+        feasible = constraints.feasible(flat)
+        factor[feasible] = constraints.log_factor(flat[feasible])  # -inf off the feasible set: left 0 there
+        columns = {"feasible": feasible.double(), **constraints.expert_values(flat)}
+    # E = -T (log p - log_factor): the MLM energy of each draw, whatever the constraints add
+    energy = (-(result.stats["lp"].double().reshape(-1) - factor) * settings.temperature).reshape(C, D)
     rows = [
-        (c, d, float(energy[c, d]), seq)
-        for c in range(result.num_chains)
+        (c, d, float(energy[c, d]), seq, tuple(float(v[c * D + d]) for v in columns.values()))
+        for c in range(C)
         for d, seq in enumerate(mlm.decode(result.tokens[c]))
     ]
-    best = min(rows, key=lambda r: r[2])
+    feasible_rows = [r for r in rows if constraints is None or r[4][0] == 1.0]
+    best = min(feasible_rows or rows, key=lambda r: r[2])  # the lowest energy among feasible draws
     lp = report.table.loc["lp"] if "lp" in report.table.index else None
     line = dict(
         r_hat=float(lp["r_hat"]) if lp is not None else float("nan"),
@@ -395,7 +415,7 @@ def run_template(
         best_energy=best[2],
         best=best[3],
     )
-    return {"rows": rows, "summary": line}
+    return {"rows": rows, "columns": list(columns), "summary": line}
 
 
 def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], None] | None = None) -> str:
@@ -423,10 +443,14 @@ def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], 
             results.append(run_template(*job))
             if on_done is not None:
                 on_done()
-    lines = ["template\tchain\tdraw\tenergy\tsequence"]
+    extra = results[0]["columns"] if results else []  # one spec for the batch: the same columns everywhere
+    lines = ["\t".join(["template", "chain", "draw", "energy", *extra, "sequence"])]
     table = ["template\tr_hat_lp\tess_lp\tacceptance\tbest_energy\tbest_sequence"]
     for (name, _), res in zip(batch.templates, results):
-        lines += [f"{name}\t{c}\t{d}\t{e:.4f}\t{seq}" for c, d, e, seq in res["rows"]]
+        lines += [
+            "\t".join([name, str(c), str(d), f"{e:.4f}", *(f"{v:.4g}" for v in values), seq])
+            for c, d, e, seq, values in res["rows"]
+        ]
         s = res["summary"]
         table.append(
             f"{name}\t{s['r_hat']:.3f}\t{s['ess']:.0f}\t{s['acceptance']:.3f}\t{s['best_energy']:.4f}\t{s['best']}"

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
     from .inference.runner import Run
+    from .models.constraints import BoundConstraints
     from .models.masked_lm import MaskedLM
 
 __all__ = [
@@ -57,6 +58,34 @@ def _arviz():
     return arviz
 
 
+def constraint_functionals(constraints: "BoundConstraints", tokens: Tensor) -> dict[str, np.ndarray]:
+    """Per draw of ``tokens`` ``(C, D, L)``: ``rule_<name>`` (1.0 where the rule holds),
+    ``feasible`` (1.0 where every rule holds) and ``expert_<name>`` (the expert's unweighted
+    value), each ``(C, D)`` float64; names made identifiers (``n-glycosylation`` ->
+    ``rule_n_glycosylation``). No forward pass: rules and experts read the tokens."""
+    C, D, L = tokens.shape
+    flat = tokens.reshape(-1, L)
+    out: dict[str, np.ndarray] = {}
+
+    def put(name: str, values: Tensor) -> None:
+        if name in out:
+            raise ValueError(f"two rules or experts give the functional {name!r}; rename one")
+        out[name] = values.double().reshape(C, D).numpy()
+
+    violations = constraints.violations(flat)
+    for name, broke in violations.items():
+        put("rule_" + _identifier(name), ~broke)
+    if violations:
+        put("feasible", constraints.feasible(flat))
+    for name, values in constraints.expert_values(flat).items():
+        put("expert_" + _identifier(name), values)
+    return out
+
+
+def _identifier(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+
+
 def to_inference_data(
     run: "Run",
     *,
@@ -65,6 +94,7 @@ def to_inference_data(
     indicators: Sequence[tuple[int, str | int]] = (),
     functions: Mapping[str, Callable[[str], float]] | None = None,
     other_sites: Mapping[str, np.ndarray] | None = None,
+    constraints: "BoundConstraints | None" = None,
 ) -> "arviz.InferenceData":
     """An ``arviz.InferenceData`` of a run, built with ``arviz.from_dict``.
 
@@ -87,6 +117,12 @@ def to_inference_data(
     other_sites : mapping name -> array, optional
         Draws ``(C, D, ...)`` of the model's other latent sites (continuous or discrete), added
         to the posterior as they are (see :func:`from_pyro`).
+    constraints : BoundConstraints, optional
+        The run's constraint spec bound to its target (a ``ConstraintTarget``'s
+        ``constraints``): adds, per draw, ``rule_<name>`` (1.0 where the draw satisfies the
+        rule), ``feasible`` (1.0 where it satisfies every rule) and ``expert_<name>`` (each
+        expert's unweighted value), so the summary gives their R-hat and ESS
+        (:func:`constraint_functionals`).
 
     Returns
     -------
@@ -124,6 +160,8 @@ def to_inference_data(
             if not name.isidentifier():
                 raise ValueError(f"function name {name!r} must be an identifier")
             posterior[name] = np.array([[float(fn(s)) for s in chain] for chain in decoded])
+    if constraints is not None:
+        posterior.update(constraint_functionals(constraints, tokens))
     for name, values in (other_sites or {}).items():
         values = np.asarray(values)
         if name in posterior or values.shape[:2] != (C, D):

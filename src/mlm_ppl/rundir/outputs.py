@@ -13,22 +13,26 @@ PLOTS = ("trace_lp.png", "rank_lp.png", "acceptance.png", "token_frequency.png")
 OUTPUTS = ("run.nc", "samples.txt", "summary.txt", *PLOTS)
 
 
-def write_outputs(run_dir: RunDirectory, run: Run, mlm: Any) -> tuple[Any, list[str]]:
-    """Write ``run.nc``, ``samples.txt``, ``summary.txt`` and the plots of a finished run.
+def write_outputs(run_dir: RunDirectory, run: Run, mlm: Any, constraints: Any = None) -> tuple[Any, list[str]]:
+    """Write ``run.nc``, ``samples.txt``, ``summary.txt`` and the plots of a finished run
+    (with ``constraints``, a run's ``BoundConstraints``: each rule's and expert's value per draw
+    in ``run.nc`` and the summary, and a ``feasible`` column in ``samples.txt``).
 
     Returns the :class:`~mlm_ppl.diagnostics.Summary` (``str()`` of it is ``summary.txt``) and
     the paths written (``run.nc`` first).
     """
     from ..diagnostics import plot_diagnostics, summary, to_inference_data
 
-    idata = to_inference_data(run, mlm=mlm)
+    idata = to_inference_data(run, mlm=mlm, constraints=constraints)
     with run_dir.atomic("run.nc") as tmp:
         idata.to_netcdf(str(tmp))
     lp = run.stats["lp"]
-    lines = ["chain\tdraw\tlp\tsequence"]
+    feasible = idata.posterior["feasible"].values if "feasible" in idata.posterior else None
+    lines = ["chain\tdraw\tlp\t" + ("feasible\t" if feasible is not None else "") + "sequence"]
     for c in range(run.num_chains):
         for d, seq in enumerate(mlm.decode(run.tokens[c])):
-            lines.append(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{seq}")
+            flag = f"{int(feasible[c, d])}\t" if feasible is not None else ""
+            lines.append(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{flag}{seq}")
     run_dir.write_text("samples.txt", "\n".join(lines) + "\n")
     report = summary(idata)
     run_dir.write_text("summary.txt", str(report) + "\n")
