@@ -22,14 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch import Tensor
+
 from . import rundir
 from .inference.distributed import run_chains_ray, run_tasks_ray, split_chains
 from .inference.registry import make_kernel
 from .inference.runner import Checkpoint, Run, run_chains
 from .inference.spec import KernelBase
+from .models.constraints import ConstraintTarget
 from .models.distribution import MaskedLMDistribution
 from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
+from .models.target import Target
 from .rundir import RunDirectory
 from .settings import RunSettings
 
@@ -41,6 +45,7 @@ __all__ = [
     "check_template_name",
     "check_batch",
     "build",
+    "build_target",
     "build_kernel",
     "execute",
     "start_batch",
@@ -53,9 +58,11 @@ BATCH_FORMAT = "mlm-ppl-batch-2"
 
 
 # ---------------------------------------------------------------------- one run
-def build(settings: RunSettings) -> tuple[MaskedLM, MaskedLMDistribution, KernelBase]:
+def build(settings: RunSettings) -> tuple[MaskedLM, Target, KernelBase]:
     """Model, target and kernel of a run (loads the model, after checking its files against
-    ``settings.model_files`` when they are recorded; checks the template and options)."""
+    ``settings.model_files`` when they are recorded; checks the template, the constraints
+    (:func:`build_target`) and the options; a kernel that does not sample log-factors refuses
+    constraints beyond ``Allowed`` rules)."""
     if settings.model_files is not None:
         check_model_files(settings.model, settings.model_files)
     mlm = load_mlm(settings.model, device=settings.device, dtype=settings.dtype)
@@ -64,8 +71,48 @@ def build(settings: RunSettings) -> tuple[MaskedLM, MaskedLMDistribution, Kernel
         mask = mlm.vocab[mlm.mask_id]
         length = int(settings.length or 0)
         template = (mask * length) if mlm.residue_level else " ".join([mask] * length)
+    target = build_target(mlm, template, settings)
+    return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_options.to_dict())
+
+
+def build_target(mlm: MaskedLM, template: str, settings: RunSettings) -> Target:
+    """The target of a run on ``template``: the model's distribution, constrained by
+    ``settings.constraints`` when there are any (:meth:`ConstraintSpec.constrain
+    <mlm_ppl.models.constraints.ConstraintSpec.constrain>`). The spec is bound to the template
+    and its experts are evaluated once on the template filled with each free position's first
+    allowed token, so that an unknown token, a position past the template, a rule that leaves a
+    position no token, or an expert that raises or returns no finite number is a ValueError
+    (starting ``constraints:``) before any work."""
     dist = MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
-    return mlm, dist, make_kernel(settings.kernel, dist, **settings.kernel_options.to_dict())
+    spec = settings.constraint_spec()
+    if spec is None:
+        return dist
+    try:
+        target = spec.constrain(dist)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"constraints: {err}") from None
+    _dry_run(target)
+    return target
+
+
+def _dry_run(target: ConstraintTarget) -> None:
+    """Every expert of ``target``'s spec evaluated once on the template filled with each free
+    position's first allowed token; a ValueError names the expert that fails."""
+    bound = target.constraints
+    if not bound.spec.all_experts:
+        return
+    state = target.template.cpu().clone()
+    state[bound.free_positions] = bound.allowed.long().argmax(-1)
+    try:
+        bound.expert_values(state[None])
+    except Exception as err:  # any failure of an expert (user code) is the spec's error
+        message = " ".join(str(err).split())
+        if not message.startswith("expert "):
+            message = f"{type(err).__name__}: {message}"
+        raise ValueError(
+            f"constraints: the experts fail on the template filled with the first allowed tokens "
+            f"({bound.codec.decode(state[None])[0]!r}): {message}"
+        ) from None
 
 
 def build_kernel(settings: RunSettings) -> KernelBase:
@@ -201,9 +248,9 @@ def check_batch(settings: RunSettings, templates: Sequence[tuple[str, str]]) -> 
     if len(set(names)) < len(names):
         raise ValueError(f"template names are used twice: {sorted({n for n in names if names.count(n) > 1})}")
     mlm, _, kernel = build(settings.for_template(templates[0][1]))
-    for name, template in templates:
+    for name, template in templates[1:]:
         try:
-            MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
+            build_target(mlm, template, settings)
         except (TypeError, ValueError) as err:
             raise ValueError(f"template {name!r}: {err}") from None
     return kernel
@@ -380,7 +427,7 @@ def run_template(
         result, report, _ = execute(
             run_dir, settings, checkpoint, mlm, kernel, progress=False, checkpoint_seconds=checkpoint_seconds
         )
-    energy = -result.stats["lp"] * settings.temperature  # E = -T log p: a batch's runs have no other terms
+    energy = -_energy_lp(kernel.target, result) * settings.temperature  # E = -T (log p - log-factor)
     rows = [
         (c, d, float(energy[c, d]), seq)
         for c in range(result.num_chains)
@@ -396,6 +443,17 @@ def run_template(
         best=best[3],
     )
     return {"rows": rows, "summary": line}
+
+
+def _energy_lp(target: Target, result: Run) -> Tensor:
+    """``(C, D)``: ``-E/T`` of each draw, the log density without the constraints' log-factor
+    (the experts' terms; the draws are feasible, so it is finite)."""
+    lp = result.stats["lp"]
+    if not isinstance(target, ConstraintTarget) or not target.constraints.spec.all_experts:
+        return lp
+    C, D = lp.shape[:2]
+    factor = target.constraints.log_factor(result.tokens.reshape(C * D, -1).cpu()).reshape(C, D)
+    return lp.double().cpu() - factor
 
 
 def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], None] | None = None) -> str:
