@@ -12,7 +12,8 @@ import torch
 
 from mlm_ppl import campaign, rundir
 from mlm_ppl.cli import main
-from mlm_ppl.models.constraints import ConstraintTarget
+from mlm_ppl.models.constraints import ConstraintSpec, ConstraintTarget, Forbid
+from mlm_ppl.settings import RunSettings
 from mlm_ppl.testing import save_tiny, tiny_antibody_bert
 
 with warnings.catch_warnings():
@@ -209,6 +210,7 @@ def test_resume_refuses_an_edited_spec(model_dir, tmp_path, capsys):
             "rule 'c' leaves free position 1",
         ),  # fmt: skip
         ([], '[[rules]]\nkind = "allowed"\nname = "far"\ntokens = "A"\npositions = [7]\n', "out of range"),
+        (["--forbid", "[ACDE]"], None, "no sequence satisfying 'forbid-1' found"),  # no state: refused at the start
         (["--forbid", "DD", "--kernel", "pseudo-gibbs"], None, "pseudo-gibbs would ignore the log-factor"),
         (["--forbid", "DD"], '[[rules]]\nkind = "forbid"\nname = "forbid-1"\npattern = "E"\n', "named 'forbid-1'"),
     ],
@@ -236,3 +238,19 @@ def test_an_alphabet_spec_is_sampled_by_pseudo_gibbs(model_dir, tmp_path, capsys
     vocab = _vocab(model_dir)
     assert all("E" not in s for s in _sequences(out, lambda row: _residues(row, vocab)))
     capsys.readouterr()
+
+
+def test_settings_recorded_before_constraints_read_as_none_and_specs_are_canonical():
+    record = RunSettings(template=TEMPLATE).to_dict()
+    del record["constraints"]  # a record written before the setting existed
+    assert RunSettings.from_dict(record).constraints is None
+    spec = ConstraintSpec([Forbid("no-dd", "DD")], liabilities=["dp-cleavage"])
+    made = RunSettings(template=TEMPLATE, constraints=spec.to_dict())
+    assert made.constraints == {
+        "experts": [],
+        "liabilities": ["dp-cleavage"],
+        "rules": [{"kind": "forbid", "name": "no-dd", "pattern": "DD"}],
+    }
+    assert RunSettings(template=TEMPLATE, constraints={"rules": []}).constraints is None  # an empty spec: none
+    with pytest.raises(ValueError, match=r"constraints: rules\[0\] \('x'\), key 'pattern'"):
+        RunSettings.from_dict({**record, "constraints": {"rules": [{"kind": "forbid", "name": "x", "pattern": "("}]}})
