@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from mlm_ppl import campaign, rundir
+from mlm_ppl import campaign
 from mlm_ppl.cli import main
 from mlm_ppl.models.constraints import ConstraintSpec, ConstraintTarget, Forbid
 from mlm_ppl.settings import RunSettings
@@ -75,6 +75,12 @@ def _vocab(model_dir):
     return load_mlm(str(model_dir)).vocab
 
 
+def _settings(directory):
+    """The settings a run directory records (read, not locked)."""
+    config = json.loads((directory / "config.json").read_text())
+    return RunSettings.from_dict({k: v for k, v in config.items() if k != "format"})
+
+
 def _one_line_error(capsys):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("mlm-ppl ")]
@@ -95,8 +101,7 @@ def test_a_spec_file_holds_in_every_draw_and_is_recorded(model_dir, tmp_path, ca
     assert [r["name"] for r in config["constraints"]["rules"]] == ["first-a-or-c", "no-dd"]
     assert config["constraints"]["experts"][0]["kind"] == "residue-count"
     # the run's target, rebuilt from its record, is the constrained one: the expert's term is in lp
-    _, settings, _ = rundir.resume_run(out)
-    _, target, kernel = campaign.build(settings)
+    _, target, kernel = campaign.build(_settings(out))
     assert isinstance(target, ConstraintTarget) and kernel.target is target
     assert [e.name for e in target.constraints.spec.all_experts] == ["few-e"]
     data = az.from_netcdf(os.path.join(out, "run.nc"))
@@ -167,6 +172,12 @@ def test_a_batch_takes_the_spec(model_dir, tmp_path, capsys):
     assert [r["name"] for r in config["rules"]] == ["first-a-or-c", "no-dd", "forbid-1"]
     for name in ("one", "two"):
         assert json.loads((out / name / "config.json").read_text())["constraints"] == config
+    # the energy column is the model's energy E, without the expert's term
+    _, target, _ = campaign.build(_settings(out / "one"))
+    tokens = torch.as_tensor(az.from_netcdf(os.path.join(out, "one", "run.nc")).posterior["tokens"].values)
+    energy = target.base.evaluate(tokens.reshape(-1, tokens.shape[-1])).energy.double()
+    column = torch.tensor([float(r[3]) for r in rows if r[0] == "one"], dtype=torch.float64)
+    assert torch.allclose(column, energy, atol=1e-3)
     capsys.readouterr()
 
 
