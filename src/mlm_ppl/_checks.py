@@ -83,6 +83,13 @@ def check_interval(value: Any, name: str) -> float:
     return value
 
 
+def check_schedule(value: Any, name: str) -> Any:
+    """A callable ``step -> temperature`` (an annealing schedule)."""
+    if not callable(value):
+        raise TypeError(f"{name} must be a callable step -> temperature, got {type(value).__name__}")
+    return value
+
+
 def check_temperature(value: Any, name: str) -> float:
     """A finite temperature ``>= MIN_TEMPERATURE``."""
     value = check_positive(value, name)

@@ -33,6 +33,7 @@ from .models.constraints import BoundConstraints, ConstraintTarget
 from .models.distribution import MaskedLMDistribution
 from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
+from .models.target import Target
 from .rundir import RunDirectory
 from .settings import RunSettings
 
@@ -44,6 +45,7 @@ __all__ = [
     "check_template_name",
     "check_batch",
     "build",
+    "build_target",
     "build_kernel",
     "execute",
     "start_batch",
@@ -56,9 +58,11 @@ BATCH_FORMAT = "mlm-ppl-batch-2"
 
 
 # ---------------------------------------------------------------------- one run
-def build(settings: RunSettings) -> tuple[MaskedLM, MaskedLMDistribution, KernelBase]:
+def build(settings: RunSettings) -> tuple[MaskedLM, Target, KernelBase]:
     """Model, target and kernel of a run (loads the model, after checking its files against
-    ``settings.model_files`` when they are recorded; checks the template and options)."""
+    ``settings.model_files`` when they are recorded; checks the template, the constraints
+    (:func:`build_target`) and the options; a kernel that does not sample log-factors refuses
+    constraints beyond ``Allowed`` rules)."""
     if settings.model_files is not None:
         check_model_files(settings.model, settings.model_files)
     mlm = load_mlm(settings.model, device=settings.device, dtype=settings.dtype)
@@ -67,8 +71,48 @@ def build(settings: RunSettings) -> tuple[MaskedLM, MaskedLMDistribution, Kernel
         mask = mlm.vocab[mlm.mask_id]
         length = int(settings.length or 0)
         template = (mask * length) if mlm.residue_level else " ".join([mask] * length)
+    target = build_target(mlm, template, settings)
+    return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_options.to_dict())
+
+
+def build_target(mlm: MaskedLM, template: str, settings: RunSettings) -> Target:
+    """The target of a run on ``template``: the model's distribution, constrained by
+    ``settings.constraints`` when there are any (:meth:`ConstraintSpec.constrain
+    <mlm_ppl.models.constraints.ConstraintSpec.constrain>`). The spec is bound to the template
+    and its experts are evaluated once on the template filled with each free position's first
+    allowed token, so that an unknown token, a position past the template, a rule that leaves a
+    position no token, or an expert that raises or returns no finite number is a ValueError
+    (starting ``constraints:``) before any work."""
     dist = MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
-    return mlm, dist, make_kernel(settings.kernel, dist, **settings.kernel_options.to_dict())
+    spec = settings.constraint_spec()
+    if spec is None:
+        return dist
+    try:
+        target = spec.constrain(dist)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"constraints: {err}") from None
+    _dry_run(target)
+    return target
+
+
+def _dry_run(target: ConstraintTarget) -> None:
+    """Every expert of ``target``'s spec evaluated once on the template filled with each free
+    position's first allowed token; a ValueError names the expert that fails."""
+    bound = target.constraints
+    if not bound.spec.all_experts:
+        return
+    state = target.template.cpu().clone()
+    state[bound.free_positions] = bound.allowed.long().argmax(-1)
+    try:
+        bound.expert_values(state[None])
+    except Exception as err:  # any failure of an expert (user code) is the spec's error
+        message = " ".join(str(err).split())
+        if not message.startswith("expert "):
+            message = f"{type(err).__name__}: {message}"
+        raise ValueError(
+            f"constraints: the experts fail on the template filled with the first allowed tokens "
+            f"({bound.codec.decode(state[None])[0]!r}): {message}"
+        ) from None
 
 
 def build_kernel(settings: RunSettings) -> KernelBase:
@@ -209,9 +253,9 @@ def check_batch(settings: RunSettings, templates: Sequence[tuple[str, str]]) -> 
     if len(set(names)) < len(names):
         raise ValueError(f"template names are used twice: {sorted({n for n in names if names.count(n) > 1})}")
     mlm, _, kernel = build(settings.for_template(templates[0][1]))
-    for name, template in templates:
+    for name, template in templates[1:]:
         try:
-            MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
+            build_target(mlm, template, settings)
         except (TypeError, ValueError) as err:
             raise ValueError(f"template {name!r}: {err}") from None
     return kernel

@@ -9,6 +9,7 @@ kernel's ``Options`` (:mod:`mlm_ppl.inference.spec`). The same record is written
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from ._checks import check_choice, check_count, check_seed, check_temperature, c
 from .inference.base import INITS
 from .inference.registry import KERNELS, kernel_class
 from .inference.spec import OptionInfo
+from .models.constraints import ConstraintSpec
 from .models.energy import ENERGIES
 from .models.loading import model_files
 
@@ -26,6 +28,10 @@ __all__ = ["RunSettings", "MAX_CHAINS", "option_flags"]
 MAX_CHAINS = 1000
 """More chains than this are refused unless forced: their plots and per-chain diagnostics stop being
 readable, and one run's memory grows with them; run several directories instead."""
+
+
+_ADDED = frozenset({"constraints"})
+"""Settings a record written before them lacks (read as their defaults)."""
 
 
 def _flag(default: Any, help: str) -> Any:
@@ -42,8 +48,13 @@ class RunSettings:
     into one). ``workers``: Ray workers, or None for one process. ``model_files``: the sha256 of
     each file the model is read from (:func:`~mlm_ppl.models.loading.model_files`), recorded by
     :meth:`with_model_files` for a run directory (which refuses settings without them) and
-    checked each time the run loads its model; None in settings that only live in memory. A
-    TypeError or ValueError names the setting to fix.
+    checked each time the run loads its model; None in settings that only live in memory.
+    ``constraints``: a :class:`~mlm_ppl.models.constraints.ConstraintSpec` as its ``to_dict()``
+    (a spec is turned into one), checked with ``ConstraintSpec.from_dict`` and kept in that
+    canonical form; None (or an empty spec) for the bare target. What needs the model (the
+    tokens of ``Allowed`` rules, their positions, the experts on a real state) is checked when the
+    target is built (:func:`mlm_ppl.campaign.build`). A TypeError or ValueError names the setting
+    to fix.
     """
 
     model: str = "antiberty"
@@ -63,6 +74,7 @@ class RunSettings:
     device: str | None = None
     workers: int | None = None
     model_files: dict[str, str] | None = None
+    constraints: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("model", "template", "dtype", "device"):
@@ -87,6 +99,8 @@ class RunSettings:
             ):
                 raise TypeError("model_files must map each file name of the model to its sha256 (64 hex digits)")
             object.__setattr__(self, "model_files", dict(files))
+        if self.constraints is not None:
+            object.__setattr__(self, "constraints", _canonical_spec(self.constraints))
         cls = kernel_class(self.kernel).Options
         options = self.kernel_options
         if options is None:
@@ -108,15 +122,19 @@ class RunSettings:
         out["kernel_options"] = self.kernel_options.to_dict()
         if self.model_files is not None:
             out["model_files"] = dict(self.model_files)
+        if self.constraints is not None:
+            out["constraints"] = json.loads(json.dumps(self.constraints))  # a copy the caller may change
         return out
 
     @classmethod
     def from_dict(cls, values: Any, what: str = "run settings") -> RunSettings:
-        """A record from :meth:`to_dict`'s form; every problem is a ValueError that starts with ``what``."""
+        """A record from :meth:`to_dict`'s form; every problem is a ValueError that starts with ``what``.
+        Settings added since the record's format was made (:data:`_ADDED`) may be missing: they
+        take their defaults, which are what runs did before them."""
         if not isinstance(values, Mapping):
             raise ValueError(f"{what}: not a mapping of settings")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown, missing = sorted(set(values) - known), sorted(known - set(values))
+        unknown, missing = sorted(set(values) - known), sorted(known - set(values) - _ADDED)
         parts = [f"{word} {', '.join(names)}" for word, names in (("unknown", unknown), ("missing", missing)) if names]
         if parts:
             raise ValueError(f"{what}: {'; '.join(parts)}")
@@ -125,6 +143,12 @@ class RunSettings:
         except (TypeError, ValueError) as err:
             raise ValueError(f"{what}: {err}") from None
 
+    def constraint_spec(self) -> ConstraintSpec | None:
+        """The run's :class:`~mlm_ppl.models.constraints.ConstraintSpec` (None without constraints)."""
+        if self.constraints is None:
+            return None
+        return ConstraintSpec.from_dict(self.constraints, source="constraints")
+
     def with_model_files(self) -> RunSettings:
         """The same settings with ``model_files`` read from the model's files now: what a new run records."""
         return dataclasses.replace(self, model_files=model_files(self.model))
@@ -132,6 +156,26 @@ class RunSettings:
     def for_template(self, template: str) -> RunSettings:
         """The same settings for another template, in one process (a batch's template run)."""
         return dataclasses.replace(self, template=template, length=None, workers=None)
+
+
+def _canonical_spec(value: Any) -> dict[str, Any] | None:
+    """A constraint spec (or its ``to_dict()`` form) as the canonical ``to_dict()`` of the spec it
+    reads as (None when it holds nothing); a ValueError names the entry and the key."""
+    if isinstance(value, ConstraintSpec):
+        spec = value
+    elif isinstance(value, Mapping):
+        spec = ConstraintSpec.from_dict(value, source="constraints")
+    else:
+        raise TypeError(f"constraints must be a constraint spec (a mapping), got {type(value).__name__}")
+    try:
+        data = spec.to_dict()
+        # what config.json (keys sorted) and checkpoints hold, so that their records compare equal
+        data = json.loads(json.dumps(data, allow_nan=False, sort_keys=True))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"constraints: {err}") from None
+    if not any(data.values()):
+        return None
+    return data
 
 
 def option_flags() -> dict[str, list[tuple[str, OptionInfo]]]:

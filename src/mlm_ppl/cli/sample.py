@@ -15,13 +15,16 @@ from ..inference.base import INITS
 from ..inference.distributed import WorkersLostError
 from ..inference.registry import KERNELS
 from ..inference.spec import KernelBase
+from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
 from ..models.energy import ENERGIES
 from ..rundir import RunDirectory
 from ..settings import MAX_CHAINS, RunSettings, option_flags
 from ._common import add_model_args, exists_message, split_lines
 
 _DEFAULTS = {
-    f.name: f.default for f in dataclasses.fields(RunSettings) if f.name not in ("kernel_options", "model_files")
+    f.name: f.default
+    for f in dataclasses.fields(RunSettings)
+    if f.name not in ("kernel_options", "model_files", "constraints")
 }
 _SETTINGS = tuple(_DEFAULTS)
 
@@ -69,6 +72,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             smp.add_argument(info.flag, dest=name, action="store_const", const=True, default=None, help=help)
         else:
             smp.add_argument(info.flag, dest=name, type=info.type, default=None, help=help)
+    rules = smp.add_argument_group("constraints (one spec, recorded with the run; docs/constraints.md)")
+    rules.add_argument(
+        "--constraints",
+        metavar="FILE.toml",
+        help="a constraint spec file: liabilities, [[rules]] (allowed, forbid, require) and [[experts]]",
+    )
+    rules.add_argument(
+        "--forbid",
+        metavar="REGEX",
+        action="append",
+        help="a pattern no designed position may take part in (rule forbid-1, forbid-2 ...; repeatable)",
+    )
+    rules.add_argument(
+        "--liabilities",
+        metavar="NAME",
+        nargs="*",
+        help=f"forbid antibody liabilities: {', '.join(LIABILITIES)} (all of them when no name is given)",
+    )
     smp.add_argument("--out", help="run directory to create")
     smp.add_argument(
         "--overwrite", action="store_true", help="replace an existing mlm-ppl run directory (never another directory)"
@@ -120,13 +141,48 @@ def config_from_flags(args: argparse.Namespace, template: str | None = None) -> 
         import_ray()  # installed? (says how to install it)
         check_address()  # RAY_ADDRESS answers? (within seconds)
         given.setdefault("workers", min(given.get("chains", _DEFAULTS["chains"]), os.cpu_count() or 1))
-    settings = RunSettings(**given, kernel_options=options).with_model_files()  # the model is part of the record
+    spec = constraints_from_flags(args)
+    settings = RunSettings(  # the model and the constraints are part of the record
+        **given, kernel_options=options, constraints=None if spec is None else spec.to_dict()
+    ).with_model_files()
     if settings.chains > MAX_CHAINS and not args.force:
         raise ValueError(
             f"--chains {settings.chains} is more than {MAX_CHAINS}: plots and per-chain diagnostics stop "
             "being readable; split the chains over several runs, or pass --force"
         )
     return settings
+
+
+def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
+    """The one constraint spec of ``--constraints FILE``, ``--forbid REGEX`` (rules ``forbid-1``,
+    ``forbid-2`` ... after the file's) and ``--liabilities [NAME ...]`` (added to the file's; all
+    of them without a name); None without any of them. A malformed one is a one-line ValueError
+    naming the flag or the file, the entry and the key."""
+    if args.constraints is None and args.forbid is None and args.liabilities is None:
+        return None
+    spec = ConstraintSpec() if args.constraints is None else ConstraintSpec.from_toml(args.constraints)
+    source = args.constraints or "the constraint flags"
+    rules: list[Rule] = list(spec.rules)
+    for i, pattern in enumerate(args.forbid or [], 1):
+        try:
+            rules.append(Forbid(f"forbid-{i}", pattern))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"--forbid {pattern!r}: {err}") from None
+    liabilities: list[str] | bool = list(spec.liabilities)
+    if args.liabilities == []:
+        liabilities = True
+    elif args.liabilities is not None:
+        unknown = [n for n in args.liabilities if n not in LIABILITIES]
+        if unknown:
+            raise ValueError(
+                f"--liabilities: unknown liability {unknown[0]!r}; choose from {', '.join(LIABILITIES)} "
+                "(or give no name for all of them)"
+            )
+        liabilities = [*spec.liabilities, *(n for n in args.liabilities if n not in spec.liabilities)]
+    try:
+        return ConstraintSpec(rules, spec.experts, liabilities=liabilities)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{source} with --forbid/--liabilities: {err}") from None
 
 
 def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: TextIO, runs: int = 1) -> None:
@@ -260,8 +316,15 @@ def _check_resume_flags(args: argparse.Namespace, settings: RunSettings) -> None
     names = (*_SETTINGS, *option_flags())
     given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     clash = {k: (v, have.get(k)) for k, v in given.items() if have.get(k) != v}
-    if clash:
-        detail = ", ".join(f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items())
+    details = [f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items()]
+    spec = constraints_from_flags(args)
+    if (
+        spec is not None
+        and dataclasses.replace(settings, constraints=spec.to_dict()).constraints != settings.constraints
+    ):
+        details.append(f"--constraints/--forbid/--liabilities {spec.to_dict()!r} (run has {settings.constraints!r})")
+    if details:
+        detail = ", ".join(details)
         raise ValueError(
             f"--resume {args.resume}: settings differ from the run's: {detail}; "
             "resume with the run's own settings, or start a new run"

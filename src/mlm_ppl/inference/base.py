@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_count, check_positive
-from ..models.target import Target
+from ..models.target import Target, log_density
 from .spec import KernelBase
 from .starts import check_start, repair_start
 from .streams import ChainStreams
@@ -41,6 +41,8 @@ __all__ = [
     "fill_template",
     "initial_tokens",
     "geometric_annealing",
+    "annealed_log_density",
+    "ANNEAL_TERMS",
 ]
 
 SCANS = ("random", "random_sweep", "left_to_right")
@@ -256,6 +258,22 @@ def initial_tokens(kernel: Kernel, num_chains: int, streams: ChainStreams, init:
         check_init(init)
         return kernel.target.template.expand(C, -1).clone()
     return repair_start(kernel.target, fill_template(kernel.target, C, streams, init), streams)
+
+
+ANNEAL_TERMS = ("all", "mlm", "constraints")
+"""What an annealing schedule divides by its temperature ``tau``: the whole log density, the MLM
+term ``-E/T`` alone, or the log-factor (constraints' experts, likelihood terms) alone."""
+
+
+def annealed_log_density(energy: Tensor, log_factor: Tensor, temperature: float, tau: float, terms: str) -> Tensor:
+    """The log density at annealing temperature ``tau``: ``(-E/T + f) / tau`` (``terms="all"``),
+    ``-E/(T tau) + f`` (``"mlm"``) or ``-E/T + f/tau`` (``"constraints"``). At ``tau = 1`` every
+    form is the target's; as ``tau -> 0`` the chain seeks the mode of the annealed terms."""
+    if terms == "all":
+        return log_density(energy, log_factor, temperature) / tau
+    if terms == "mlm":
+        return log_density(energy, log_factor, temperature * tau)
+    return log_density(energy, log_factor / tau, temperature)
 
 
 def geometric_annealing(start: float, end: float, num_steps: int) -> Callable[[int], float]:

@@ -16,12 +16,14 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .._checks import check_probability, check_temperature, count_at_least
+from .._checks import check_probability, check_schedule, check_temperature, count_at_least
 from ..models.target import Evaluation, Target, log_density
 from .base import (
+    ANNEAL_TERMS,
     SCANS,
     accept,
     acceptance_probability,
+    annealed_log_density,
     check_states,
     mh_log_ratio,
     proposal_log_probs,
@@ -33,12 +35,6 @@ from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
 __all__ = ["MHOptions", "MHState", "MHInfo", "MetropolisHastings", "TruncatedProposalWarning"]
-
-
-def _callable(value, name: str):
-    if not callable(value):
-        raise TypeError(f"{name} must be a callable step -> temperature, got {type(value).__name__}")
-    return value
 
 
 class TruncatedProposalWarning(UserWarning):
@@ -65,7 +61,12 @@ class MHOptions(Options):
     top_k: int | None = option(None, "truncate proposals to the k most likely tokens", check=count_at_least(1))
     top_p: float | None = option(None, "nucleus truncation of proposals", check=check_probability)
     temperature_schedule: Callable[[int], float] | None = option(
-        None, "step -> target temperature (annealing; Python only)", check=_callable, cli=False
+        None, "step -> annealing temperature tau (mode seeking; Python only)", check=check_schedule, cli=False
+    )
+    anneal_terms: str = option(
+        "all",
+        "what the schedule anneals: all (the whole log density), mlm (-E/T alone), constraints (the log-factor alone)",
+        choices=ANNEAL_TERMS,
     )
 
 
@@ -140,8 +141,12 @@ class MetropolisHastings(KernelBase[MHOptions]):
     top_k : int, optional
     top_p : float in (0, 1], optional
     temperature_schedule : callable, optional
-        ``step -> T``: anneal the target temperature for mode seeking (Goyal et al. section 7);
-        the chain then no longer samples ``p``. See :func:`~mlm_ppl.inference.geometric_annealing`.
+        ``step -> tau``: anneal for mode seeking (Goyal et al. section 7): the step's acceptance
+        uses the log density divided by ``tau`` (``anneal_terms="all"``: the MLM term and the
+        constraints' experts together, so the chain seeks the mode of the product; ``"mlm"`` or
+        ``"constraints"``: that term alone). The chain then no longer samples ``p``; the recorded
+        ``lp`` is the target's. See :func:`~mlm_ppl.inference.geometric_annealing`.
+    anneal_terms : {"all", "mlm", "constraints"}
     """
 
     name = "mh"
@@ -172,11 +177,13 @@ class MetropolisHastings(KernelBase[MHOptions]):
         return state._replace(log_factor=log_factor)
 
     def log_density(self, energy: Tensor, log_factor: Tensor, step: int | None = None) -> Tensor:
-        """The target's log density, at its temperature or the annealed one at ``step``."""
-        T = self.target.temperature
-        if step is not None and self.options.temperature_schedule is not None:
-            T = float(self.options.temperature_schedule(step))
-        return log_density(energy, log_factor, T)
+        """The target's log density; at ``step`` of an annealed run, its annealed form
+        (:func:`~mlm_ppl.inference.base.annealed_log_density` at ``temperature_schedule(step)``)."""
+        o = self.options
+        if step is None or o.temperature_schedule is None:
+            return log_density(energy, log_factor, self.target.temperature)
+        tau = float(o.temperature_schedule(step))
+        return annealed_log_density(energy, log_factor, self.target.temperature, tau, o.anneal_terms)
 
     def _proposal(self, logits: Tensor, sites: Tensor) -> Tensor:
         """``(C, b, V)`` log q at free indices ``sites`` ``(C, b)``, within their alphabets."""

@@ -25,15 +25,16 @@ full energy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .._checks import check_probability, check_temperature, count_at_least
+from .._checks import check_probability, check_schedule, check_temperature, count_at_least
 from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget, log_density
-from .base import accept, acceptance_probability, check_states, mh_log_ratio
+from .base import ANNEAL_TERMS, accept, acceptance_probability, annealed_log_density, check_states, mh_log_ratio
 from .exact import transition_matrix
 from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, Options, option
@@ -61,6 +62,14 @@ class SurrogateOptions(Options):
     proposal_temperature: float = option(1.0, "temperature of the inner MLM proposals", check=check_temperature)
     top_k: int | None = option(None, "truncate inner proposals to the k most likely tokens", check=count_at_least(1))
     top_p: float | None = option(None, "nucleus truncation of inner proposals", check=check_probability)
+    temperature_schedule: Callable[[int], float] | None = option(
+        None, "outer step -> annealing temperature tau (mode seeking; Python only)", check=check_schedule, cli=False
+    )
+    anneal_terms: str = option(
+        "all",
+        "what the schedule anneals: all (the whole log density), mlm (-E/T alone), constraints (the log-factor alone)",
+        choices=ANNEAL_TERMS,
+    )
 
 
 class SurrogateTarget(DerivedTarget):
@@ -165,8 +174,17 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         dtype = None if o.surrogate_dtype is None else SURROGATE_DTYPES[o.surrogate_dtype]
         self.inner_steps = 4 * target.num_free if o.inner_steps is None else o.inner_steps
         self.surrogate = SurrogateTarget(target, o.surrogate_window, dtype)  # type: ignore[arg-type]
+        schedule = o.temperature_schedule
+        inner_steps = self.inner_steps
         self.inner = MetropolisHastings(
-            self.surrogate, scan="random", proposal_temperature=o.proposal_temperature, top_k=o.top_k, top_p=o.top_p
+            self.surrogate,
+            scan="random",
+            proposal_temperature=o.proposal_temperature,
+            top_k=o.top_k,
+            top_p=o.top_p,
+            # the inner chain runs at its outer step's tau, so the outer correction stays valid
+            temperature_schedule=None if schedule is None else (lambda s: schedule(s // inner_steps)),
+            anneal_terms=o.anneal_terms,
         )
         self._full_copies = int(scored.numel())
         self._window_copies = int(self.surrogate.positions.numel())
@@ -187,9 +205,14 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         """The state with new extra log terms, in the target's and the surrogate's part alike."""
         return state._replace(log_factor=log_factor, inner=self.inner.with_log_factor(state.inner, log_factor))
 
-    def log_density(self, energy: Tensor, log_factor: Tensor) -> Tensor:
-        """The log density at the target's temperature (the same form for the target and the surrogate)."""
-        return log_density(energy, log_factor, self.target.temperature)
+    def log_density(self, energy: Tensor, log_factor: Tensor, step: int | None = None) -> Tensor:
+        """The log density at the target's temperature (the same form for the target and the
+        surrogate); at outer ``step`` of an annealed run, its annealed form."""
+        o = self.options
+        if step is None or o.temperature_schedule is None:
+            return log_density(energy, log_factor, self.target.temperature)
+        tau = float(o.temperature_schedule(step))
+        return annealed_log_density(energy, log_factor, self.target.temperature, tau, o.anneal_terms)
 
     # -- one step
     def step(self, state: SurrogateState, streams: ChainStreams) -> tuple[SurrogateState, SurrogateInfo]:
@@ -207,15 +230,16 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
             copies += inner_info.evaluated.long() * self._window_copies  # the window's copies ran
         moved = (inner.tokens != state.tokens).any(-1)  # (C,)
 
-        lp_x = self.log_density(state.energy, state.log_factor)
+        t = state.step
+        lp_x = self.log_density(state.energy, state.log_factor, t)
         lp_y = lp_x.clone()
         energy, log_factor = state.energy.clone(), state.log_factor.clone()
         if moved.any():
             ev = self.target.evaluate(inner.tokens[moved])  # the step's one full-energy pass
-            lp_y[moved] = self.log_density(ev.energy, ev.log_factor)
+            lp_y[moved] = self.log_density(ev.energy, ev.log_factor, t)
             copies += moved.long() * self._full_copies
-        surrogate_gain = self.log_density(inner.energy, inner.log_factor) - self.log_density(
-            start.energy, start.log_factor
+        surrogate_gain = self.log_density(inner.energy, inner.log_factor, t) - self.log_density(
+            start.energy, start.log_factor, t
         )
         log_a = mh_log_ratio(lp_y, lp_x, torch.where(moved, -surrogate_gain.to(lp_x.dtype), 0.0), moved)
         is_accepted = accept(log_a, streams)

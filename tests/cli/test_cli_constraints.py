@@ -1,0 +1,267 @@
+"""mlm-ppl sample with constraints (issue 23): --constraints FILE.toml, --forbid REGEX,
+--liabilities [NAME ...], one spec recorded with the run and compared on --resume; batches take
+it too; a malformed spec is one line before any work, and nothing is written."""
+
+import json
+import os
+import re
+import warnings
+
+import pytest
+import torch
+
+from mlm_ppl import campaign
+from mlm_ppl.cli import main
+from mlm_ppl.models.constraints import ConstraintSpec, ConstraintTarget, Forbid
+from mlm_ppl.settings import RunSettings
+from mlm_ppl.testing import save_tiny, tiny_antibody_bert
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)
+    import arviz as az
+
+TEMPLATE = "A[MASK]C[MASK][MASK]"
+ALPHABET = "ACDE"
+
+SPEC = """\
+[[rules]]
+kind = "allowed"
+name = "first-a-or-c"
+tokens = "AC"
+positions = [0]
+
+[[rules]]
+kind = "forbid"
+name = "no-dd"
+pattern = "DD"
+
+[[experts]]
+name = "few-e"
+kind = "residue-count"
+weight = -1.5
+params = { residues = "E" }
+"""
+
+EXPERTS = """\
+import math
+
+
+def raises(sequences):
+    raise KeyError("no such residue")
+
+
+def nan(sequences):
+    return [math.nan for _ in sequences]
+"""
+
+
+def _sample(model_dir, out, *extra, template=TEMPLATE, chains="3", draws="60"):
+    return ["sample", "--model", str(model_dir), "--template", template, "--chains", chains, "--draws", draws,
+            "--seed", "3", "--out", str(out), "--no-progress", *extra]  # fmt: skip
+
+
+def _sequences(directory, decode):
+    tokens = az.from_netcdf(os.path.join(directory, "run.nc")).posterior["tokens"].values
+    return [decode(row) for row in tokens.reshape(-1, tokens.shape[-1])]
+
+
+def _residues(row, vocab):
+    return "".join(vocab[t] for t in row if len(vocab[t]) == 1)
+
+
+def _vocab(model_dir):
+    from mlm_ppl import load_mlm
+
+    return load_mlm(str(model_dir)).vocab
+
+
+def _settings(directory):
+    """The settings a run directory records (read, not locked)."""
+    config = json.loads((directory / "config.json").read_text())
+    return RunSettings.from_dict({k: v for k, v in config.items() if k != "format"})
+
+
+def _one_line_error(capsys):
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("mlm-ppl ")]
+    assert "Traceback" not in err and len(lines) == 1 and err.endswith(lines[0] + "\n"), err
+    return lines[0]
+
+
+def test_a_spec_file_holds_in_every_draw_and_is_recorded(model_dir, tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out, "--constraints", str(spec))) == 0
+    vocab = _vocab(model_dir)
+    seqs = _sequences(out, lambda row: _residues(row, vocab))
+    assert len(seqs) == 3 * 60 and all(len(s) == 5 and s[0] == "A" and s[2] == "C" for s in seqs)
+    assert all(s[1] in "AC" and "DD" not in s for s in seqs)
+    config = json.loads((out / "config.json").read_text())
+    assert [r["name"] for r in config["constraints"]["rules"]] == ["first-a-or-c", "no-dd"]
+    assert config["constraints"]["experts"][0]["kind"] == "residue-count"
+    # the run's target, rebuilt from its record, is the constrained one: the expert's term is in lp
+    _, target, kernel = campaign.build(_settings(out))
+    assert isinstance(target, ConstraintTarget) and kernel.target is target
+    assert [e.name for e in target.constraints.spec.all_experts] == ["few-e"]
+    data = az.from_netcdf(os.path.join(out, "run.nc"))
+    lp = torch.as_tensor(data.sample_stats["lp"].values).reshape(-1)[::20]
+    tokens = torch.as_tensor(data.posterior["tokens"].values)
+    tokens = tokens.reshape(-1, tokens.shape[-1])[::20]
+    energy = target.base.evaluate(tokens).energy.double()
+    designed_e = torch.tensor([float(_residues(row, vocab)[3:].count("E") + (_residues(row, vocab)[1] == "E"))
+                               for row in tokens.tolist()], dtype=torch.float64)  # fmt: skip
+    assert torch.allclose(lp.double(), -energy - 1.5 * designed_e, atol=1e-4)
+    capsys.readouterr()
+
+
+def test_repeated_forbid_flags_are_rules_forbid_1_and_forbid_2(model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out, "--forbid", "DD", "--forbid", "E$", "--kernel", "surrogate-mh")) == 0
+    vocab = _vocab(model_dir)
+    seqs = _sequences(out, lambda row: _residues(row, vocab))
+    assert seqs and all("DD" not in s and not s.endswith("E") for s in seqs)
+    rules = json.loads((out / "config.json").read_text())["constraints"]["rules"]
+    assert rules == [
+        {"kind": "forbid", "name": "forbid-1", "pattern": "DD"},
+        {"kind": "forbid", "name": "forbid-2", "pattern": "E$"},
+    ]
+    capsys.readouterr()
+
+
+@pytest.fixture(scope="module")
+def antibody_dir(tmp_path_factory):
+    return str(save_tiny(tiny_antibody_bert(seed=2), tmp_path_factory.mktemp("m") / "antibody"))
+
+
+LIABILITY_MOTIFS = ("N[^P][ST]", "N[GS]", "D[GS]", "DP")
+
+
+@pytest.mark.parametrize("names", [[], ["deamidation", "dp-cleavage"]])
+def test_liabilities_are_absent_from_every_draw(antibody_dir, tmp_path, capsys, names):
+    template = "AAAA" + "[MASK]" * 6 + "AAAA"  # a framework of A: every motif match touches a designed residue
+    out = tmp_path / "run"
+    assert main(_sample(antibody_dir, out, "--liabilities", *names, template=template, draws="40")) == 0
+    vocab = _vocab(antibody_dir)
+    seqs = _sequences(out, lambda row: _residues(row, vocab))
+    motifs = LIABILITY_MOTIFS if not names else ("N[GS]", "DP")
+    assert len(seqs) == 3 * 40
+    assert all(not re.search(m, s) for s in seqs for m in motifs)
+    if not names:
+        assert all(s[4:10].count("C") % 2 == 0 for s in seqs)  # no unpaired designed cysteine
+    recorded = json.loads((out / "config.json").read_text())["constraints"]["liabilities"]
+    assert recorded == (names or recorded) and (names or len(recorded) == 6)
+    capsys.readouterr()
+
+
+def test_a_batch_takes_the_spec(model_dir, tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    templates = tmp_path / "templates.tsv"
+    templates.write_text("one\tA[MASK]C[MASK][MASK]\ntwo\t[MASK]DC[MASK][MASK]\n")
+    out = tmp_path / "batch"
+    argv = ["sample", "--model", model_dir, "--templates", str(templates), "--chains", "2", "--draws", "30",
+            "--out", str(out), "--no-progress", "--constraints", str(spec), "--forbid", "^C"]  # fmt: skip
+    assert main(argv) == 0
+    rows = [line.split("\t") for line in (out / "designs.tsv").read_text().splitlines()[1:]]
+    assert len(rows) == 2 * 2 * 30 and {r[0] for r in rows} == {"one", "two"}
+    for name, _, _, energy, seq in rows:
+        assert "DD" not in seq and not seq.startswith("C") and seq[1 if name == "one" else 0] in "AC"
+        assert float(energy) == float(energy) and abs(float(energy)) < 1e6
+    config = json.loads((out / "config.json").read_text())["settings"]["constraints"]
+    assert [r["name"] for r in config["rules"]] == ["first-a-or-c", "no-dd", "forbid-1"]
+    for name in ("one", "two"):
+        assert json.loads((out / name / "config.json").read_text())["constraints"] == config
+    # the energy column is the model's energy E, without the expert's term
+    _, target, _ = campaign.build(_settings(out / "one"))
+    tokens = torch.as_tensor(az.from_netcdf(os.path.join(out, "one", "run.nc")).posterior["tokens"].values)
+    energy = target.base.evaluate(tokens.reshape(-1, tokens.shape[-1])).energy.double()
+    column = torch.tensor([float(r[3]) for r in rows if r[0] == "one"], dtype=torch.float64)
+    assert torch.allclose(column, energy, atol=1e-3)
+    capsys.readouterr()
+
+
+def test_resume_refuses_an_edited_spec(model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out, "--forbid", "DD", "--checkpoint-seconds", "0", draws="10")) == 0
+    capsys.readouterr()
+    config_file = out / "config.json"
+    config = json.loads(config_file.read_text())
+    assert main(["sample", "--resume", str(out), "--no-progress", "--forbid", "EE"]) == 2
+    assert "--constraints/--forbid/--liabilities" in _one_line_error(capsys)
+    assert main(["sample", "--resume", str(out), "--no-progress", "--forbid", "DD"]) == 0  # its own spec
+    capsys.readouterr()
+    config["constraints"]["rules"][0]["pattern"] = "EE"
+    config_file.write_text(json.dumps(config))
+    assert main(["sample", "--resume", str(out), "--no-progress"]) == 2
+    line = _one_line_error(capsys)
+    assert "constraints.rules" in line and "'EE'" in line and "differs from the settings" in line
+
+
+@pytest.mark.parametrize(
+    "flags, spec, match",
+    [
+        (["--forbid", "D("], None, "--forbid 'D(': rule 'forbid-1'"),
+        (["--forbid", "D*"], None, "matches the empty string"),
+        (["--liabilities", "glycation"], None, "unknown liability 'glycation'"),
+        ([], 'liabilities = ["glycation"]', "unknown liability 'glycation'"),
+        ([], '[[rules]]\nkind = "prefer"\nname = "x"\npattern = "A"\n', "key 'kind': kind must be one of"),
+        (
+            [],
+            '[[experts]]\nname = "e"\nkind = "residue-count"\nweight = "heavy"\nparams = { residues = "E" }\n',
+            "key 'weight': weight must be a number",
+        ),  # fmt: skip
+        ([], '[[experts]]\nname = "e"\nkind = "cexperts_cli:raises"\n', "KeyError: 'no such residue'"),
+        ([], '[[experts]]\nname = "e"\nkind = "cexperts_cli:nan"\n', "expert 'e' returned nan"),
+        ([], '[[rules]]\nkind = "allowed"\nname = "w"\ntokens = "W"\n', "token 'W' is not in the vocabulary"),
+        (
+            [],
+            '[[rules]]\nkind = "allowed"\nname = "a"\ntokens = "A"\n\n[[rules]]\nkind = "allowed"\nname = "c"\n'
+            'tokens = "C"\npositions = [1]\n',
+            "rule 'c' leaves free position 1",
+        ),  # fmt: skip
+        ([], '[[rules]]\nkind = "allowed"\nname = "far"\ntokens = "A"\npositions = [7]\n', "out of range"),
+        (["--forbid", "[ACDE]"], None, "no sequence satisfying 'forbid-1' found"),  # no state: refused at the start
+        (["--forbid", "DD", "--kernel", "pseudo-gibbs"], None, "pseudo-gibbs would ignore the log-factor"),
+        (["--forbid", "DD"], '[[rules]]\nkind = "forbid"\nname = "forbid-1"\npattern = "E"\n', "named 'forbid-1'"),
+    ],
+)
+def test_a_malformed_spec_is_one_line_and_nothing_is_written(
+    model_dir, tmp_path, capsys, monkeypatch, flags, spec, match
+):
+    (tmp_path / "cexperts_cli.py").write_text(EXPERTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if spec is not None:
+        (tmp_path / "spec.toml").write_text(spec)
+        flags = [*flags, "--constraints", str(tmp_path / "spec.toml")]
+    out = tmp_path / "out"
+    assert main(_sample(model_dir, out, *flags)) == 2
+    line = _one_line_error(capsys)
+    assert match in line, line
+    assert not out.exists()
+
+
+def test_an_alphabet_spec_is_sampled_by_pseudo_gibbs(model_dir, tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[rules]]\nkind = "allowed"\nname = "no-e"\ntokens = "ACD"\n')
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out, "--constraints", str(spec), "--kernel", "pseudo-gibbs", draws="30")) == 0
+    vocab = _vocab(model_dir)
+    assert all("E" not in s for s in _sequences(out, lambda row: _residues(row, vocab)))
+    capsys.readouterr()
+
+
+def test_settings_recorded_before_constraints_read_as_none_and_specs_are_canonical():
+    record = RunSettings(template=TEMPLATE).to_dict()
+    del record["constraints"]  # a record written before the setting existed
+    assert RunSettings.from_dict(record).constraints is None
+    spec = ConstraintSpec([Forbid("no-dd", "DD")], liabilities=["dp-cleavage"])
+    made = RunSettings(template=TEMPLATE, constraints=spec.to_dict())
+    assert made.constraints == {
+        "experts": [],
+        "liabilities": ["dp-cleavage"],
+        "rules": [{"kind": "forbid", "name": "no-dd", "pattern": "DD"}],
+    }
+    assert RunSettings(template=TEMPLATE, constraints={"rules": []}).constraints is None  # an empty spec: none
+    with pytest.raises(ValueError, match=r"constraints: rules\[0\] \('x'\), key 'pattern'"):
+        RunSettings.from_dict({**record, "constraints": {"rules": [{"kind": "forbid", "name": "x", "pattern": "("}]}})
