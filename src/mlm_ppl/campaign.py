@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from . import rundir
@@ -424,8 +425,6 @@ def run_template(
     Module-level so that a Ray task can run it: a worker that dies leaves the template's
     checkpoint, and the retried task continues from it."""
     if threads is not None:
-        import torch
-
         torch.set_num_threads(threads)
     run_dir, checkpoint = _open_template(Path(directory), settings, run_id)
     with run_dir:

@@ -163,11 +163,15 @@ def test_a_batch_takes_the_spec(model_dir, tmp_path, capsys):
     argv = ["sample", "--model", model_dir, "--templates", str(templates), "--chains", "2", "--draws", "30",
             "--out", str(out), "--no-progress", "--constraints", str(spec), "--forbid", "^C"]  # fmt: skip
     assert main(argv) == 0
-    rows = [line.split("\t") for line in (out / "designs.tsv").read_text().splitlines()[1:]]
+    header, *lines = (out / "designs.tsv").read_text().splitlines()
+    assert header.split("\t") == ["template", "chain", "draw", "energy", "feasible", "few-e", "sequence"]
+    free = {"one": [1, 3, 4], "two": [0, 3, 4]}
+    rows = [line.split("\t") for line in lines]
     assert len(rows) == 2 * 2 * 30 and {r[0] for r in rows} == {"one", "two"}
-    for name, _, _, energy, seq in rows:
+    for name, _, _, energy, feasible, few_e, seq in rows:
         assert "DD" not in seq and not seq.startswith("C") and seq[1 if name == "one" else 0] in "AC"
         assert float(energy) == float(energy) and abs(float(energy)) < 1e6
+        assert feasible == "1" and float(few_e) == [seq[i] for i in free[name]].count("E")  # designed E
     config = json.loads((out / "config.json").read_text())["settings"]["constraints"]
     assert [r["name"] for r in config["rules"]] == ["first-a-or-c", "no-dd", "forbid-1"]
     for name in ("one", "two"):
