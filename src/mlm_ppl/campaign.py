@@ -255,8 +255,8 @@ def check_batch(settings: RunSettings, templates: Sequence[tuple[str, str]]) -> 
         raise ValueError(f"template names are used twice: {sorted({n for n in names if names.count(n) > 1})}")
     mlm, _, kernel = build(settings.for_template(templates[0][1]))
     for name, template in templates[1:]:
-        try:
-            build_target(mlm, template, settings)
+        try:  # the kernel too: its checks depend on the template (block_size, a surrogate's window)
+            make_kernel(settings.kernel, build_target(mlm, template, settings), **settings.kernel_options.to_dict())
         except (TypeError, ValueError) as err:
             raise ValueError(f"template {name!r}: {err}") from None
     return kernel
@@ -437,10 +437,13 @@ def run_template(
     flat = result.tokens.reshape(-1, L)
     factor = torch.zeros(C * D, dtype=torch.float64)
     columns: dict[str, Tensor] = {}  # per-draw values beside the energy: feasible, then each expert
-    if constraints is not None:
+    if constraints is not None:  # the experts run once over the draws: their values give the factor too
         feasible = constraints.feasible(flat)
-        factor[feasible] = constraints.log_factor(flat[feasible])  # -inf off the feasible set: left 0 there
-        columns = {"feasible": feasible.double(), **constraints.expert_values(flat)}
+        values = constraints.expert_values(flat)
+        for expert in constraints.spec.all_experts:
+            factor += expert.weight * values[expert.name]
+        factor[~feasible] = 0.0  # the factor is -inf there; the energy column keeps -T log p's value
+        columns = {"feasible": feasible.double(), **values}
     # E = -T (log p - log_factor): the MLM energy of each draw, whatever the constraints add
     energy = (-(result.stats["lp"].double().reshape(-1) - factor) * settings.temperature).reshape(C, D)
     rows = [

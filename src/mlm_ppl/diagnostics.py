@@ -160,8 +160,10 @@ def to_inference_data(
             if not name.isidentifier():
                 raise ValueError(f"function name {name!r} must be an identifier")
             posterior[name] = np.array([[float(fn(s)) for s in chain] for chain in decoded])
-    if constraints is not None:
-        posterior.update(constraint_functionals(constraints, tokens))
+    for name, values in (constraint_functionals(constraints, tokens) if constraints is not None else {}).items():
+        if name in posterior:
+            raise ValueError(f"the constraints' functional {name!r} clashes with another; rename the function")
+        posterior[name] = values
     for name, values in (other_sites or {}).items():
         values = np.asarray(values)
         if name in posterior or values.shape[:2] != (C, D):

@@ -69,3 +69,16 @@ def test_bad_templates_files_are_refused_before_any_work(model_dir, tmp_path, ca
     assert main(_batch(model_dir, templates, out)) == 2
     assert match in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_every_templates_kernel_is_checked_before_any_work(model_dir, tmp_path, capsys):
+    """--block-size 3 fits the first template (3 free positions) but not the second (2): the batch
+    used to run the first template, then fail on the second."""
+    templates = tmp_path / "templates.tsv"
+    templates.write_text("three\tA[MASK]C[MASK][MASK]\ntwo\tAD[MASK]E[MASK]\n")
+    out = tmp_path / "batch"
+    argv = ["sample", "--model", model_dir, "--templates", str(templates), "--chains", "2", "--draws", "5",
+            "--block-size", "3", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "template 'two': block_size=3 is larger than the 2 free positions" in err and not out.exists()

@@ -77,3 +77,10 @@ def test_the_annealed_terms_are_checked(problem):
         make_kernel("mh", dist, temperature_schedule=schedule, anneal_terms="energy")
     with pytest.raises(TypeError, match="temperature_schedule must be a callable"):
         make_kernel("surrogate-mh", dist, temperature_schedule=0.5)
+
+
+def test_a_schedule_that_leaves_the_positive_numbers_is_an_error(problem):
+    _, dist, _ = problem
+    kernel = make_kernel("mh", dist, temperature_schedule=lambda step: 0.0)
+    with pytest.raises(ValueError, match=r"the annealing schedule gave tau=0.0; it must return a finite number > 0"):
+        run_chains(kernel, 2, 2, seed=0)

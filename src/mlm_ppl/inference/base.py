@@ -11,6 +11,7 @@ pass, while each draws its random numbers from its own stream
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -268,7 +269,10 @@ term ``-E/T`` alone, or the log-factor (constraints' experts, likelihood terms) 
 def annealed_log_density(energy: Tensor, log_factor: Tensor, temperature: float, tau: float, terms: str) -> Tensor:
     """The log density at annealing temperature ``tau``: ``(-E/T + f) / tau`` (``terms="all"``),
     ``-E/(T tau) + f`` (``"mlm"``) or ``-E/T + f/tau`` (``"constraints"``). At ``tau = 1`` every
-    form is the target's; as ``tau -> 0`` the chain seeks the mode of the annealed terms."""
+    form is the target's; as ``tau -> 0`` the chain seeks the mode of the annealed terms. A
+    ``tau`` that is not a finite number > 0 (from a schedule) is a ValueError."""
+    if not (math.isfinite(tau) and tau > 0):
+        raise ValueError(f"the annealing schedule gave tau={tau}; it must return a finite number > 0")
     if terms == "all":
         return log_density(energy, log_factor, temperature) / tau
     if terms == "mlm":

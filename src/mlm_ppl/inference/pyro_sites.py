@@ -172,8 +172,9 @@ class HoldSites(Messenger):
         self.zero_density = set(zero_density)
 
     def __enter__(self) -> "HoldSites":
-        HoldSites.active += 1
-        return super().__enter__()
+        entered = super().__enter__()
+        HoldSites.active += 1  # counted once entered: a failed enter leaves no count behind
+        return entered
 
     def __exit__(self, *exc: Any) -> Any:
         HoldSites.active -= 1
