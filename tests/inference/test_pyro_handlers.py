@@ -40,6 +40,17 @@ def _count(d, x, token):
     return (x[..., d.free_positions] == token).sum(-1).double()
 
 
+def _handled(d, handler, a):
+    """A model with token site ``x`` of ``d`` under ``handler()`` and a factor on its count of ``a``."""
+
+    def model():
+        with handler():
+            x = pyro.sample("x", d)
+        pyro.factor("f", 0.8 * _count(d, x, a))
+
+    return model
+
+
 HANDLERS = {
     "scale 2.5": lambda: poutine.scale(scale=2.5),
     "scale 0.3": lambda: poutine.scale(scale=0.3),
@@ -53,12 +64,7 @@ HANDLERS = {
 def test_a_scaled_or_masked_token_site_is_sampled_as_pyro_scores_it(smooth64, handler, kernel, options, which):
     d = MaskedLMDistribution(smooth64, "A[MASK]C[MASK][MASK]")
     a = smooth64.vocab.index("A")
-
-    def model():
-        with HANDLERS[handler]():
-            x = pyro.sample("x", d)
-        pyro.factor("f", 0.8 * _count(d, x, a))
-
+    model = _handled(d, HANDLERS[handler], a)
     states = exact.enumerate_states(d)
     target = _pyro_joint(model, [{"x": s} for s in states])
     if which == "MLMKernel":
@@ -131,13 +137,7 @@ def test_draws_under_a_handler_follow_pyros_joint(smooth64, handler, which, chai
     Their states follow the exact 8-step law (Pearson's test and a TV bound derived from the
     sampling noise), and that law converges to Pyro's joint of the handled model."""
     d = MaskedLMDistribution(smooth64, "A[MASK][MASK]")
-    a = smooth64.vocab.index("A")
-
-    def model():
-        with DRAWN[handler]():
-            x = pyro.sample("x", d)
-        pyro.factor("f", 0.8 * _count(d, x, a))
-
+    model = _handled(d, DRAWN[handler], smooth64.vocab.index("A"))
     states = exact.enumerate_states(d)
     target = _pyro_joint(model, [{"x": s} for s in states])
     if which == "MLMKernel":

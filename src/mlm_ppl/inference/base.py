@@ -43,6 +43,7 @@ __all__ = [
     "initial_tokens",
     "geometric_annealing",
     "annealed_log_density",
+    "scheduled_log_density",
     "ANNEAL_TERMS",
 ]
 
@@ -278,6 +279,22 @@ def annealed_log_density(energy: Tensor, log_factor: Tensor, temperature: float,
     if terms == "mlm":
         return log_density(energy, log_factor, temperature * tau)
     return log_density(energy, log_factor / tau, temperature)
+
+
+def scheduled_log_density(
+    energy: Tensor,
+    log_factor: Tensor,
+    temperature: float,
+    schedule: Callable[[int], float] | None,
+    terms: str,
+    step: int | None,
+) -> Tensor:
+    """The log density a kernel's step ``step`` accepts by: the target's (``-E/T + f``) without a
+    ``schedule`` or a ``step``, else its annealed form at ``tau = schedule(step)``
+    (:func:`annealed_log_density`). The one place MH and surrogate-MH read their schedule."""
+    if step is None or schedule is None:
+        return log_density(energy, log_factor, temperature)
+    return annealed_log_density(energy, log_factor, temperature, float(schedule(step)), terms)
 
 
 def geometric_annealing(start: float, end: float, num_steps: int) -> Callable[[int], float]:

@@ -17,17 +17,17 @@ import torch
 from torch import Tensor
 
 from .._checks import check_probability, check_schedule, check_temperature, count_at_least
-from ..models.target import Evaluation, Target, log_density
+from ..models.target import Evaluation, Target
 from .base import (
     ANNEAL_TERMS,
     SCANS,
     accept,
     acceptance_probability,
-    annealed_log_density,
     check_states,
     mh_log_ratio,
     proposal_log_probs,
     sample_tokens,
+    scheduled_log_density,
     select_sites,
 )
 from .exact import block_moves, scan_matrix
@@ -180,10 +180,9 @@ class MetropolisHastings(KernelBase[MHOptions]):
         """The target's log density; at ``step`` of an annealed run, its annealed form
         (:func:`~mlm_ppl.inference.base.annealed_log_density` at ``temperature_schedule(step)``)."""
         o = self.options
-        if step is None or o.temperature_schedule is None:
-            return log_density(energy, log_factor, self.target.temperature)
-        tau = float(o.temperature_schedule(step))
-        return annealed_log_density(energy, log_factor, self.target.temperature, tau, o.anneal_terms)
+        return scheduled_log_density(
+            energy, log_factor, self.target.temperature, o.temperature_schedule, o.anneal_terms, step
+        )
 
     def _proposal(self, logits: Tensor, sites: Tensor) -> Tensor:
         """``(C, b, V)`` log q at free indices ``sites`` ``(C, b)``, within their alphabets."""

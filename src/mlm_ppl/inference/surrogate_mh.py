@@ -33,8 +33,8 @@ import torch
 from torch import Tensor
 
 from .._checks import check_probability, check_schedule, check_temperature, count_at_least
-from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget, log_density
-from .base import ANNEAL_TERMS, accept, acceptance_probability, annealed_log_density, check_states, mh_log_ratio
+from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget
+from .base import ANNEAL_TERMS, accept, acceptance_probability, check_states, mh_log_ratio, scheduled_log_density
 from .exact import transition_matrix
 from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, Options, option
@@ -209,10 +209,9 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         """The log density at the target's temperature (the same form for the target and the
         surrogate); at outer ``step`` of an annealed run, its annealed form."""
         o = self.options
-        if step is None or o.temperature_schedule is None:
-            return log_density(energy, log_factor, self.target.temperature)
-        tau = float(o.temperature_schedule(step))
-        return annealed_log_density(energy, log_factor, self.target.temperature, tau, o.anneal_terms)
+        return scheduled_log_density(
+            energy, log_factor, self.target.temperature, o.temperature_schedule, o.anneal_terms, step
+        )
 
     # -- one step
     def step(self, state: SurrogateState, streams: ChainStreams) -> tuple[SurrogateState, SurrogateInfo]:
