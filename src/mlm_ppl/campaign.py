@@ -51,6 +51,7 @@ __all__ = [
     "execute",
     "start_batch",
     "resume_batch",
+    "batch_templates",
     "run_template",
     "run_batch",
 ]
@@ -311,6 +312,18 @@ def resume_batch(directory: str | os.PathLike) -> Batch:
         run_dir.close()
         raise
     return batch
+
+
+def batch_templates(directory: str | os.PathLike) -> list[tuple[str, str]]:
+    """The ``(name, template)`` pairs of the batch in ``directory``, from its record, read without
+    the lock (to read a batch's results; the shape of the record is checked, its settings are not)."""
+    templates = _read_batch_file(Path(directory) / BATCH_RECORD)["templates"]
+    for name, _ in templates:
+        try:
+            check_template_name(name)
+        except ValueError as err:
+            raise ValueError(f"{Path(directory) / BATCH_RECORD}: {err}") from None
+    return list(templates)
 
 
 def _read_batch(run_dir: RunDirectory) -> Batch:
