@@ -9,7 +9,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "mlm_ppl"
 
 # What each part of the package may import (besides itself). models/ describes targets,
-# inference/ moves states, diagnostics/evaluation/rundir present results, cli/ maps flags.
+# inference/ moves states, diagnostics/evaluation/rundir present results, designs picks from finished
+# runs, cli/ maps flags.
 ALLOWED = {
     "_checks": set(),
     "_files": set(),
@@ -22,6 +23,7 @@ ALLOWED = {
     "rundir": {"_checks", "_files", "models", "inference", "settings", "diagnostics"},
     "campaign": {"_checks", "models", "inference", "settings", "rundir"},
     "evaluation": {"_checks", "_files", "data", "models", "inference", "diagnostics", "rundir"},
+    "designs": {"_checks", "models", "settings", "diagnostics", "rundir", "campaign"},
     "cli": {
         "_checks",
         "_files",
@@ -33,6 +35,7 @@ ALLOWED = {
         "rundir",
         "campaign",
         "evaluation",
+        "designs",
     },
 }
 ALLOWED[""] = set(ALLOWED) - {""}  # the package's __init__ may import every part

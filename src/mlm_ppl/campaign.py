@@ -34,7 +34,7 @@ from .models.constraints import BoundConstraints, ConstraintTarget
 from .models.distribution import MaskedLMDistribution
 from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
-from .models.target import Target
+from .models.target import Target, energy_from_log_density
 from .rundir import RunDirectory
 from .settings import RunSettings
 
@@ -51,6 +51,7 @@ __all__ = [
     "execute",
     "start_batch",
     "resume_batch",
+    "batch_templates",
     "run_template",
     "run_batch",
 ]
@@ -313,6 +314,18 @@ def resume_batch(directory: str | os.PathLike) -> Batch:
     return batch
 
 
+def batch_templates(directory: str | os.PathLike) -> list[tuple[str, str]]:
+    """The ``(name, template)`` pairs of the batch in ``directory``, from its record, read without
+    the lock (to read a batch's results; the shape of the record is checked, its settings are not)."""
+    templates = _read_batch_file(Path(directory) / BATCH_RECORD)["templates"]
+    for name, _ in templates:
+        try:
+            check_template_name(name)
+        except ValueError as err:
+            raise ValueError(f"{Path(directory) / BATCH_RECORD}: {err}") from None
+    return list(templates)
+
+
 def _read_batch(run_dir: RunDirectory) -> Batch:
     config_file, record_file = run_dir.path / rundir.CONFIG, run_dir.path / BATCH_RECORD
     config, record = _read_batch_file(config_file), _read_batch_file(record_file)
@@ -440,12 +453,12 @@ def run_template(
     if constraints is not None:  # the experts run once over the draws: their values give the factor too
         feasible = constraints.feasible(flat)
         values = constraints.expert_values(flat)
-        for expert in constraints.spec.all_experts:
-            factor += expert.weight * values[expert.name]
+        factor = constraints.spec.expert_sum(values, C * D)
         factor[~feasible] = 0.0  # the factor is -inf there; the energy column keeps -T log p's value
         columns = {"feasible": feasible.double(), **values}
     # E = -T (log p - log_factor): the MLM energy of each draw, whatever the constraints add
-    energy = (-(result.stats["lp"].double().reshape(-1) - factor) * settings.temperature).reshape(C, D)
+    energy = energy_from_log_density(result.stats["lp"].double().reshape(-1), factor, settings.temperature)
+    energy = energy.reshape(C, D)
     rows = [
         (c, d, float(energy[c, d]), seq, tuple(float(v[c * D + d]) for v in columns.values()))
         for c in range(C)

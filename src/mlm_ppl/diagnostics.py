@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "to_inference_data",
     "read_run",
+    "functional_name",
     "from_pyro",
     "summary",
     "Summary",
@@ -74,16 +75,19 @@ def constraint_functionals(constraints: "BoundConstraints", tokens: Tensor) -> d
 
     violations = constraints.violations(flat)
     for name, broke in violations.items():
-        put("rule_" + _identifier(name), ~broke)
+        put(functional_name("rule", name), ~broke)
     if violations:
         put("feasible", constraints.feasible(flat))
     for name, values in constraints.expert_values(flat).items():
-        put("expert_" + _identifier(name), values)
+        put(functional_name("expert", name), values)
     return out
 
 
-def _identifier(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+def functional_name(kind: str, name: str) -> str:
+    """The name of a rule's (``kind="rule"``) or an expert's (``"expert"``) functional in
+    ``run.nc``: ``<kind>_<name>``, the name made an identifier (``n-glycosylation`` ->
+    ``rule_n_glycosylation``)."""
+    return kind + "_" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
 
 
 def to_inference_data(

@@ -2,6 +2,7 @@
 
 ``mlm-ppl sample``     sample the masked positions of a template; a resumable run directory.
 ``mlm-ppl diagnose``   print the summary of a run and redraw its plots.
+``mlm-ppl designs``    the best distinct designs of a run or batch directory, TSV out.
 ``mlm-ppl score``      energies of sequences read from a file or stdin, TSV out.
 ``mlm-ppl germlines``  score real germline genes against shuffled controls.
 ``mlm-ppl pairs``      derived pair joints (naive, MRF, MRF-logit, HCB, AG) evaluated on held-out pairs.
@@ -16,11 +17,18 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from . import diagnose, germlines, pairs, sample, score
+from . import designs, diagnose, germlines, pairs, sample, score
 
 __all__ = ["main", "build_parser"]
 
-_COMMANDS = {"score": score, "sample": sample, "diagnose": diagnose, "germlines": germlines, "pairs": pairs}
+_COMMANDS = {
+    "score": score,
+    "sample": sample,
+    "diagnose": diagnose,
+    "designs": designs,
+    "germlines": germlines,
+    "pairs": pairs,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

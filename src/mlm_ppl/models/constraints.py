@@ -707,6 +707,15 @@ class ConstraintSpec:
         names = [r.name for r in self.rules] + [e.name for e in self.experts]
         return f"ConstraintSpec({names}, liabilities={list(self.liabilities)})"
 
+    def expert_sum(self, values: Mapping[str, Tensor], n: int) -> Tensor:
+        """``(n,)`` float64: ``sum_k w_k f_k``, each expert's weight times its values ``values[name]``
+        (``(n,)``, unweighted, as :meth:`BoundConstraints.expert_values` gives them); zeros
+        without experts. The experts' part of the log-factor, written once."""
+        total = torch.zeros(n, dtype=torch.float64)
+        for expert in self.all_experts:
+            total += expert.weight * torch.as_tensor(values[expert.name], dtype=torch.float64)
+        return total
+
     # -- binding
     def bind(self, target: Target) -> BoundConstraints:
         """The spec checked against ``target`` (alphabets, tokens, positions) and ready to evaluate states."""
@@ -1164,11 +1173,7 @@ class BoundConstraints:
         ok = self._feasible(tokens)
         out = torch.full((tokens.shape[0],), -math.inf, dtype=torch.float64)
         if bool(ok.any()):
-            values = self._expert_values(tokens[ok])
-            total = torch.zeros(int(ok.sum()), dtype=torch.float64)
-            for expert in self.spec.all_experts:
-                total += expert.weight * values[expert.name]
-            out[ok] = total
+            out[ok] = self.spec.expert_sum(self._expert_values(tokens[ok]), int(ok.sum()))
         return out
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "ConstrainedTarget",
     "ScaledTarget",
     "log_density",
+    "energy_from_log_density",
 ]
 
 
@@ -61,6 +62,12 @@ class Evaluation(NamedTuple):
 def log_density(energy: Tensor, log_factor: Tensor, temperature: float) -> Tensor:
     """The unnormalised log density of a target, ``-E/T + log_factor``: the one place it is written."""
     return -energy / temperature + log_factor
+
+
+def energy_from_log_density(lp: Tensor, log_factor: Tensor, temperature: float) -> Tensor:
+    """The energy ``E`` of states from their log density and log-factor: ``-T (lp - log_factor)``,
+    the inverse of :func:`log_density` (what a run's ``lp`` gives back of the MLM's energy)."""
+    return -(lp - log_factor) * temperature
 
 
 @runtime_checkable

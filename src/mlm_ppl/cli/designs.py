@@ -1,0 +1,61 @@
+"""``mlm-ppl designs``: the best distinct designs of a run or batch directory, TSV out."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TextIO
+
+from ._common import at_least
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    des = sub.add_parser(
+        "designs",
+        help="the best distinct designs of a run or batch directory (TSV)",
+        description="Rank every kept feasible draw of a run (or of each template of a batch) by its log "
+        "density lp, merge identical sequences (count), and take the best in turn when they lie at Hamming "
+        "distance >= --min-hamming from every design taken before, up to --top per template. Columns: rank, "
+        "template, chain, draw, count, lp, energy (the MLM energy E), feasible, one per expert, min_hamming, "
+        "sequence. Reads the directory only (docs/constraints.md, Picking designs).",
+    )
+    des.add_argument("directory", metavar="DIR", help="a run or batch directory of mlm-ppl sample --out")
+    des.add_argument("--top", type=int, default=10, help="designs per template, at least 1 (default 10)")
+    des.add_argument(
+        "--min-hamming",
+        type=int,
+        default=1,
+        help="least Hamming distance (token positions) between two designs of a template, >= 0 (default 1)",
+    )
+    des.add_argument("--out", metavar="FILE.tsv", help="write the table to FILE (atomically) instead of stdout")
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    from .._files import write_text_atomic
+    from ..designs import pick_designs
+    from ..rundir import kind_of
+
+    at_least(args.top, "top", 1)
+    at_least(args.min_hamming, "min-hamming", 0)
+    if args.out is not None:
+        if os.path.isdir(args.out):
+            raise ValueError(f"--out {args.out} is a directory; give a file name")
+        if kind_of(os.path.dirname(os.path.abspath(args.out))) is not None:
+            raise ValueError(
+                f"--out {args.out} lies in an mlm-ppl run directory, whose files are the run's; write it elsewhere"
+            )
+    found = pick_designs(args.directory, args.top, args.min_hamming)
+    table = found.to_tsv()
+    if args.out is None:
+        out.write(table)
+    else:
+        write_text_atomic(args.out, table)
+        out.write(f"wrote {len(found.designs)} designs to {args.out}\n")
+    out.flush()
+    for name, k in found.short().items():
+        print(
+            f"mlm-ppl designs: note: only {k} of {args.top} designs at --min-hamming {args.min_hamming} in {name!r}",
+            file=sys.stderr,
+        )
+    return 0
