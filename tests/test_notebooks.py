@@ -15,8 +15,8 @@ build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build)
 
 SOURCES = build.sources()
-ANTIBERTY = ("01_quickstart", "05_assay_model")  # load the real model: marked slow (still run in CI)
-WITH_FIGURES = ("02_mh_vs_pseudo_gibbs", "03_diagnosing_chains", "05_assay_model")
+ANTIBERTY = ("01_quickstart", "04_constraints", "05_assay_model")  # load the real model: marked slow (still run in CI)
+WITH_FIGURES = ("02_mh_vs_pseudo_gibbs", "03_diagnosing_chains", "04_constraints", "05_assay_model")
 
 
 def _code_cells(nb):
