@@ -707,6 +707,16 @@ class ConstraintSpec:
         names = [r.name for r in self.rules] + [e.name for e in self.experts]
         return f"ConstraintSpec({names}, liabilities={list(self.liabilities)})"
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled as its spec-file form (:meth:`to_dict`) where it has one: the built-in experts
+        are closures, which pickle cannot write, and are rebuilt from their kind and parameters.
+        A spec without one (a lambda expert) is pickled attribute by attribute, as far as pickle can."""
+        try:
+            data = self.to_dict()
+        except ValueError:
+            return super().__reduce_ex__(protocol)
+        return (ConstraintSpec.from_dict, (data,))
+
     # -- binding
     def bind(self, target: Target) -> BoundConstraints:
         """The spec checked against ``target`` (alphabets, tokens, positions) and ready to evaluate states."""
