@@ -111,7 +111,7 @@ class MaskedLMDistribution(TorchDistribution):
         L = int(self.template.numel())
         self._support = TokenIds(mlm.vocab_size)
         super().__init__(torch.Size(batch_shape), torch.Size([L]), validate_args=validate_args)
-        self.constraints: BoundConstraints | None = None  # what the spec is bound against: the bare template
+        self.constraints: BoundConstraints | None = None  # None while the spec binds: it reads the bare alphabets
         if constraints is not None:
             if not isinstance(constraints, ConstraintSpec):
                 raise TypeError(
