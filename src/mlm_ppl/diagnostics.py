@@ -204,10 +204,13 @@ def from_pyro(
     under a ``pyro.plate``) becomes ``tokens`` with the functionals of
     :func:`to_inference_data`; an ``MLMGibbs`` run's other latent sites (continuous and
     discrete) are added as they are, so :func:`summary` gives R-hat and ESS for both kinds.
+    A site whose distribution has ``constraints`` adds their functionals per draw
+    (``rule_<name>``, ``feasible``, ``expert_<name>``: :func:`constraint_functionals`).
     ``mlm`` defaults to the token site's model.
     """
     from .inference.gibbs import MLMGibbs, run_from_gibbs
     from .inference.pyro_kernel import MLMKernel, run_from_mcmc
+    from .inference.starts import target_constraints
 
     kernel = mcmc.kernel
     others: dict[str, np.ndarray] = {}
@@ -222,7 +225,13 @@ def from_pyro(
         raise TypeError(f"from_pyro reads MCMC runs of MLMKernel or MLMGibbs, not {type(kernel).__name__}")
     mlm = mlm if mlm is not None else getattr(target, "mlm", None)
     return to_inference_data(
-        run, mlm=mlm, reference=reference, indicators=indicators, functions=functions, other_sites=others
+        run,
+        mlm=mlm,
+        reference=reference,
+        indicators=indicators,
+        functions=functions,
+        other_sites=others,
+        constraints=target_constraints(target),
     )
 
 

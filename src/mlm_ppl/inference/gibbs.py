@@ -36,12 +36,14 @@ from .pyro_sites import (
     chain_streams,
     is_sample_site,
     other_sites_log_prob,
+    site_log_factor,
     site_weights,
     trace_model,
     weighted,
 )
 from .registry import KERNELS, make_kernel
 from .runner import Run, step_stats, target_attrs
+from .starts import repair_start
 from .streams import ChainStreams
 
 __all__ = ["MLMGibbs", "run_from_gibbs", "gibbs_kernels"]
@@ -74,7 +76,9 @@ class MLMGibbs(MCMCKernel):
     token_steps : int
         MH steps per token site per iteration (default 1).
     init : {"sample", "greedy", "uniform"}
-        How the free positions are first filled.
+        How the free positions are first filled: within the alphabets of a site's
+        ``constraints``, and repaired where the fill breaks one of its rules
+        (:func:`~mlm_ppl.inference.starts.repair_start`).
     **kernel_options
         Options of the token kernel (:class:`~mlm_ppl.inference.MetropolisHastings`: ``scan``,
         ``block_size``, ``top_k`` ...; :class:`~mlm_ppl.inference.SurrogateMH`: ``inner_steps``,
@@ -231,14 +235,20 @@ class MLMGibbs(MCMCKernel):
             weights = site_weights(name, latent[name])  # poutine.scale / mask: (B,) under a plate, else ()
             batch = fns[name].batch_shape
             base = fns[name].expand(torch.Size()) if batch else fns[name]  # one sequence of the site
-            # (B or 1, L): the elements of a plate one after another, all from the chain's one stream
-            count = batch[0] if batch else 1
-            filled = torch.cat([fill_template(base, 1, self._streams, self.init) for _ in range(count)])
+            # the elements of a plate one after another, all from the chain's one stream: each filled
+            # within the site's alphabets and repaired where it breaks one of its rules
+            elements: list[int | None] = list(range(batch[0])) if batch else [None]
+            sites = {e: weighted(base, weights if e is None else weights[e]) for e in elements}
+            filled = torch.cat(
+                [
+                    repair_start(sites[e], fill_template(sites[e], 1, self._streams, self.init), self._streams)
+                    for e in elements
+                ]
+            )
             self._values[name] = filled if batch else filled[0]
-            for element in range(batch[0]) if batch else [None]:
+            for element in elements:
                 unit = (name, element)
-                weight = weights if element is None else weights[element]
-                self._targets[unit] = ConstrainedTarget(weighted(base, weight), self._factor(name, element))
+                self._targets[unit] = ConstrainedTarget(sites[element], self._factor(name, element))
                 self._kernels[unit] = make_kernel(self.kernel_name, self._targets[unit], **self.kernel_options)
         self._z = {}
         if self.continuous_sites:
@@ -291,8 +301,10 @@ class MLMGibbs(MCMCKernel):
         for unit, kernel in self._kernels.items():
             name, element = unit
             state = self._states[unit]
-            factor = self._targets[unit].log_factor(state.tokens).to(state.log_factor.dtype)
-            state = kernel.with_log_factor(state, factor)  # the other terms moved with the held values; no MLM forward
+            target = self._targets[unit]
+            # the other terms moved with the held values, the site's own constraints did not; no MLM forward
+            factor = target.log_factor(state.tokens) + site_log_factor(target.base, state.tokens)
+            state = kernel.with_log_factor(state, factor.to(state.log_factor.dtype))
             for _ in range(self.token_steps):
                 state, info = kernel.step(state, self._streams)
                 stats = step_stats(info)

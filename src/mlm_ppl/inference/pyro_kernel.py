@@ -89,7 +89,10 @@ class MLMKernel(MCMCKernel):
         seed from torch's global RNG, so ``pyro.set_rng_seed`` before ``mcmc.run()`` makes a run,
         and a re-run of the same ``MCMC`` object, reproducible.
     init : {"sample", "greedy", "uniform"}
-        How the free positions are filled before warm-up (never counted as draws).
+        How the free positions are filled before warm-up (never counted as draws): within the
+        alphabets of the site's ``constraints``, and repaired where the fill breaks one of its
+        rules (:func:`~mlm_ppl.inference.starts.repair_start`); ``initial_params`` that break one
+        are refused.
 
     Notes
     -----
@@ -183,12 +186,13 @@ class MLMKernel(MCMCKernel):
         self.target = ConstrainedTarget(base, self._log_factor) if has_other_terms else base
         self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
         self._streams = chain_streams(self.seed, self._chain_index, self.num_chains)
+        init: str | Tensor = self.init
         if self._initial_params is not None:
-            tokens = self._initial_params[self.site].reshape(-1, dist.event_shape[0])
-            if tokens.shape[0] != self.num_chains:
-                raise ValueError(f"initial_params has {tokens.shape[0]} chains, the kernel runs {self.num_chains}")
-        else:
-            tokens = initial_tokens(self.kernel, self.num_chains, self._streams, self.init)
+            init = self._initial_params[self.site].reshape(-1, dist.event_shape[0])
+            if init.shape[0] != self.num_chains:
+                raise ValueError(f"initial_params has {init.shape[0]} chains, the kernel runs {self.num_chains}")
+        # a fill within the alphabets, repaired where it breaks a rule; given starts checked against the rules
+        tokens = initial_tokens(self.kernel, self.num_chains, self._streams, init)
         self._state = self.kernel.init(tokens)
         self._initials.append(self._state.tokens.clone())
 

@@ -32,6 +32,7 @@ __all__ = [
     "other_sites_log_prob",
     "site_weights",
     "weighted",
+    "site_log_factor",
     "TokenDraws",
     "AsTokenDraws",
     "AS_TOKEN_DRAWS",
@@ -278,9 +279,24 @@ def site_weights(name: str, node: Any) -> Tensor:
 
 
 def weighted(target: Target, weight: Tensor) -> Target:
-    """``target`` as Pyro's trace scores it: its energy times ``weight`` (a :class:`ScaledTarget`
-    unless the weight is 1)."""
+    """``target`` as Pyro's trace scores it: its log density (energy and constraints) times
+    ``weight`` (a :class:`ScaledTarget` unless the weight is 1; a weight of 0 drops the site's
+    constraints with its energy)."""
     return target if float(weight) == 1.0 else ScaledTarget(target, float(weight))
+
+
+def site_log_factor(site: Target, tokens: Tensor) -> Tensor:
+    """``(N,)`` float64, the log-factor of a token site's own target (:func:`weighted` of its
+    distribution) at complete states ``(N, L)``, with no forward pass: the distribution's
+    :meth:`~mlm_ppl.MaskedLMDistribution.log_factor` (its ``constraints``) times the site's
+    weight; zeros without constraints or at weight 0."""
+    if isinstance(site, ScaledTarget):
+        if site.scale == 0:
+            return torch.zeros(tokens.shape[0], dtype=torch.float64)
+        return site.scale * site_log_factor(site.base, tokens)
+    if not isinstance(site, MaskedLMDistribution):
+        raise TypeError(f"a token site's target is a MaskedLMDistribution, scaled or not; got {type(site).__name__}")
+    return site.log_factor(tokens)
 
 
 def chain_streams(seed: int | None, chain_index: int, num_chains: int) -> ChainStreams:
@@ -296,8 +312,9 @@ def chain_streams(seed: int | None, chain_index: int, num_chains: int) -> ChainS
 def check_same_mlm_site(name: str, fn: Any, expected: MaskedLMDistribution) -> None:
     """Raise if a token site's distribution differs from the one the kernel was set up with.
 
-    A template, temperature, energy or model that depends on another latent site makes that
-    site's conditional depend on the MLM distribution's normaliser, which no kernel can compute.
+    A template, temperature, energy, constraint spec or model that depends on another latent
+    site makes that site's conditional depend on the MLM distribution's normaliser, which no
+    kernel can compute.
     """
     same = (
         isinstance(fn, MaskedLMDistribution)
@@ -306,13 +323,27 @@ def check_same_mlm_site(name: str, fn: Any, expected: MaskedLMDistribution) -> N
         and fn.temperature == expected.temperature
         and fn.batch_shape == expected.batch_shape
         and torch.equal(fn.template, expected.template)
+        and _same_spec(fn, expected)
     )
     if not same:
         raise ValueError(
             f"the MaskedLMDistribution of site {name!r} changed with the values of other latent sites (its template, "
-            "temperature, energy or model depends on them); its normaliser is intractable, so that conditional cannot "
-            "be sampled. Fix the site's arguments, or make the other site observed"
+            "temperature, energy, constraints or model depends on them); its normaliser is intractable, so that "
+            "conditional cannot be sampled. Fix the site's arguments, or make the other site observed"
         )
+
+
+def _same_spec(a: MaskedLMDistribution, b: MaskedLMDistribution) -> bool:
+    """Whether two token-site distributions have the same constraint spec: none, one object, or
+    specs with the same spec-file form (a spec built anew at each model run)."""
+    if a.constraints is None or b.constraints is None:
+        return a.constraints is None and b.constraints is None
+    if a.constraints.spec is b.constraints.spec:
+        return True
+    try:
+        return a.constraints.spec.to_dict() == b.constraints.spec.to_dict()
+    except ValueError:  # a spec with no file form (a lambda expert): only the same object is the same
+        return False
 
 
 def other_sites_log_prob(

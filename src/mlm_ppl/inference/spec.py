@@ -28,6 +28,7 @@ from torch import Tensor
 
 from .._checks import check_choice, check_type
 from ..models.constraints import ConstraintTarget
+from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget, Evaluation, ScaledTarget, Target
 
 __all__ = ["STAT_NAMES", "Capabilities", "Options", "option", "OptionInfo", "KernelBase"]
@@ -157,9 +158,12 @@ OptionsT = TypeVar("OptionsT", bound=Options)
 def _beyond_proposals(target: Target) -> bool:
     """Whether ``target``'s density has terms that proposals within its alphabets (``allowed``) do
     not honour: a log-factor or a scaled energy. A constraint spec of alphabets alone has none
-    (its log-factor is 0 within them); the target it constrains may."""
+    (its log-factor is 0 within them); the target it constrains may. A distribution's own
+    ``constraints`` are such a spec."""
     if isinstance(target, ConstraintTarget) and target.constraints.alphabets_only:
         return _beyond_proposals(target.base)
+    if isinstance(target, MaskedLMDistribution):
+        return target.constraints is not None and not target.constraints.alphabets_only
     return isinstance(target, (ConstrainedTarget, ScaledTarget))
 
 

@@ -1,7 +1,8 @@
 """Feasible starting states: the alphabets a start is drawn from, the hard rules it must keep,
 and the repair search that finds a state breaking none of them.
 
-A constrained target (:class:`~mlm_ppl.models.ConstraintTarget`, or any
+A constrained target (:class:`~mlm_ppl.models.ConstraintTarget`, a
+:class:`~mlm_ppl.MaskedLMDistribution` with ``constraints``, or any
 :class:`~mlm_ppl.models.ConstrainedTarget` whose log-factor is ``-inf`` somewhere) has density 0
 off its feasible set. A chain must start on that set: the template is filled within the
 alphabets (``target.allowed``), and a fill that still breaks a pattern rule is repaired by
@@ -13,15 +14,18 @@ naming the chain and the rule, when it breaks one.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor
 
 from .._checks import check_count
-from ..models.constraints import ConstraintTarget
-from ..models.target import ConstrainedTarget, DerivedTarget, Target
+from ..models.constraints import BoundConstraints, ConstraintTarget
+from ..models.distribution import MaskedLMDistribution
+from ..models.target import ConstrainedTarget, DerivedTarget, ScaledTarget, Target
 from .streams import ChainStreams
 
-__all__ = ["REPAIR_TRIES", "rule_violations", "check_start", "repair_start"]
+__all__ = ["REPAIR_TRIES", "rule_violations", "target_constraints", "check_start", "repair_start"]
 
 REPAIR_TRIES = 2000
 """Single-site changes the repair search tries per chain before it gives up."""
@@ -29,32 +33,62 @@ REPAIR_TRIES = 2000
 _START_TEMPERATURE, _END_TEMPERATURE = 1.0, 0.05  # of the repair's annealing, per broken rule
 
 
+def _levels(target: Target) -> Iterator[Target]:
+    """``target`` and the targets it is built on, down to the distribution; a
+    :class:`~mlm_ppl.models.ScaledTarget` of scale 0 ends the chain (it drops its base's rules
+    with its term, as Pyro's mask does)."""
+    level: Target = target
+    while True:
+        yield level
+        if not isinstance(level, DerivedTarget) or (isinstance(level, ScaledTarget) and level.scale == 0):
+            return
+        level = level.base
+
+
+def _bound(level: Target) -> BoundConstraints | None:
+    """The constraint spec bound in one level: a ConstraintTarget's, or a constrained distribution's."""
+    if isinstance(level, ConstraintTarget):
+        return level.constraints
+    if isinstance(level, MaskedLMDistribution):
+        return level.constraints
+    return None
+
+
+def target_constraints(target: Target) -> BoundConstraints | None:
+    """The first constraint spec bound down the chain of ``target`` (a
+    :class:`~mlm_ppl.models.ConstraintTarget`'s, or that of a :class:`~mlm_ppl.MaskedLMDistribution`
+    with ``constraints``), or None: what a run's record reads its rule and expert functionals from."""
+    for level in _levels(target):
+        bound = _bound(level)
+        if bound is not None:
+            return bound
+    return None
+
+
 def rule_violations(target: Target, tokens: Tensor) -> dict[str, Tensor] | None:
     """``{rule name: (N,) bool}``, True where a state ``(N, L)`` breaks the rule, for every hard rule
     the target can check without running its model; None when it has none.
 
-    The rules are read down the chain of derived targets: a
-    :class:`~mlm_ppl.models.ConstraintTarget`'s named rules
-    (:meth:`~mlm_ppl.models.constraints.BoundConstraints.violations`); for any other
-    :class:`~mlm_ppl.models.ConstrainedTarget`, its log-factor being ``-inf``, named
-    ``"finite log_factor"``.
+    The rules are read down the chain of derived targets: the named rules
+    (:meth:`~mlm_ppl.models.constraints.BoundConstraints.violations`) of a
+    :class:`~mlm_ppl.models.ConstraintTarget` and of a :class:`~mlm_ppl.MaskedLMDistribution` with
+    ``constraints``; for any other :class:`~mlm_ppl.models.ConstrainedTarget`, its log-factor being
+    ``-inf``, named ``"finite log_factor"``. Below a scale of 0 (Pyro's mask) no rule holds.
     """
     out: dict[str, Tensor] = {}
-    level: Target | None = target
-    while isinstance(level, DerivedTarget):
-        if isinstance(level, ConstraintTarget):
-            found = level.constraints.violations(tokens)
+    for level in _levels(target):
+        bound = _bound(level)
+        found: dict[str, Tensor] = {}
+        if bound is not None:
+            found = bound.violations(tokens)
         elif isinstance(level, ConstrainedTarget):
             factor = torch.as_tensor(level.log_factor(tokens)).reshape(-1)
             found = {"finite log_factor": torch.isneginf(factor).cpu()}
-        else:
-            found = {}
         for name, broken in found.items():
             key, k = name, 2
             while key in out:  # two levels with rules of one name: both kept
                 key, k = f"{name} #{k}", k + 1
             out[key] = broken
-        level = level.base
     return out or None
 
 

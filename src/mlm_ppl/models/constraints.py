@@ -716,6 +716,16 @@ class ConstraintSpec:
             total += expert.weight * torch.as_tensor(values[expert.name], dtype=torch.float64)
         return total
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled as its spec-file form (:meth:`to_dict`) where it has one: the built-in experts
+        are closures, which pickle cannot write, and are rebuilt from their kind and parameters.
+        A spec without one (a lambda expert) is pickled attribute by attribute, as far as pickle can."""
+        try:
+            data = self.to_dict()
+        except ValueError:
+            return super().__reduce_ex__(protocol)
+        return (ConstraintSpec.from_dict, (data,))
+
     # -- binding
     def bind(self, target: Target) -> BoundConstraints:
         """The spec checked against ``target`` (alphabets, tokens, positions) and ready to evaluate states."""

@@ -8,6 +8,11 @@
 with ``E`` the raw-logit or locally normalised energy of the *whole* sequence (Goyal et al.
 2021; :mod:`mlm_ppl.models.energy`). Its normaliser is intractable, so ``log_prob`` is
 unnormalised, as for Pyro's ``SpanningTree`` ("logits (aka negative energies)").
+
+``MaskedLMDistribution(mlm, template, constraints=spec)`` is the same distribution under a
+:class:`~mlm_ppl.models.constraints.ConstraintSpec`, ``-E(x)/T + log_factor(x)``: the spec's
+alphabets are its :attr:`~MaskedLMDistribution.allowed` tokens, its rules its
+:meth:`~MaskedLMDistribution.forbidden` states, its experts' weighted sum its log-factor.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from torch import Tensor
 from torch.distributions import biject_to, transform_to
 
 from .._checks import check_temperature
+from .constraints import BoundConstraints, ConstraintSpec
 from .energy import check_energy, token_scores
 from .masked_lm import MaskedLM
 from .target import Evaluation, log_density
@@ -50,14 +56,26 @@ class MaskedLMDistribution(TorchDistribution):
         draws and a fresh distribution with the same seed repeats them), ``init`` ("sample" or
         "greedy"), and any :class:`mlm_ppl.inference.MetropolisHastings` option (``scan``,
         ``block_size``, ``top_k`` ...).
+    constraints : ConstraintSpec, optional
+        Hard rules and soft experts (:mod:`mlm_ppl.models.constraints`), checked against the
+        model and the template here (:meth:`ConstraintSpec.bind`: a token outside the
+        vocabulary, a position outside the template, an empty alphabet are one-line errors).
+        ``log_prob`` becomes ``-E(x)/T + sum_k w_k f_k(x)`` on the states that break no rule and
+        ``-inf`` on the others; :attr:`allowed` holds the spec's alphabets, so every kernel
+        proposes within them, and :meth:`forbidden` its rules, so a proposal that breaks one is
+        rejected before its forward pass. Kept bound as :attr:`constraints`
+        (:class:`~mlm_ppl.models.constraints.BoundConstraints`: ``violations``, ``feasible``,
+        ``expert_values``).
     validate_args : bool, optional
 
     Notes
     -----
     The event is the whole token-id sequence, ``event_shape == (L,)``, special tokens included,
     so values can go straight to the model. ``log_prob`` is unnormalised and costs one forward
-    pass per scorable position of each sequence. ``has_enumerate_support`` is False: Pyro must
-    not try to sum it out.
+    pass per scorable position of each sequence (none for a sequence that breaks a rule of
+    ``constraints``). ``has_enumerate_support`` is False: Pyro must not try to sum it out. The
+    support is every sequence of ordinary tokens at the free positions, constrained or not: a
+    sequence that breaks a rule is a value of density 0 (``log_prob`` ``-inf``), not an error.
     """
 
     arg_constraints: dict[str, Any] = {}
@@ -71,6 +89,7 @@ class MaskedLMDistribution(TorchDistribution):
         energy: str = "norm",
         temperature: float = 1.0,
         sampler_options: dict | None = None,
+        constraints: ConstraintSpec | None = None,
         batch_shape: torch.Size | tuple = torch.Size(),
         validate_args: bool | None = None,
     ) -> None:
@@ -92,6 +111,14 @@ class MaskedLMDistribution(TorchDistribution):
         L = int(self.template.numel())
         self._support = TokenIds(mlm.vocab_size)
         super().__init__(torch.Size(batch_shape), torch.Size([L]), validate_args=validate_args)
+        self.constraints: BoundConstraints | None = None  # None while the spec binds: it reads the bare alphabets
+        if constraints is not None:
+            if not isinstance(constraints, ConstraintSpec):
+                raise TypeError(
+                    f"constraints must be a ConstraintSpec (mlm_ppl.ConstraintSpec(...) or "
+                    f"ConstraintSpec.from_toml(path)), got {type(constraints).__name__}"
+                )
+            self.constraints = constraints.bind(self)
 
     # ------------------------------------------------------------------ Pyro plumbing
     @constraints.dependent_property(is_discrete=True, event_dim=1)
@@ -112,6 +139,7 @@ class MaskedLMDistribution(TorchDistribution):
         super(MaskedLMDistribution, new).__init__(
             torch.Size(batch_shape), self.event_shape, validate_args=self._validate_args
         )
+        new.constraints = self.constraints  # bound to the same template: shared
         return new
 
     @property
@@ -163,14 +191,23 @@ class MaskedLMDistribution(TorchDistribution):
     def evaluate(
         self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
     ) -> Evaluation:
-        """Energies and free-position conditionals of complete states ``(N, L)``, one batched pass.
+        """Energies, log-factors and free-position conditionals of complete states ``(N, L)``, one
+        batched pass.
 
-        ``positions`` restricts the energy to the terms of those columns (a subset of
+        The log-factor is :meth:`log_factor` (zeros without ``constraints``). ``positions``
+        restricts the energy to the terms of those columns (a subset of
         :attr:`scored_positions` holding every free position; one masked copy per column and
         state), and ``dtype`` runs a copy of the model in that dtype (:meth:`MaskedLM.cast`):
         the cheap surrogate of :class:`~mlm_ppl.inference.SurrogateMH`. The defaults give the
         energy itself.
         """
+        ev = self._evaluate_mlm(tokens, positions, dtype)
+        if self.constraints is None:
+            return ev
+        return ev._replace(log_factor=self.log_factor(tokens).to(ev.energy.device, ev.energy.dtype))
+
+    def _evaluate_mlm(self, tokens: Tensor, positions: Tensor | None, dtype: torch.dtype | None) -> Evaluation:
+        """:meth:`evaluate` without the constraints: the MLM's pass, log-factor zeros."""
         N = tokens.shape[0]
         mlm = self.mlm if dtype is None else self.mlm.cast(dtype)
         enc = mlm.encoding_from_ids(tokens)
@@ -192,7 +229,10 @@ class MaskedLMDistribution(TorchDistribution):
 
     @property
     def allowed(self) -> Tensor:
-        """``(F, V)`` bool, the tokens each free position may hold: the ordinary ones everywhere."""
+        """``(F, V)`` bool, the tokens each free position may hold: the ordinary ones everywhere,
+        narrowed by the alphabets of ``constraints``."""
+        if self.constraints is not None:
+            return self.constraints.allowed
         return self.mlm.ordinary_mask.expand(self.num_free, -1)
 
     @property
@@ -200,8 +240,19 @@ class MaskedLMDistribution(TorchDistribution):
         return self.mlm.vocab_size
 
     def forbidden(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` False: a bare distribution has no log-factor."""
-        return torch.zeros(tokens.shape[0], dtype=torch.bool)
+        """``(N,)`` bool, True where complete states ``(N, L)`` break a rule of ``constraints``
+        (read from the tokens alone, no forward pass); False everywhere without constraints."""
+        if self.constraints is None:
+            return torch.zeros(tokens.shape[0], dtype=torch.bool)
+        return ~self.constraints.feasible(tokens)
+
+    def log_factor(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` float64, the log-factor of complete states ``(N, L)``: ``sum_k w_k f_k(x)`` of the
+        experts of ``constraints`` where ``x`` breaks no rule, ``-inf`` where it breaks one; zeros
+        without constraints. No forward pass (the experts run on the feasible states only)."""
+        if self.constraints is None:
+            return torch.zeros(tokens.shape[0], dtype=torch.float64)
+        return self.constraints.log_factor(tokens)
 
     def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
         """``(N, k, V)`` MLM logits at ``positions`` (N, k) of ``tokens`` (N, L): all k masked together
@@ -211,19 +262,30 @@ class MaskedLMDistribution(TorchDistribution):
         return self.mlm.masked_logits(tokens, torch.zeros(tokens.shape, dtype=torch.bool), positions)
 
     def log_prob(self, value: Tensor) -> Tensor:
-        """Unnormalised ``-E(value) / T``, broadcast as Pyro's distributions do: shape
-        ``broadcast(value.shape[:-1], batch_shape)``.
+        """Unnormalised ``-E(value) / T + log_factor(value)`` (:meth:`log_factor`: 0 without
+        ``constraints``; ``-inf`` for a sequence that breaks a rule, whose forward pass is not
+        run), broadcast as Pyro's distributions do: shape ``broadcast(value.shape[:-1], batch_shape)``.
 
-        The normaliser is intractable and depends on the template and the temperature, so this
-        compares sequences of one distribution only; see ``docs/pyro.md``.
+        The normaliser is intractable and depends on the template, the temperature and the
+        constraints, so this compares sequences of one distribution only; see ``docs/pyro.md``.
         """
         self.check_complete(value)  # first: a partial sequence is a misuse to name, not just a bad value
         if self._validate_args:
             self._validate_sample(value)
             self.validate_tokens(value)
         flat = value.reshape(-1, value.shape[-1])
-        energy = self.evaluate(flat).energy
-        lp = log_density(energy, torch.zeros_like(energy), self.temperature).reshape(value.shape[:-1]).to(value.device)
+        if self.constraints is None:
+            energy = self._evaluate_mlm(flat, None, None).energy
+            lp = log_density(energy, torch.zeros_like(energy), self.temperature)
+        else:
+            factor = self.log_factor(flat)
+            feasible = torch.isfinite(factor)
+            lp = torch.full(factor.shape, float("-inf"), dtype=self.mlm.logits_dtype)
+            if bool(feasible.any()):
+                energy = self._evaluate_mlm(flat[feasible], None, None).energy
+                factor = factor[feasible].to(energy.device, energy.dtype)
+                lp[feasible] = log_density(energy, factor, self.temperature).to(lp.device)
+        lp = lp.reshape(value.shape[:-1]).to(value.device)
         return lp.expand(torch.broadcast_shapes(value.shape[:-1], self.batch_shape))
 
     # -- what an energy-based model over sequences cannot give: each refusal says what to use instead
@@ -305,13 +367,16 @@ class MaskedLMDistribution(TorchDistribution):
                 self.sampler_options,
                 tuple(self.batch_shape),
                 self._validate_args,
+                None if self.constraints is None else self.constraints.spec,
             ),
         )
 
     def __repr__(self) -> str:
+        spec = "" if self.constraints is None else f", constraints={self.constraints.spec!r}"
         return (
             f"MaskedLMDistribution({self.mlm.name!r}, L={self.event_shape[0]}, free={self.num_free}, "
-            f"energy={self.energy_name!r}, temperature={self.temperature}, batch_shape={tuple(self.batch_shape)})"
+            f"energy={self.energy_name!r}, temperature={self.temperature}, batch_shape={tuple(self.batch_shape)}"
+            f"{spec})"
         )
 
 
@@ -361,13 +426,14 @@ def register_sampler(sampler: Callable[..., Tensor]) -> None:
     _SAMPLER = sampler
 
 
-def _rebuild(mlm, template, energy, temperature, sampler_options, batch_shape, validate_args):
+def _rebuild(mlm, template, energy, temperature, sampler_options, batch_shape, validate_args, constraints=None):
     return MaskedLMDistribution(
         mlm,
         template,
         energy=energy,
         temperature=temperature,
         sampler_options=sampler_options,
+        constraints=constraints,
         batch_shape=batch_shape,
         validate_args=validate_args,
     )

@@ -294,10 +294,15 @@ class ConstrainedTarget(DerivedTarget):
 
 
 class ScaledTarget(DerivedTarget):
-    """A target whose energy is multiplied by ``scale >= 0``: ``log p(x) = -scale E(x)/T +
-    log_factor(x)``. It is what Pyro's ``poutine.scale(s)`` (``scale=s``) and ``poutine.mask``
-    (``scale=0``: the site's term dropped) make of a token site's log density; the MLM's
-    conditionals, and so the kernels' proposals, are the base's.
+    """A target whose whole log density is multiplied by ``scale >= 0``: ``log p(x) = scale *
+    (-E(x)/T + log_factor(x))``, the base's log-factor (its constraints) included. It is what
+    Pyro's ``poutine.scale(s)`` (``scale=s``) and ``poutine.mask`` (``scale=0``) make of a token
+    site's ``log_prob``; the MLM's conditionals, and so the kernels' proposals, are the base's.
+
+    A scale of 0 drops the base's term whole, as Pyro's mask drops the site's ``log_prob``: its
+    energy, its log-factor and the rules behind them, so every ordinary token is allowed and no
+    state is forbidden. A positive scale keeps the base's alphabets and rules (``-inf`` stays
+    ``-inf``).
     """
 
     def __init__(self, base: Target, scale: float) -> None:
@@ -307,13 +312,25 @@ class ScaledTarget(DerivedTarget):
         super().__init__(base)
         self.scale = scale
 
+    @property
+    def allowed(self) -> Tensor:
+        if self.scale == 0:
+            return self.base.ordinary_mask.expand(self.base.num_free, -1)
+        return self.base.allowed
+
+    def forbidden(self, tokens: Tensor) -> Tensor:
+        if self.scale == 0:
+            return torch.zeros(tokens.shape[0], dtype=torch.bool)
+        return self.base.forbidden(tokens)
+
     def evaluate(
         self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
     ) -> Evaluation:
-        """The base evaluation with its energy times :attr:`scale`; ``positions`` and ``dtype`` as
-        for :class:`ConstrainedTarget`."""
+        """The base evaluation with its energy and log-factor times :attr:`scale` (a log-factor of 0
+        at scale 0); ``positions`` and ``dtype`` as for :class:`ConstrainedTarget`."""
         ev = self.evaluate_base(tokens, positions, dtype=dtype)
-        return ev._replace(energy=ev.energy * self.scale)
+        factor = ev.log_factor * self.scale if self.scale > 0 else torch.zeros_like(ev.log_factor)
+        return ev._replace(energy=ev.energy * self.scale, log_factor=factor)
 
     def __repr__(self) -> str:
         return f"ScaledTarget({self.base!r}, scale={self.scale})"
