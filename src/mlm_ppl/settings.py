@@ -35,9 +35,9 @@ _ADDED = frozenset({"constraints", "anneal"})
 """Settings a record written before them lacks (read as their defaults)."""
 
 
-def _flag(default: Any, help: str) -> Any:
+def _flag(default: Any, help: str, metavar: str | None = None) -> Any:
     """A setting the command line has as a flag of its own (``--name``), with its help."""
-    return dataclasses.field(default=default, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help, "metavar": metavar})
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,9 @@ class RunSettings:
     init: str = _flag("sample", "how the masks are first filled")
     anneal: str | None = _flag(
         None,
-        "FROM:TO: anneal tau geometrically from FROM at the first step to TO at the last (warmup + draws x thin "
+        "anneal tau geometrically from FROM at the first step to TO at the last (warmup + draws x thin "
         "steps), e.g. 1:0.05; a mode seeker, its draws are not samples of the target (mh, surrogate-mh)",
+        metavar="FROM:TO",
     )
     dtype: str | None = None
     device: str | None = None

@@ -10,6 +10,7 @@ depend on the temperature). The draws of independent chains are checked against 
 import pytest
 import torch
 
+import mlm_ppl
 from exactness import check_fit, empirical
 from mlm_ppl import ConstraintSpec, MaskedLMDistribution, summary, to_inference_data
 from mlm_ppl import constraints as c
@@ -120,3 +121,12 @@ def test_an_annealed_run_records_it_and_its_summary_says_so(problem, schedule, t
     assert set(report.chains) <= {ANNEALED, "stuck"} and not report.converged
     plain = run_chains(make_kernel("mh", dist), 2, 20, seed=1)
     assert "annealing" not in plain.attrs and summary(to_inference_data(plain)).annealing is None
+
+
+def test_mlm_ppl_sample_records_an_annealed_run_that_inference_data_can_hold(problem):
+    mlm, _, _ = problem
+    schedule = geometric_annealing(1.0, 0.1, 9)
+    run = mlm_ppl.sample(mlm, TEMPLATE, num_chains=2, num_samples=10, temperature_schedule=schedule, block_size=1)
+    assert run.attrs["kernel_options"] == {"block_size": 1}  # the schedule is attrs["annealing"], not an option
+    assert run.attrs["annealing"] == {**schedule.to_dict(), "terms": "all"}
+    assert summary(to_inference_data(run, mlm=mlm)).annealing.startswith("annealed (tau 1 -> 0.1, all terms)")

@@ -60,6 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 f"--{f.name}",
                 type=kind[0],
                 choices=choices.get(f.name),
+                metavar=f.metadata["metavar"],
                 help=f"{f.metadata['help']}" + ("" if f.default is None else f" (default {f.default})"),
             )
     for name, declared in option_flags().items():  # every kernel's options, from their declarations
