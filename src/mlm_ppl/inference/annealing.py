@@ -88,8 +88,9 @@ def annealing_record(schedule: Callable[[int], float] | None, terms: str) -> dic
 def annealing_note(record: Mapping[str, Any]) -> str:
     """The line an annealed run's summary (and the command line) starts with: the run is a mode
     seeker, its draws are not samples of the target."""
-    if record.get("schedule") == "geometric":
-        tau = f"tau {_number(record['start'])} -> {_number(record['end'])}"
+    start, end = record.get("start"), record.get("end")
+    if record.get("schedule") == "geometric" and isinstance(start, (int, float)) and isinstance(end, (int, float)):
+        tau = f"tau {_number(start)} -> {_number(end)}"
     else:
         tau = "tau from a custom schedule"
     terms = record.get("terms", "all")
