@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from mlm_ppl.inference import MHOptions, SurrogateOptions
+from mlm_ppl.inference import GeometricAnnealing, MHOptions, SurrogateOptions
 from mlm_ppl.settings import RunSettings, option_flags
 
 
@@ -60,3 +60,35 @@ def test_one_flag_per_kernel_option_across_kernels():
     assert [k for k, _ in flags["top_k"]] == ["mh", "surrogate-mh", "pseudo-gibbs"]
     assert "temperature_schedule" not in flags  # Python only: a callable has no flag and no config entry
     assert flags["compute_lp"][0][1].type is bool
+
+
+def test_anneal_is_a_recorded_setting_whose_schedule_spans_the_run():
+    s = RunSettings(template="A[MASK]C", anneal="1.0:0.050", warmup=10, draws=20, thin=2)
+    assert s.anneal == "1:0.05" and RunSettings.from_dict(s.to_dict()) == s  # one canonical form
+    assert s.schedule() == GeometricAnnealing(1.0, 0.05, 49)  # the last of the 50 steps runs at TO
+    assert s.kernel_arguments()["temperature_schedule"] == s.schedule()
+    assert s.annealing() == {"schedule": "geometric", "start": 1.0, "end": 0.05, "num_steps": 49, "terms": "all"}
+    plain = RunSettings(template="A[MASK]C")
+    assert plain.schedule() is None and plain.annealing() is None
+    assert "temperature_schedule" not in plain.kernel_arguments()
+    record = plain.to_dict()
+    del record["anneal"]  # a record written before the setting existed
+    assert RunSettings.from_dict(record).anneal is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"anneal": "1"}, "anneal must be FROM:TO"),
+        ({"anneal": "0:1"}, "FROM and TO must be finite numbers > 0"),
+        ({"anneal": "1:0.1", "kernel": "pseudo-gibbs"}, "applies to kernel mh or surrogate-mh, not pseudo-gibbs"),
+        ({"kernel_options": {"anneal_terms": "mlm"}}, "anneal_terms applies to an annealed run"),
+        (
+            {"kernel_options": {"temperature_schedule": GeometricAnnealing(1.0, 0.1, 5)}},
+            "a temperature_schedule cannot be recorded with a run; give anneal='FROM:TO'",
+        ),
+    ],
+)
+def test_annealing_settings_are_checked_when_the_record_is_made(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RunSettings(template="A[MASK]C", **kwargs)

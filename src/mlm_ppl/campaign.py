@@ -8,7 +8,8 @@ A batch directory holds ``config.json`` (the shared settings and the templates),
 resume refuses a ``config.json`` or a template's run that differs from it), one run
 directory per template (``DIR/NAME``: a complete sampling run each, with its own checkpoint,
 ``run.nc``, ``summary.txt`` and plots), and at the end ``designs.tsv`` (template, chain, draw,
-energy, sequence for every draw of every template) and ``summary.txt`` (one line per template).
+energy, sequence for every draw of every template) and ``summary.txt`` (one line per template;
+an annealed batch's starts with a ``#`` line that says its draws are not samples of the target).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 
 from . import rundir
+from .inference.annealing import annealing_note
 from .inference.distributed import run_chains_ray, run_tasks_ray, split_chains
 from .inference.registry import make_kernel
 from .inference.runner import Checkpoint, Run, run_chains
@@ -74,7 +76,7 @@ def build(settings: RunSettings) -> tuple[MaskedLM, Target, KernelBase]:
         length = int(settings.length or 0)
         template = (mask * length) if mlm.residue_level else " ".join([mask] * length)
     target = build_target(mlm, template, settings)
-    return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_options.to_dict())
+    return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_arguments())
 
 
 def build_target(mlm: MaskedLM, template: str, settings: RunSettings) -> Target:
@@ -257,7 +259,7 @@ def check_batch(settings: RunSettings, templates: Sequence[tuple[str, str]]) -> 
     mlm, _, kernel = build(settings.for_template(templates[0][1]))
     for name, template in templates[1:]:
         try:  # the kernel too: its checks depend on the template (block_size, a surrogate's window)
-            make_kernel(settings.kernel, build_target(mlm, template, settings), **settings.kernel_options.to_dict())
+            make_kernel(settings.kernel, build_target(mlm, template, settings), **settings.kernel_arguments())
         except (TypeError, ValueError) as err:
             raise ValueError(f"template {name!r}: {err}") from None
     return kernel
@@ -515,6 +517,9 @@ def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], 
             f"{name}\t{s['r_hat']:.3f}\t{s['ess']:.0f}\t{s['acceptance']:.3f}\t{s['best_energy']:.4f}\t{s['best']}"
         )
     batch_dir.write_text("designs.tsv", "\n".join(lines) + "\n")
+    record = settings.annealing()
+    if record is not None:  # mode seeking: the table's R-hat and ESS are the annealed chains'
+        table.insert(0, f"# {annealing_note(record)}")
     text = "\n".join(table) + "\n"
     batch_dir.write_text("summary.txt", text)
     return text

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ._files import save_figure
+from .inference.annealing import annealing_note
 
 if TYPE_CHECKING:  # pragma: no cover
     import arviz
@@ -41,10 +42,12 @@ __all__ = [
     "INFEASIBLE",
     "CONVERGED",
     "NOT_CONVERGED",
+    "ANNEALED",
 ]
 
 STUCK, CONVERGED, NOT_CONVERGED = "stuck", "converged", "not converged"
 INFEASIBLE = "infeasible"
+ANNEALED = "annealed"
 RHAT_MAX = 1.01
 CHAIN_RHAT_MAX = 1.05
 ESS_MIN_PER_CHAIN = 100
@@ -292,8 +295,9 @@ class Summary:
     novel_transition_rate : float
         Fraction of steps whose accepted proposal changed the state (Goyal et al. 2021).
     chains : list of str
-        Per-chain verdict: "converged", "not converged", "stuck" (never moved) or "infeasible"
-        (draws of density 0: they break a hard rule of the target).
+        Per-chain verdict: "converged", "not converged", "stuck" (never moved), "infeasible"
+        (draws of density 0: they break a hard rule of the target) or "annealed" (a run that
+        anneals: a mode seeker, whose draws are not samples of the target, whatever its R-hat).
     reasons : list of str
         Why each chain got its verdict.
     moves_per_step : float
@@ -302,6 +306,9 @@ class Summary:
         Surrogate-MH: fraction of inner (surrogate) proposals accepted; None for other kernels.
     masked_copies_per_step : float or None
         Surrogate-MH: mean masked copies run per step; None for other kernels.
+    annealing : str or None
+        An annealed run's note (:func:`~mlm_ppl.inference.annealing.annealing_note`), the first
+        line of the text; None for a run that samples its target.
     """
 
     table: "pandas.DataFrame"
@@ -312,13 +319,15 @@ class Summary:
     moves_per_step: float = float("nan")
     inner_acceptance: float | None = None
     masked_copies_per_step: float | None = None
+    annealing: str | None = None
 
     @property
     def converged(self) -> bool:
         return all(v == CONVERGED for v in self.chains)
 
     def __str__(self) -> str:
-        lines = [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
+        lines = [self.annealing, ""] if self.annealing is not None else []
+        lines += [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
         lines.append(
             f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}"
         )
@@ -359,6 +368,11 @@ def summary(
     2021), split R-hat <= ``chain_rhat_max`` within the chain alone (its two halves: noisier, so
     a looser bound), and bulk and tail ESS >= ``ess_min_per_chain`` x chains; otherwise
     **not converged**, with the reasons.
+
+    A run that annealed (its ``annealing`` attribute, :func:`~mlm_ppl.run_chains`' record of the
+    kernel's schedule) sought a mode: its draws are not samples of the target. Its summary starts
+    with a note that says so, and a chain that is neither stuck nor infeasible is **annealed**, its
+    reasons those of the diagnostics of the annealed chain itself.
     """
     az = _arviz()
     post = idata.posterior
@@ -379,6 +393,7 @@ def summary(
     n_changed = idata.sample_stats["n_changed"].values  # (C, D)
     accepted = idata.sample_stats["is_accepted"].values
     verdicts, reasons = [], []
+    note = _annealing(idata.attrs)
     # hamming_start depends on each chain's own start: chains legitimately disagree on it
     varying = [n for n in names if n != "hamming_start" and np.nanstd(post[n].values) > 0]
     for c in range(n_chains):
@@ -416,12 +431,17 @@ def summary(
                     problems.append(f"ESS of {n} {min(eb, et):.0f} < {ess_min_per_chain * n_chains}")
         if not varying:
             problems.append("no functional varies")
-        verdicts.append(NOT_CONVERGED if problems else CONVERGED)
-        reasons.append(
+        why = (
             "; ".join(dict.fromkeys(problems))
             if problems
             else f"R-hat <= {rhat_max}, ESS >= {ess_min_per_chain * n_chains}"
         )
+        if note is not None:  # the diagnostics describe the annealed chain, not draws of the target
+            verdicts.append(ANNEALED)
+            reasons.append(f"mode-seeking, not samples of the target; the annealed chain: {why}")
+            continue
+        verdicts.append(NOT_CONVERGED if problems else CONVERGED)
+        reasons.append(why)
     acceptance, novel = acceptance_rates(accepted, n_changed)
     stats = idata.sample_stats
 
@@ -438,7 +458,22 @@ def summary(
         moves_per_step=float("nan") if moves is None else moves,
         inner_acceptance=mean_of("inner_acceptance"),
         masked_copies_per_step=mean_of("masked_copies"),
+        annealing=note,
     )
+
+
+def _annealing(attrs: Mapping) -> str | None:
+    """The note of an annealed run (its ``annealing`` attribute: a mapping in a Run, JSON text in
+    InferenceData), or None."""
+    record = attrs.get("annealing")
+    if record is None:
+        return None
+    if isinstance(record, str):
+        try:
+            record = json.loads(record)
+        except ValueError:
+            record = None
+    return annealing_note(record if isinstance(record, Mapping) else {})
 
 
 def _empty_table():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._checks import check_choice, check_count, check_seed, check_temperature, check_type
+from .inference.annealing import GeometricAnnealing, annealing_record, format_anneal, parse_anneal
 from .inference.base import INITS
 from .inference.registry import KERNELS, kernel_class
 from .inference.spec import OptionInfo
@@ -30,13 +31,13 @@ MAX_CHAINS = 1000
 readable, and one run's memory grows with them; run several directories instead."""
 
 
-_ADDED = frozenset({"constraints"})
+_ADDED = frozenset({"constraints", "anneal"})
 """Settings a record written before them lacks (read as their defaults)."""
 
 
-def _flag(default: Any, help: str) -> Any:
+def _flag(default: Any, help: str, metavar: str | None = None) -> Any:
     """A setting the command line has as a flag of its own (``--name``), with its help."""
-    return dataclasses.field(default=default, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help, "metavar": metavar})
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,12 @@ class RunSettings:
     (a spec is turned into one), checked with ``ConstraintSpec.from_dict`` and kept in that
     canonical form; None (or an empty spec) for the bare target. What needs the model (the
     tokens of ``Allowed`` rules, their positions, the experts on a real state) is checked when the
-    target is built (:func:`mlm_ppl.campaign.build`). A TypeError or ValueError names the setting
-    to fix.
+    target is built (:func:`mlm_ppl.campaign.build`). ``anneal``: ``"FROM:TO"`` (two finite
+    numbers > 0, kept as :func:`~mlm_ppl.inference.annealing.format_anneal` writes them), the
+    kernel's ``temperature_schedule`` over the whole run (:meth:`schedule`), for a kernel that
+    anneals; ``kernel_options.anneal_terms`` says which terms. A ``temperature_schedule`` in the
+    kernel's options is refused (a callable cannot be recorded: give ``anneal``). A TypeError or
+    ValueError names the setting to fix.
     """
 
     model: str = "antiberty"
@@ -70,6 +75,12 @@ class RunSettings:
     thin: int = _flag(1, "keep every k-th step")
     seed: int = _flag(0, "seed of every chain's random stream")
     init: str = _flag("sample", "how the masks are first filled")
+    anneal: str | None = _flag(
+        None,
+        "anneal tau geometrically from FROM at the first step to TO at the last (warmup + draws x thin "
+        "steps), e.g. 1:0.05; a mode seeker, its draws are not samples of the target (mh, surrogate-mh)",
+        metavar="FROM:TO",
+    )
     dtype: str | None = None
     device: str | None = None
     workers: int | None = None
@@ -110,11 +121,49 @@ class RunSettings:
         elif type(options) is not cls:
             raise TypeError(f"kernel_options of kernel {self.kernel!r} must be {cls.__name__} or a mapping")
         object.__setattr__(self, "kernel_options", options)
+        self._check_anneal()
+
+    def _check_anneal(self) -> None:
+        options = self.kernel_options
+        if getattr(options, "temperature_schedule", None) is not None:
+            raise ValueError(
+                "kernel_options: a temperature_schedule cannot be recorded with a run; "
+                "give anneal='FROM:TO' (tau geometrically from FROM to TO over the run)"
+            )
+        if self.anneal is None:
+            if getattr(options, "anneal_terms", "all") != "all":
+                raise ValueError("anneal_terms applies to an annealed run; give anneal='FROM:TO' too")
+            return
+        check_type(self.anneal, "anneal", str)
+        kernel = kernel_class(self.kernel)
+        if not kernel.anneals():
+            which = " or ".join(name for name, k in KERNELS.items() if k.anneals())
+            raise ValueError(f"anneal applies to kernel {which}, not {self.kernel}")
+        object.__setattr__(self, "anneal", format_anneal(*parse_anneal(self.anneal)))
 
     @property
     def total_steps(self) -> int:
         """Warm-up and kept steps: ``warmup + draws * thin``."""
         return self.warmup + self.draws * self.thin
+
+    def schedule(self) -> GeometricAnnealing | None:
+        """The kernel's ``temperature_schedule`` of ``anneal``: tau from FROM at the first step
+        (step 0) to TO at the last (step ``total_steps - 1``), geometrically; None without ``anneal``."""
+        if self.anneal is None:
+            return None
+        return GeometricAnnealing(*parse_anneal(self.anneal), self.total_steps - 1)
+
+    def annealing(self) -> dict | None:
+        """What a run of these settings records of its annealing (``run.attrs["annealing"]``), or None."""
+        return annealing_record(self.schedule(), getattr(self.kernel_options, "anneal_terms", "all"))
+
+    def kernel_arguments(self) -> dict[str, Any]:
+        """The kernel's options as :func:`~mlm_ppl.inference.make_kernel` takes them: the recorded
+        ones and, for an annealed run, its ``temperature_schedule`` (:meth:`schedule`)."""
+        arguments = self.kernel_options.to_dict()
+        if self.anneal is not None:
+            arguments["temperature_schedule"] = self.schedule()
+        return arguments
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON-ready values (the kernel's options nested, Python-only ones left out)."""

@@ -10,10 +10,13 @@ depend on the temperature). The draws of independent chains are checked against 
 import pytest
 import torch
 
+import mlm_ppl
 from exactness import check_fit, empirical
-from mlm_ppl import ConstraintSpec, MaskedLMDistribution
+from mlm_ppl import ConstraintSpec, MaskedLMDistribution, summary, to_inference_data
 from mlm_ppl import constraints as c
-from mlm_ppl.inference import exact, make_kernel, run_chains
+from mlm_ppl.diagnostics import ANNEALED
+from mlm_ppl.inference import GeometricAnnealing, exact, geometric_annealing, make_kernel, run_chains
+from mlm_ppl.inference.annealing import annealing_note
 from mlm_ppl.models import ConstrainedTarget
 from mlm_ppl.testing import tiny_residue_bert
 
@@ -84,3 +87,46 @@ def test_a_schedule_that_leaves_the_positive_numbers_is_an_error(problem):
     kernel = make_kernel("mh", dist, temperature_schedule=lambda step: 0.0)
     with pytest.raises(ValueError, match=r"the annealing schedule gave tau=0.0; it must return a finite number > 0"):
         run_chains(kernel, 2, 2, seed=0)
+
+
+def test_a_geometric_schedule_is_a_record():
+    s = geometric_annealing(2.0, 0.5, 4)
+    assert s == GeometricAnnealing(2.0, 0.5, 4) and s.to_dict() == {
+        "schedule": "geometric", "start": 2.0, "end": 0.5, "num_steps": 4
+    }  # fmt: skip
+    assert [s(t) for t in (0, 2, 4, 9)] == pytest.approx([2.0, 1.0, 0.5, 0.5])
+    assert GeometricAnnealing(1.0, 0.05, 0)(0) == 0.05  # no steps to go: TO at once
+    with pytest.raises(ValueError, match="end must be > 0 and finite"):
+        GeometricAnnealing(1.0, 0.0, 5)
+    with pytest.raises(ValueError, match="num_steps must be an integer >= 0"):
+        GeometricAnnealing(1.0, 0.5, -1)
+
+
+@pytest.mark.parametrize(
+    "schedule, terms, note",
+    [
+        (GeometricAnnealing(1.0, 0.1, 19), "all", "tau 1 -> 0.1, all terms"),
+        (schedule, "constraints", "tau from a custom schedule, the constraints' term"),
+    ],
+)
+def test_an_annealed_run_records_it_and_its_summary_says_so(problem, schedule, terms, note):
+    _, dist, target = problem
+    kernel = make_kernel("mh", target, temperature_schedule=schedule, anneal_terms=terms)
+    run = run_chains(kernel, 2, 20, seed=1)
+    assert run.attrs["annealing"]["terms"] == terms
+    report = summary(to_inference_data(run))
+    assert report.annealing == annealing_note(run.attrs["annealing"])
+    assert note in report.annealing and "draws are not samples of the target" in report.annealing
+    assert str(report).splitlines()[0] == report.annealing
+    assert set(report.chains) <= {ANNEALED, "stuck"} and not report.converged
+    plain = run_chains(make_kernel("mh", dist), 2, 20, seed=1)
+    assert "annealing" not in plain.attrs and summary(to_inference_data(plain)).annealing is None
+
+
+def test_mlm_ppl_sample_records_an_annealed_run_that_inference_data_can_hold(problem):
+    mlm, _, _ = problem
+    schedule = geometric_annealing(1.0, 0.1, 9)
+    run = mlm_ppl.sample(mlm, TEMPLATE, num_chains=2, num_samples=10, temperature_schedule=schedule, block_size=1)
+    assert run.attrs["kernel_options"] == {"block_size": 1}  # the schedule is attrs["annealing"], not an option
+    assert run.attrs["annealing"] == {**schedule.to_dict(), "terms": "all"}
+    assert summary(to_inference_data(run, mlm=mlm)).annealing.startswith("annealed (tau 1 -> 0.1, all terms)")

@@ -11,9 +11,10 @@ from typing import Any, TextIO
 
 from .. import campaign
 from .._checks import check_interval
+from ..inference.annealing import annealing_note, format_anneal, parse_anneal
 from ..inference.base import INITS
 from ..inference.distributed import WorkersLostError
-from ..inference.registry import KERNELS
+from ..inference.registry import KERNELS, kernel_class
 from ..inference.spec import KernelBase
 from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
 from ..models.energy import ENERGIES
@@ -54,12 +55,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     types = typing.get_type_hints(RunSettings)
     for f in dataclasses.fields(RunSettings):  # the run's own settings, from the record's declaration
         if "help" in f.metadata:
-            kind = types[f.name]
+            kind = [t for t in typing.get_args(types[f.name]) if t is not type(None)] or [types[f.name]]  # str | None
             smp.add_argument(
                 f"--{f.name}",
-                type=kind,
+                type=kind[0],
                 choices=choices.get(f.name),
-                help=f"{f.metadata['help']} (default {f.default})",
+                metavar=f.metadata["metavar"],
+                help=f"{f.metadata['help']}" + ("" if f.default is None else f" (default {f.default})"),
             )
     for name, declared in option_flags().items():  # every kernel's options, from their declarations
         info = declared[0][1]
@@ -135,6 +137,7 @@ def config_from_flags(args: argparse.Namespace, template: str | None = None) -> 
         kernels = [k for k, _ in flags[name]]
         if kernel not in kernels:
             raise ValueError(f"{flags[name][0][1].flag} applies to --kernel {' or '.join(kernels)}, not {kernel}")
+    _check_anneal_flags(args, kernel)
     if args.ray:
         from ..inference.distributed import check_address, import_ray
 
@@ -151,6 +154,25 @@ def config_from_flags(args: argparse.Namespace, template: str | None = None) -> 
             "being readable; split the chains over several runs, or pass --force"
         )
     return settings
+
+
+def _check_anneal_flags(args: argparse.Namespace, kernel: str) -> None:
+    """``--anneal FROM:TO`` well formed and for a kernel that anneals; ``--anneal-terms`` only with it."""
+    if args.anneal is None:
+        if args.anneal_terms is not None:
+            raise ValueError("--anneal-terms applies to an annealed run; give --anneal FROM:TO too")
+        return
+    parse_anneal(args.anneal, "--anneal")
+    if not kernel_class(kernel).anneals():
+        which = " or ".join(name for name, k in KERNELS.items() if k.anneals())
+        raise ValueError(f"--anneal applies to --kernel {which}, not {kernel}")
+
+
+def _print_annealing(settings: RunSettings) -> None:
+    """The note of an annealed run, once, as it starts: its draws are not samples of the target."""
+    record = settings.annealing()
+    if record is not None:
+        print(f"note: {annealing_note(record)}", file=sys.stderr)
 
 
 def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
@@ -315,6 +337,8 @@ def _check_resume_flags(args: argparse.Namespace, settings: RunSettings) -> None
     have = {**{k: v for k, v in record.items() if k != "kernel_options"}, **record["kernel_options"]}
     names = (*_SETTINGS, *option_flags())
     given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    if "anneal" in given:  # as the record keeps it: 1:0.05 and 1.0:0.050 are the same schedule
+        given["anneal"] = format_anneal(*parse_anneal(given["anneal"], "--anneal"))
     clash = {k: (v, have.get(k)) for k, v in given.items() if have.get(k) != v}
     details = [f"--{k.replace('_', '-')} {v!r} (run has {c!r})" for k, (v, c) in clash.items()]
     spec = constraints_from_flags(args)
@@ -358,6 +382,7 @@ def _run_batch(batch: campaign.Batch, args: Any, out: TextIO) -> int:
     from tqdm.auto import tqdm
 
     show = args.progress if args.progress is not None else True
+    _print_annealing(batch.settings)
     n = len(batch.templates)
     with tqdm(total=n, unit=" template", desc="templates", disable=not show, file=sys.stderr) as bar:
         try:
@@ -387,6 +412,7 @@ def _sample(
 ) -> int:
     """Run (or finish) the chains in the locked ``run_dir``, write the outputs, print the report."""
     show = args.progress if args.progress is not None else True
+    _print_annealing(settings)
     if checkpoint is not None and checkpoint.step == settings.total_steps:
         print(f"run in {run_dir.path} is already complete; writing its outputs", file=sys.stderr)
     try:

@@ -4,6 +4,7 @@ exact enumeration of tiny state spaces.
 * :mod:`.spec`: how a kernel declares itself (name, Options, State, Info, capabilities);
   :mod:`.registry`: the kernels by name (:func:`register` adds one everywhere);
 * :mod:`.base`: the kernel contract, the one ``accept``, proposals, scans, starting states;
+  :mod:`.annealing`: schedules a run records, and the note of an annealed run;
 * :mod:`.mh`, :mod:`.surrogate_mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`: one algorithm each;
 * :mod:`.exact`: enumeration and exact transition matrices;
 * :mod:`.streams`: one random stream per chain (a chain's draws depend only on ``(seed, c)``);
@@ -13,6 +14,7 @@ exact enumeration of tiny state spaces.
 """
 
 from . import exact
+from .annealing import GeometricAnnealing
 from .api import KERNELS, draw_from_distribution, make_kernel, sample
 from .base import (
     INITS,
@@ -85,6 +87,7 @@ __all__ = [
     "fill_template",
     "initial_tokens",
     "geometric_annealing",
+    "GeometricAnnealing",
     "SCANS",
     "PSEUDO_GIBBS_SCANS",
     "INITS",

@@ -113,7 +113,9 @@ def sample(
         )
     else:
         run = run_chains(k, num_chains, num_samples, **options)
-    run.attrs.update(model=mlm.name, kernel=kernel, kernel_options=dict(kernel_options))
+    recorded = k.options.to_dict()  # Python-only options (a schedule: attrs["annealing"]) have no record
+    given = {name: value for name, value in kernel_options.items() if name in recorded}
+    run.attrs.update(model=mlm.name, kernel=kernel, kernel_options=given)
     return run
 
 

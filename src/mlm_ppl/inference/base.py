@@ -18,8 +18,9 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_count, check_positive
+from .._checks import check_choice, check_count
 from ..models.target import Target, log_density
+from .annealing import GeometricAnnealing
 from .spec import KernelBase
 from .starts import check_start, repair_start
 from .streams import ChainStreams
@@ -297,14 +298,8 @@ def scheduled_log_density(
     return annealed_log_density(energy, log_factor, temperature, float(schedule(step)), terms)
 
 
-def geometric_annealing(start: float, end: float, num_steps: int) -> Callable[[int], float]:
+def geometric_annealing(start: float, end: float, num_steps: int) -> GeometricAnnealing:
     """Temperature schedule ``step -> T`` from ``start`` to ``end`` geometrically over ``num_steps``
-    steps, then constant (Goyal et al. 2021, section 7: anneal towards the mode)."""
-    start, end = check_positive(start, "start"), check_positive(end, "end")
-    n = check_count(num_steps, "num_steps")
-
-    def schedule(step: int) -> float:
-        frac = min(step, n) / n
-        return start * (end / start) ** frac
-
-    return schedule
+    steps, then constant (Goyal et al. 2021, section 7: anneal towards the mode): a
+    :class:`~mlm_ppl.inference.annealing.GeometricAnnealing`, which a run records."""
+    return GeometricAnnealing(start, end, num_steps)

@@ -294,5 +294,8 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
         **target_attrs(target),
         model=getattr(getattr(target, "mlm", None), "name", None),
     )
+    annealing = kernel.kernel.annealing()
+    if annealing is not None:  # a mode seeker: the summary says so
+        attrs["annealing"] = annealing
     initial = torch.cat(kernel.initial_states[-P:])
     return Run(tokens.long(), merged, attrs, initial)

@@ -37,7 +37,9 @@ class Run:
         ``is_accepted``, ``acceptance_rate``, ``n_changed``, ``n_moves``, and the other fields
         of the kernel's Info (``kernel.stat_names()``).
     attrs : dict
-        Kernel, energy, temperature, template, seed, warm-up ... for the record.
+        Kernel, energy, temperature, template, seed, warm-up ... for the record; ``annealing``
+        (:func:`~mlm_ppl.inference.annealing.annealing_record`) when the kernel anneals, so the
+        summary says the draws are not samples of the target.
     initial : Tensor, optional
         ``(C, L)`` the chains' starting states (after the template fill-in, before warm-up).
     """
@@ -277,6 +279,9 @@ def run_chains(
         seed=seed,
         **target_attrs(target),
     )
+    annealing = kernel.annealing()
+    if annealing is not None:  # a mode seeker: the summary says its draws are not samples of the target
+        attrs["annealing"] = annealing
     recorded = {k: torch.stack(v, dim=1) for k, v in stats.items()}
     recorded["lp"] = state_consistent_lp(draws, recorded["lp"])
     return Run(draws, recorded, attrs, initial)

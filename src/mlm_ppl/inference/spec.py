@@ -30,6 +30,7 @@ from .._checks import check_choice, check_type
 from ..models.constraints import ConstraintTarget
 from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget, Evaluation, ScaledTarget, Target
+from .annealing import annealing_record
 
 __all__ = ["STAT_NAMES", "Capabilities", "Options", "option", "OptionInfo", "KernelBase"]
 
@@ -204,6 +205,19 @@ class KernelBase(Generic[OptionsT]):
         run's time is estimated from before it starts. One here, as for an MH step; a kernel
         whose step may do more (an inner chain, a second pass) says how much more."""
         return 1.0
+
+    @classmethod
+    def anneals(cls) -> bool:
+        """Whether the kernel takes an annealing schedule: its options have ``temperature_schedule``
+        (and ``anneal_terms``), read as :func:`~mlm_ppl.inference.base.scheduled_log_density` reads them."""
+        return any(i.name == "temperature_schedule" for i in cls.Options.describe())
+
+    def annealing(self) -> dict[str, Any] | None:
+        """What a run of this kernel records of its annealing (``run.attrs["annealing"]``,
+        :func:`~mlm_ppl.inference.annealing.annealing_record`): None when it samples its target."""
+        if not self.anneals():
+            return None
+        return annealing_record(self.options.temperature_schedule, self.options.anneal_terms)  # type: ignore[attr-defined]
 
     @classmethod
     def stat_names(cls) -> tuple[str, ...]:

@@ -1,0 +1,101 @@
+"""Annealing schedules a run can record, and what an annealed run says about itself.
+
+An annealing schedule ``step -> tau`` (MH's and surrogate-MH's ``temperature_schedule``) turns a
+chain into a mode seeker: its draws are no longer samples of the target. :class:`GeometricAnnealing`
+is the schedule a record can hold (``mlm-ppl sample --anneal FROM:TO``, a run's settings
+``anneal``); any other callable works in Python. :func:`annealing_record` is what a run records
+of its kernel's annealing (``run.attrs["annealing"]``), :func:`annealing_note` the line its summary
+and the command line print.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._checks import check_count, check_positive
+
+__all__ = ["GeometricAnnealing", "annealing_record", "annealing_note", "parse_anneal", "format_anneal"]
+
+
+@dataclass(frozen=True)
+class GeometricAnnealing:
+    """``tau(step) = start * (end / start) ** (min(step, num_steps) / num_steps)``: ``start`` at
+    step 0, ``end`` from step ``num_steps`` on (``num_steps = 0``: ``end`` from the first step).
+
+    A frozen record of three numbers, callable as a ``temperature_schedule``; a run records it
+    (:func:`annealing_record`). ``mlm-ppl sample --anneal FROM:TO`` is
+    ``GeometricAnnealing(FROM, TO, warmup + draws * thin - 1)``: the last step runs at ``TO``.
+    """
+
+    start: float
+    end: float
+    num_steps: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", check_positive(self.start, "start"))
+        object.__setattr__(self, "end", check_positive(self.end, "end"))
+        check_count(self.num_steps, "num_steps", 0)
+
+    def __call__(self, step: int) -> float:
+        if self.num_steps == 0:
+            return self.end
+        frac = min(step, self.num_steps) / self.num_steps
+        return self.start * (self.end / self.start) ** frac
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schedule": "geometric", "start": self.start, "end": self.end, "num_steps": self.num_steps}
+
+
+def parse_anneal(text: Any, name: str = "anneal") -> tuple[float, float]:
+    """``(FROM, TO)`` of ``"FROM:TO"``, two finite numbers > 0; a ValueError naming ``name`` otherwise."""
+    parts = text.split(":") if isinstance(text, str) else []
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        start, end = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise ValueError(
+            f"{name} must be FROM:TO, two numbers (tau goes geometrically from FROM to TO, e.g. 1:0.05), got {text!r}"
+        ) from None
+    if not all(math.isfinite(v) and v > 0 for v in (start, end)):
+        raise ValueError(f"{name} {text!r}: FROM and TO must be finite numbers > 0 (e.g. 1:0.05)")
+    return start, end
+
+
+def format_anneal(start: float, end: float) -> str:
+    """``"FROM:TO"`` in the one form a record keeps (``1:0.05``, not ``1.0:0.050``)."""
+    return f"{_number(start)}:{_number(end)}"
+
+
+def _number(value: float) -> str:
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def annealing_record(schedule: Callable[[int], float] | None, terms: str) -> dict[str, Any] | None:
+    """What a run records of an annealing ``schedule`` over ``terms``: None without one; the
+    :class:`GeometricAnnealing`'s numbers and the terms, or ``{"schedule": "custom"}`` and the terms
+    for any other callable (which no record can hold)."""
+    if schedule is None:
+        return None
+    described = schedule.to_dict() if isinstance(schedule, GeometricAnnealing) else {"schedule": "custom"}
+    return {**described, "terms": terms}
+
+
+def annealing_note(record: Mapping[str, Any]) -> str:
+    """The line an annealed run's summary (and the command line) starts with: the run is a mode
+    seeker, its draws are not samples of the target."""
+    start, end = record.get("start"), record.get("end")
+    if record.get("schedule") == "geometric" and isinstance(start, (int, float)) and isinstance(end, (int, float)):
+        tau = f"tau {_number(start)} -> {_number(end)}"
+    else:
+        tau = "tau from a custom schedule"
+    terms = record.get("terms", "all")
+    what = {"all": "all terms", "mlm": "the MLM term", "constraints": "the constraints' term"}.get(terms, terms)
+    return (
+        f"annealed ({tau}, {what}): mode-seeking, draws are not samples of the target; "
+        "R-hat/ESS describe the annealed chain"
+    )
