@@ -10,12 +10,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from cli_checks import one_line_error as _one_line_error
+from cli_checks import recorded_settings as _settings
 
 from mlm_ppl import campaign, summary
 from mlm_ppl.cli import main
 from mlm_ppl.diagnostics import read_run
 from mlm_ppl.inference import GeometricAnnealing, SurrogateMH, exact
-from mlm_ppl.settings import RunSettings
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
@@ -29,18 +30,6 @@ NOTE = "annealed (tau {}, {}): mode-seeking, draws are not samples of the target
 def _sample(model_dir, out, *extra, chains="2", draws="12", warmup="0"):
     return ["sample", "--model", str(model_dir), "--template", TEMPLATE, "--chains", chains, "--draws", draws,
             "--warmup", warmup, "--seed", "3", "--out", str(out), "--no-progress", *extra]  # fmt: skip
-
-
-def _settings(directory):
-    config = json.loads((directory / "config.json").read_text())
-    return RunSettings.from_dict({k: v for k, v in config.items() if k != "format"})
-
-
-def _one_line_error(capsys):
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("mlm-ppl ")]
-    assert "Traceback" not in err and len(lines) == 1 and err.endswith(lines[0] + "\n"), err
-    return lines[0]
 
 
 def test_an_annealed_run_records_its_schedule_seeks_the_products_mode_and_says_so(model_dir, tmp_path, capsys):

@@ -9,6 +9,8 @@ import warnings
 
 import pytest
 import torch
+from cli_checks import one_line_error as _one_line_error
+from cli_checks import recorded_settings as _settings
 
 from mlm_ppl import campaign
 from mlm_ppl.cli import main
@@ -73,19 +75,6 @@ def _vocab(model_dir):
     from mlm_ppl import load_mlm
 
     return load_mlm(str(model_dir)).vocab
-
-
-def _settings(directory):
-    """The settings a run directory records (read, not locked)."""
-    config = json.loads((directory / "config.json").read_text())
-    return RunSettings.from_dict({k: v for k, v in config.items() if k != "format"})
-
-
-def _one_line_error(capsys):
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("mlm-ppl ")]
-    assert "Traceback" not in err and len(lines) == 1 and err.endswith(lines[0] + "\n"), err
-    return lines[0]
 
 
 def test_a_spec_file_holds_in_every_draw_and_is_recorded(model_dir, tmp_path, capsys):

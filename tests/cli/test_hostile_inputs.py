@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 import torch
+from cli_checks import one_line_error as _one_line_error
 
 import mlm_ppl
 from mlm_ppl import load_mlm
@@ -25,14 +26,6 @@ TEMPLATE = "A[MASK]C[MASK][MASK]"
 def _sample(model_dir, out, *extra):
     return ["sample", "--model", str(model_dir), "--template", TEMPLATE, "--chains", "2", "--draws", "5",
             "--seed", "7", "--out", str(out), "--no-progress", *extra]  # fmt: skip
-
-
-def _one_line_error(capsys):
-    """The error line of a failed command: one line, no traceback (notes may precede it)."""
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("mlm-ppl ")]
-    assert "Traceback" not in err and len(lines) == 1 and err.endswith(lines[0] + "\n"), err
-    return lines[0]
 
 
 # ---------------------------------------------------------------------- row 11: a \r inside an input line

@@ -23,6 +23,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from cli_checks import one_line_error as _one_line_error
 
 from mlm_ppl import load_mlm, rundir
 from mlm_ppl.cli import main
@@ -53,14 +54,6 @@ def _cli(*args):
 
 def _digest(directory):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
-
-
-def _one_line_error(capsys):
-    """The error line of a failed command: one line, no traceback (progress or notes may precede it)."""
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("mlm-ppl ")]
-    assert "Traceback" not in err and len(lines) == 1 and err.endswith(lines[0] + "\n"), err
-    return lines[0]
 
 
 def _tokens(directory):

@@ -9,6 +9,7 @@ import torch
 from pyro.infer import MCMC, NUTS
 
 from exactness import plate_sweep_matrix
+from gibbs_exact import gibbs_iteration_matrix
 from mlm_ppl import MaskedLMDistribution, MLMGibbs, MLMKernel
 from mlm_ppl.inference import MetropolisHastings, exact
 from mlm_ppl.testing import tiny_residue_bert
@@ -57,23 +58,13 @@ def test_discrete_and_token_updates_leave_the_exact_posterior_invariant(smooth64
     kernel.setup(0)
     assert kernel.mlm_sites == ["x"] and kernel.discrete_sites == ["z"] and kernel.continuous_sites == []
     states = exact.enumerate_states(d)
-    S = len(states)
     c = _count_a(smooth64, d, states).double()
     lik = torch.stack([dist.Normal(z + 0.5 * c[:, None], 0.5).log_prob(y).sum(-1) for z in (0.0, 1.0)])  # (2, S)
     prior_z = torch.tensor([0.7, 0.3], dtype=torch.float64).log()
     post = torch.softmax((exact.exact_log_probs(d, states)[None] + prior_z[:, None] + lik).reshape(-1), 0)
 
     # z | x from the kernel's log joint; x | z from the MH kernel it built (its factor reads z)
-    Pz = torch.zeros(2 * S, 2 * S, dtype=torch.float64)
-    for s in range(S):
-        logp = torch.stack([kernel.log_joint({"x": states[s], "z": v}) for v in kernel.discrete_support("z")]).double()
-        for z in range(2):
-            Pz[z * S + s, torch.arange(2) * S + s] = torch.softmax(logp, 0)
-    Px = torch.zeros(2 * S, 2 * S, dtype=torch.float64)
-    for z, value in enumerate(kernel.discrete_support("z")):
-        kernel.hold("z", value)
-        Px[z * S : (z + 1) * S, z * S : (z + 1) * S] = exact.transition_matrix(kernel.site_kernel("x"), states)
-    P = Pz @ Px  # one iteration: discrete sites, then the token site
+    P = gibbs_iteration_matrix(kernel, states)  # one iteration: discrete sites, then the token site
     assert exact.total_variation(exact.stationary_distribution(P), post) < 1e-10
 
 

@@ -22,6 +22,7 @@ import torch
 from pyro.infer import MCMC, NUTS
 
 from exactness import TEMPLATE
+from gibbs_exact import gibbs_iteration_matrix
 from mlm_ppl import MaskedLMDistribution, MLMGibbs, MLMKernel, from_pyro
 from mlm_ppl.inference import exact
 from mlm_ppl.inference.base import fill_template
@@ -214,18 +215,8 @@ def test_mlm_gibbs_beside_a_discrete_site_leaves_the_exact_posterior_invariant(d
 
     kernel = MLMGibbs(NUTS(model), seed=0)
     kernel.setup(0)
-    S = len(states)
     post = pyro_joint(model, [{"z": z, "x": s} for z in kernel.discrete_support("z") for s in states])
-    Pz = torch.zeros(2 * S, 2 * S, dtype=torch.float64)
-    for s in range(S):
-        logp = torch.stack([kernel.log_joint({"x": states[s], "z": v}) for v in kernel.discrete_support("z")]).double()
-        for z in range(2):
-            Pz[z * S + s, torch.arange(2) * S + s] = torch.softmax(logp, 0)
-    Px = torch.zeros(2 * S, 2 * S, dtype=torch.float64)
-    for z, value in enumerate(kernel.discrete_support("z")):
-        kernel.hold("z", value)
-        Px[z * S : (z + 1) * S, z * S : (z + 1) * S] = exact.transition_matrix(kernel.site_kernel("x"), states)
-    P = Pz @ Px
+    P = gibbs_iteration_matrix(kernel, states)
     assert float((post @ P - post).abs().max()) < 1e-10
     assert int((post > 0).sum()) == 20 and float(P[post > 0][:, post == 0].abs().max()) == 0.0
 
