@@ -14,9 +14,11 @@ weight -1: hydrophilic loops preferred). Two targets with the same density:
 For each kernel (``--kernels``: ``mh``, ``surrogate-mh`` with the bfloat16 surrogate of
 ``make demo``), the two targets run for ``--minutes`` at the same time in two processes of one
 thread each, from the same feasible start (4 chains). Each reports: steps, outer acceptance,
-accepted single-site moves, masked copies through the model per accepted move, draws that
-break a rule (must be 0), and the bulk ESS of ``lp`` and of the hydropathy per minute
-(ArviZ, over the 4 chains; rough from few draws).
+accepted single-site moves, masked copies per accepted move (through the model; for surrogate-MH
+its own count, inner copies on the surrogate included), draws that break a rule (must be 0),
+whether the two chains went through the same states (with no ``Allowed`` rule in the spec the
+proposals are the same and only the rejected rule-breakers' passes differ), and the bulk ESS of
+``lp`` and of the hydropathy per minute (ArviZ, over the 4 chains; rough from few draws).
 
     python benchmarks/bench_constraints.py [--minutes 10] [--kernels mh,surrogate-mh] [--json F]
 """
@@ -71,8 +73,8 @@ def worker(args) -> None:
     streams = ChainStreams(1, start.shape[0])
     state = kernel.init(start)
     counter.reset()  # the start's energies are not the chain's moves: count from the first step
-    lp, hydro = [], []
-    steps = n_moves = violating = 0
+    lp, hydro, path = [], [], []
+    steps = n_moves = violating = copies = 0
     accepted = 0.0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < 60 * args.minutes:
@@ -82,6 +84,9 @@ def worker(args) -> None:
         n_moves += int(stats["n_moves"].sum())
         accepted += float(stats["is_accepted"].float().mean())
         violating += int((~bound.feasible(state.tokens)).sum())
+        # surrogate-MH counts its own copies (inner, on its bfloat16 copy of the model, and the correction)
+        copies += int(stats["masked_copies"].sum()) if "masked_copies" in stats else 0
+        path.append(hash(tuple(state.tokens.reshape(-1).tolist())))
         lp.append(stats["lp"].double().numpy())
         hydro.append(bound.expert_values(state.tokens)["hydropathy"].numpy())
     wall = time.perf_counter() - t0
@@ -90,8 +95,9 @@ def worker(args) -> None:
         steps=steps,
         acceptance=accepted / max(steps, 1),
         n_moves=n_moves,
-        copies=counter.rows,
+        copies=copies if "masked_copies" in kernel.stat_names() else counter.rows,
         violating=violating,
+        path=path,
         lp=np.array(lp).T.tolist(),  # (C, steps)
         hydropathy=np.array(hydro).T.tolist(),
     )
@@ -148,6 +154,8 @@ def main() -> None:
             "| violating draws | ESS(lp)/min | ESS(hydropathy)/min |"
         )
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        a, b = pair["restricted"].pop("path"), pair["unrestricted"].pop("path")
+        common = min(len(a), len(b))
         for target_name, r in pair.items():
             minutes = r["seconds"] / 60
             r["ess_lp"], r["ess_hydropathy"] = ess(r.pop("lp")), ess(r.pop("hydropathy"))
@@ -158,7 +166,8 @@ def main() -> None:
                 f"{r['ess_hydropathy'] / minutes:.2f} |",
                 flush=True,
             )
-        print()
+        same = "the same" if a[:common] == b[:common] else "different"
+        print(f"\nOver their first {common} steps the two chains' states were {same} (same seed and start).\n")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(results=results, chains=args.chains, minutes=args.minutes), f, indent=1)
