@@ -353,15 +353,26 @@ class Expert:
         object.__setattr__(self, "params", dict(self.params))
 
     def spec_kind(self) -> str:
-        """The expert's ``kind`` in a spec file; a ValueError when it has none (a lambda, a closure)."""
+        """The expert's ``kind`` in a spec file; a ValueError when it has none: a lambda, a
+        closure, a ``functools.partial``, a callable object, or any function that importing its
+        module and following its qualified name does not give back."""
         if self.kind is not None:
             return self.kind
         fn = self.function
-        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-        if not module or module == "__main__" or "<" in qualname or "." in qualname:
+        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+        named = (
+            isinstance(module, str)
+            and isinstance(qualname, str)
+            and module not in ("", "__main__")
+            and qualname != ""
+            and "<" not in qualname
+            and _resolves_to(module, qualname, fn)
+        )
+        if not named:
             raise ValueError(
-                f"expert {self.name!r}: its function {fn!r} cannot be named in a spec file; use a module-level "
-                "function (kind = 'module:function')"
+                f"expert {self.name!r}: its function {fn!r} has no spec-file form: a spec file names an expert "
+                "by a module-level function (kind = 'module:function', with params), not a lambda, closure, "
+                "functools.partial or callable object"
             )
         return f"{module}:{qualname}"
 
@@ -719,7 +730,8 @@ class ConstraintSpec:
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickled as its spec-file form (:meth:`to_dict`) where it has one: the built-in experts
         are closures, which pickle cannot write, and are rebuilt from their kind and parameters.
-        A spec without one (a lambda expert) is pickled attribute by attribute, as far as pickle can."""
+        A spec without one (an expert with no module-level name: a lambda, a ``functools.partial``, a
+        callable object) is pickled attribute by attribute, as far as pickle can."""
         try:
             data = self.to_dict()
         except ValueError:
@@ -893,6 +905,17 @@ def _expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Expe
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
             raise _FieldTypeError(f"weight must be a number, got {type(weight).__name__} {weight!r}", "weight")
         return factory(name=name, weight=weight, **params)
+
+
+def _resolves_to(module: str, qualname: str, fn: Any) -> bool:
+    """Whether importing ``module`` and following the dotted ``qualname`` gives ``fn`` itself."""
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # no such module or attribute, or the module fails to import: no file form
+        return False
+    return obj is fn
 
 
 def _import_function(kind: str, params: Mapping[str, Any]) -> Callable[[Any], Any]:
