@@ -145,6 +145,33 @@ def test_an_unconstrained_run_at_temperature_2(model_dir, plain, capsys, tmp_pat
     assert [line.split("\t") for line in table] == [header, *rows]
 
 
+def test_designs_builds_no_expert_a_module_function_whose_module_is_gone(model_dir, tmp_path, capsys, monkeypatch):
+    """designs read the run's settings with RunSettings.from_dict, which built the spec: it imported
+    every module:function expert (and would load every classifier). The expert's values are in
+    run.nc and its weight in the record: designs works after its module is gone."""
+    import sys
+
+    module = tmp_path / "designs_gone_expert.py"
+    module.write_text("def e_count(sequences):\n    return [float(s.count('E')) for s in sequences]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[experts]]\nname = "e-count"\nkind = "designs_gone_expert:e_count"\nweight = -0.5\n')
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out, "--constraints", str(spec), draws="20")) == 0
+    capsys.readouterr()
+    module.unlink()
+    monkeypatch.delitem(sys.modules, "designs_gone_expert")
+    with pytest.raises(ImportError):
+        __import__("designs_gone_expert")
+    tokens, lp, feasible = _record(out)
+    header, rows, _ = _designs(capsys, out, "--top", 3, "--min-hamming", 1)
+    assert header == [*HEADER, "expert_e_count", "min_hamming", "sequence"]
+    _check_against_hand(rows, tokens, lp, feasible, 3, 1, _vocab(model_dir), "run")
+    for r in rows:  # f: the whole sequence's E count; E = -T (lp - w f) with T = 1 and w = -0.5
+        assert float(r[8]) == r[-1].count("E")
+        assert float(r[6]) == pytest.approx(-(float(r[5]) + 0.5 * float(r[8])), abs=1e-3)
+
+
 def _edit_run(source, target, edit):
     """A copy of the run ``source`` whose run.nc has its ``lp`` and ``feasible`` changed by ``edit``:
     what a run whose chains passed through infeasible states (a start given by hand) records."""

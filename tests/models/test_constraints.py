@@ -3,6 +3,7 @@ the log-factor against a naive reference on an enumerated state space, the frame
 each malformed-spec message, and the TOML round trip."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -26,7 +27,9 @@ from mlm_ppl.models.constraints import (
     hydropathy,
     keyword_count,
     net_charge,
+    recorded_expert_weights,
     residue_count,
+    weighted_expert_sum,
 )
 from mlm_ppl.testing import goyal_counterexample, tiny_antibody_bert, tiny_bert, tiny_residue_bert
 
@@ -439,6 +442,29 @@ def test_an_expert_with_no_module_level_name_has_no_file_form_and_still_pickles(
     impostor.function.__qualname__ = "designed_a_count"
     with pytest.raises(ValueError, match="has no spec-file form"):
         impostor.spec_kind()
+
+
+def test_recorded_expert_weights_read_a_spec_without_building_it():
+    spec = ConstraintSpec([Forbid("dc", "D[CE]")], [Expert("a", designed_a_count, 0.1, "tokens"), net_charge(weight=2)],
+                          liabilities=True)  # fmt: skip
+    assert recorded_expert_weights(spec.to_dict()) == {e.name: e.weight for e in spec.all_experts}
+    assert list(recorded_expert_weights(spec.to_dict())) == ["a", "net-charge", "met-trp-oxidation"]
+    # no module is imported, no classifier loaded
+    data = {"experts": [{"name": "x", "kind": "no_such_module_here:f"}, {"name": "c", "kind": "classifier",
+            "weight": -1, "params": {"model": "/no/such/model", "label": 0}}]}  # fmt: skip
+    assert recorded_expert_weights(data) == {"x": 1.0, "c": -1.0}
+    values = {"x": torch.tensor([1.0, 2.0]), "c": torch.tensor([0.5, 0.0])}
+    assert recorded_expert_weights({}) == {} and weighted_expert_sum({}, {}, 2).tolist() == [0.0, 0.0]
+    assert weighted_expert_sum(recorded_expert_weights(data), values, 2).tolist() == [0.5, 2.0]
+    for bad, message in [
+        ({"experts": [{"name": "x", "weight": "1"}]}, "src: experts[0] ('x'), key 'weight': expert 'x': weight must"),
+        ({"experts": [{"kind": "hydropathy"}]}, "src: experts[0], key 'name'"),
+        ({"experts": [{"name": "x"}, {"name": "x"}]}, "src: experts[1] ('x'), key 'name': two experts are named"),
+        ({"liabilities": ["nope"]}, "src: top level, key 'liabilities': unknown liability 'nope'"),
+        ([], "src: a constraint spec is a table"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            recorded_expert_weights(bad, "src")
 
 
 MALFORMED = [
