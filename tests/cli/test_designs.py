@@ -242,7 +242,7 @@ def test_errors_are_one_line_before_any_work(model_dir, constrained, tmp_path, c
         ((tmp_path / "absent",), "is not a directory"),
         ((tmp_path,), "is not an mlm-ppl run or batch directory (no .mlm-ppl marker)"),
         ((constrained, "--out", tmp_path), "is a directory; give a file name"),
-        ((constrained, "--out", constrained / "top.tsv"), "lies in an mlm-ppl run directory"),
+        ((constrained, "--out", constrained / "top.tsv"), f"lies in the mlm-ppl run directory {constrained}"),
     ]
     for argv, message in cases:
         assert main(["designs", *map(str, argv)]) == 2
@@ -260,3 +260,23 @@ def test_errors_are_one_line_before_any_work(model_dir, constrained, tmp_path, c
     (pairs / ".mlm-ppl").write_text('{"format": "mlm-ppl-dir-1", "kind": "pairs", "run_id": "0", "files": []}')
     assert main(["designs", str(pairs)]) == 2
     assert "holds an mlm-ppl pairs run, not a sampling run or batch" in _one_line_error(capsys)
+
+
+def test_out_is_checked_before_the_runs_are_read(constrained, tmp_path, capsys):
+    """--out in a missing directory failed only after the work, when the table was written; --out
+    in a folder inside a run directory (not its immediate parent) was written into the run."""
+    missing = tmp_path / "missing" / "top.tsv"
+    for directory in (constrained, tmp_path / "absent"):  # the --out error comes first, before DIR is read
+        assert main(["designs", str(directory), "--out", str(missing)]) == 2
+        assert _one_line_error(capsys) == (
+            f"mlm-ppl designs: error: --out {missing}: its directory {tmp_path / 'missing'} does not exist; "
+            "make it first"
+        )
+    run = tmp_path / "run"
+    shutil.copytree(constrained, run)
+    deep = run / "deep" / "er"
+    deep.mkdir(parents=True)
+    assert main(["designs", str(tmp_path / "absent"), "--out", str(deep / "top.tsv")]) == 2
+    line = _one_line_error(capsys)
+    assert f"--out {deep / 'top.tsv'} lies in the mlm-ppl run directory {run}, whose files are the run's" in line
+    assert not (deep / "top.tsv").exists() and not missing.parent.exists()
