@@ -76,6 +76,23 @@ def test_anneal_is_a_recorded_setting_whose_schedule_spans_the_run():
     assert RunSettings.from_dict(record).anneal is None
 
 
+@pytest.mark.parametrize("kernel", ["mh", "surrogate-mh"])
+def test_a_record_from_before_anneal_reads_its_anneal_terms_as_all(kernel):
+    """Before the anneal setting, anneal_terms was an option that did nothing without a schedule
+    (none could be recorded): such a record was refused ("anneal_terms applies to an annealed run"),
+    so --resume and designs of the run failed. It reads as "all" now; new settings still refuse it."""
+    record = RunSettings(template="A[MASK]C", kernel=kernel).to_dict()
+    del record["anneal"]
+    record["kernel_options"]["anneal_terms"] = "mlm"
+    s = RunSettings.from_dict(record)
+    assert s.anneal is None and s.kernel_options.anneal_terms == "all" and s.annealing() is None
+    assert record["kernel_options"]["anneal_terms"] == "mlm"  # the caller's record is not changed
+    with pytest.raises(ValueError, match="anneal_terms applies to an annealed run"):
+        RunSettings.from_dict({**record, "anneal": None})  # a record with anneal: as written now
+    with pytest.raises(ValueError, match="anneal_terms applies to an annealed run"):
+        RunSettings(template="A[MASK]C", kernel=kernel, kernel_options={"anneal_terms": "mlm"})
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

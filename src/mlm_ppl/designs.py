@@ -29,6 +29,7 @@ from . import rundir
 from ._checks import check_count
 from .campaign import batch_templates
 from .diagnostics import functional_name, read_run
+from .models.constraints import recorded_expert_weights, weighted_expert_sum
 from .models.target import energy_from_log_density
 from .settings import RunSettings
 
@@ -231,8 +232,7 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str) -> _Draws:
         what = "the batch" if kind == "batch" else "the run"
         raise ValueError(f"{path} has no run.nc: {what} has not finished; finish it with {resume}")
     idata = read_run(str(path))
-    settings = _settings(idata.attrs, path)
-    spec = settings.constraint_spec()
+    settings, weights = _settings(idata.attrs, path)
     tokens = idata.posterior["tokens"].values
     C, D, L = tokens.shape
     lp = idata.sample_stats["lp"].values.astype(np.float64).reshape(C * D)
@@ -244,21 +244,22 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str) -> _Draws:
             f"{path}/run.nc records no log density (lp is NaN: kernel {settings.kernel}); designs are ranked by lp: "
             "sample with mh or surrogate-mh, or pseudo-gibbs with --compute-lp"
         )
-    names = {e.name: functional_name("expert", e.name) for e in (spec.all_experts if spec is not None else ())}
+    names = {e: functional_name("expert", e) for e in weights}
     missing = [n for n in names.values() if n not in post]
     if missing:
         raise ValueError(f"{path}/run.nc lacks the expert functional {missing[0]!r} its settings name")
     values = {column: post[column].values.astype(np.float64).reshape(C * D) for column in names.values()}
-    factor = torch.zeros(C * D, dtype=torch.float64)
-    if spec is not None:
-        factor = spec.expert_sum({e: torch.from_numpy(values[column]) for e, column in names.items()}, C * D)
+    factor = weighted_expert_sum(weights, {e: torch.from_numpy(values[column]) for e, column in names.items()}, C * D)
     energy = energy_from_log_density(torch.from_numpy(lp), factor, settings.temperature).numpy()
     sequences = _sequences(path / "samples.txt", C, D, resume)
     return _Draws(name, D, tokens.reshape(C * D, L), lp, feasible, energy, list(names.values()), values, sequences)
 
 
-def _settings(attrs: dict, path: Path) -> RunSettings:
-    """The settings ``run.nc`` was made with (recorded in it as ``config``)."""
+def _settings(attrs: dict, path: Path) -> tuple[RunSettings, dict[str, float]]:
+    """The settings ``run.nc`` was made with (recorded in it as ``config``), and the name and weight
+    of each expert of its constraints (:func:`~mlm_ppl.models.constraints.recorded_expert_weights`).
+    The spec is not built: designs needs no expert's function, and building one imports its
+    ``module:function`` or loads its classifier."""
     config = attrs.get("config")
     if not isinstance(config, str):
         raise ValueError(f"{path}/run.nc records no settings (no config attribute); it was not made by mlm-ppl sample")
@@ -266,7 +267,13 @@ def _settings(attrs: dict, path: Path) -> RunSettings:
         record = json.loads(config)
     except ValueError as err:
         raise ValueError(f"{path}/run.nc: its recorded settings are not JSON ({err})") from None
-    return RunSettings.from_dict(record, f"{path}/run.nc settings")
+    what = f"{path}/run.nc settings"
+    if not isinstance(record, dict):
+        raise ValueError(f"{what}: not a mapping of settings")
+    constraints = record.get("constraints")
+    settings = RunSettings.from_dict({**record, "constraints": None}, what)  # every other setting checked
+    weights = {} if constraints is None else recorded_expert_weights(constraints, f"{what}: constraints")
+    return settings, weights
 
 
 def _sequences(file: Path, C: int, D: int, resume: str) -> list[str]:

@@ -179,7 +179,8 @@ class RunSettings:
     def from_dict(cls, values: Any, what: str = "run settings") -> RunSettings:
         """A record from :meth:`to_dict`'s form; every problem is a ValueError that starts with ``what``.
         Settings added since the record's format was made (:data:`_ADDED`) may be missing: they
-        take their defaults, which are what runs did before them."""
+        take their defaults, which are what runs did before them. A record without ``anneal``
+        reads its kernel's ``anneal_terms`` as ``"all"``: without a schedule it annealed nothing."""
         if not isinstance(values, Mapping):
             raise ValueError(f"{what}: not a mapping of settings")
         known = {f.name for f in dataclasses.fields(cls)}
@@ -187,6 +188,10 @@ class RunSettings:
         parts = [f"{word} {', '.join(names)}" for word, names in (("unknown", unknown), ("missing", missing)) if names]
         if parts:
             raise ValueError(f"{what}: {'; '.join(parts)}")
+        options = values.get("kernel_options")
+        if "anneal" not in values and isinstance(options, Mapping) and options.get("anneal_terms", "all") != "all":
+            # written before anneal: anneal_terms did nothing without a schedule (none could be recorded)
+            values = {**values, "kernel_options": {**options, "anneal_terms": "all"}}
         try:
             return cls(**values)
         except (TypeError, ValueError) as err:

@@ -145,6 +145,33 @@ def test_an_unconstrained_run_at_temperature_2(model_dir, plain, capsys, tmp_pat
     assert [line.split("\t") for line in table] == [header, *rows]
 
 
+def test_designs_builds_no_expert_a_module_function_whose_module_is_gone(model_dir, tmp_path, capsys, monkeypatch):
+    """designs read the run's settings with RunSettings.from_dict, which built the spec: it imported
+    every module:function expert (and would load every classifier). The expert's values are in
+    run.nc and its weight in the record: designs works after its module is gone."""
+    import sys
+
+    module = tmp_path / "designs_gone_expert.py"
+    module.write_text("def e_count(sequences):\n    return [float(s.count('E')) for s in sequences]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[experts]]\nname = "e-count"\nkind = "designs_gone_expert:e_count"\nweight = -0.5\n')
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out, "--constraints", str(spec), draws="20")) == 0
+    capsys.readouterr()
+    module.unlink()
+    monkeypatch.delitem(sys.modules, "designs_gone_expert")
+    with pytest.raises(ImportError):
+        __import__("designs_gone_expert")
+    tokens, lp, feasible = _record(out)
+    header, rows, _ = _designs(capsys, out, "--top", 3, "--min-hamming", 1)
+    assert header == [*HEADER, "expert_e_count", "min_hamming", "sequence"]
+    _check_against_hand(rows, tokens, lp, feasible, 3, 1, _vocab(model_dir), "run")
+    for r in rows:  # f: the whole sequence's E count; E = -T (lp - w f) with T = 1 and w = -0.5
+        assert float(r[8]) == r[-1].count("E")
+        assert float(r[6]) == pytest.approx(-(float(r[5]) + 0.5 * float(r[8])), abs=1e-3)
+
+
 def _edit_run(source, target, edit):
     """A copy of the run ``source`` whose run.nc has its ``lp`` and ``feasible`` changed by ``edit``:
     what a run whose chains passed through infeasible states (a start given by hand) records."""
@@ -215,7 +242,7 @@ def test_errors_are_one_line_before_any_work(model_dir, constrained, tmp_path, c
         ((tmp_path / "absent",), "is not a directory"),
         ((tmp_path,), "is not an mlm-ppl run or batch directory (no .mlm-ppl marker)"),
         ((constrained, "--out", tmp_path), "is a directory; give a file name"),
-        ((constrained, "--out", constrained / "top.tsv"), "lies in an mlm-ppl run directory"),
+        ((constrained, "--out", constrained / "top.tsv"), f"lies in the mlm-ppl run directory {constrained}"),
     ]
     for argv, message in cases:
         assert main(["designs", *map(str, argv)]) == 2
@@ -233,3 +260,23 @@ def test_errors_are_one_line_before_any_work(model_dir, constrained, tmp_path, c
     (pairs / ".mlm-ppl").write_text('{"format": "mlm-ppl-dir-1", "kind": "pairs", "run_id": "0", "files": []}')
     assert main(["designs", str(pairs)]) == 2
     assert "holds an mlm-ppl pairs run, not a sampling run or batch" in _one_line_error(capsys)
+
+
+def test_out_is_checked_before_the_runs_are_read(constrained, tmp_path, capsys):
+    """--out in a missing directory failed only after the work, when the table was written; --out
+    in a folder inside a run directory (not its immediate parent) was written into the run."""
+    missing = tmp_path / "missing" / "top.tsv"
+    for directory in (constrained, tmp_path / "absent"):  # the --out error comes first, before DIR is read
+        assert main(["designs", str(directory), "--out", str(missing)]) == 2
+        assert _one_line_error(capsys) == (
+            f"mlm-ppl designs: error: --out {missing}: its directory {tmp_path / 'missing'} does not exist; "
+            "make it first"
+        )
+    run = tmp_path / "run"
+    shutil.copytree(constrained, run)
+    deep = run / "deep" / "er"
+    deep.mkdir(parents=True)
+    assert main(["designs", str(tmp_path / "absent"), "--out", str(deep / "top.tsv")]) == 2
+    line = _one_line_error(capsys)
+    assert f"--out {deep / 'top.tsv'} lies in the mlm-ppl run directory {run}, whose files are the run's" in line
+    assert not (deep / "top.tsv").exists() and not missing.parent.exists()

@@ -7,12 +7,13 @@ same kernel on a static target equal to the annealed density at ``tau`` (the pro
 depend on the temperature). The draws of independent chains are checked against that law.
 """
 
+import pyro
 import pytest
 import torch
 
 import mlm_ppl
 from exactness import check_fit, empirical
-from mlm_ppl import ConstraintSpec, MaskedLMDistribution, summary, to_inference_data
+from mlm_ppl import ConstraintSpec, MaskedLMDistribution, MLMGibbs, MLMKernel, from_pyro, summary, to_inference_data
 from mlm_ppl import constraints as c
 from mlm_ppl.diagnostics import ANNEALED
 from mlm_ppl.inference import GeometricAnnealing, exact, geometric_annealing, make_kernel, run_chains
@@ -121,6 +122,30 @@ def test_an_annealed_run_records_it_and_its_summary_says_so(problem, schedule, t
     assert set(report.chains) <= {ANNEALED, "stuck"} and not report.converged
     plain = run_chains(make_kernel("mh", dist), 2, 20, seed=1)
     assert "annealing" not in plain.attrs and summary(to_inference_data(plain)).annealing is None
+
+
+@pytest.mark.parametrize("wrapper", ["MLMGibbs", "MLMKernel"])
+def test_an_annealed_pyro_run_gets_the_annealed_verdict(problem, wrapper):
+    """MLMGibbs hands temperature_schedule to every site kernel: its run is annealed too (its
+    run_from_gibbs recorded no annealing, so the summary gave a normal verdict)."""
+    from pyro.infer import MCMC
+
+    _, dist, _ = problem
+    options = {"temperature_schedule": geometric_annealing(1.0, 0.1, 11), "anneal_terms": "mlm"}
+
+    def model():
+        pyro.sample("x", dist)
+
+    kernel = MLMGibbs(model, seed=0, **options) if wrapper == "MLMGibbs" else MLMKernel(model, seed=0, **options)
+    mcmc = MCMC(kernel, num_samples=8, warmup_steps=4, disable_progbar=True)
+    mcmc.run()
+    report = summary(from_pyro(mcmc))
+    assert report.annealing is not None and report.annealing.startswith("annealed (tau 1 -> 0.1, the MLM term)")
+    assert str(report).splitlines()[0] == report.annealing
+    assert set(report.chains) <= {ANNEALED, "stuck"} and not report.converged
+    plain = MCMC(MLMGibbs(model, seed=0), num_samples=8, disable_progbar=True)
+    plain.run()
+    assert summary(from_pyro(plain)).annealing is None
 
 
 def test_mlm_ppl_sample_records_an_annealed_run_that_inference_data_can_hold(problem):

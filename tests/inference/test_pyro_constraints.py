@@ -376,3 +376,30 @@ def test_a_spec_that_depends_on_another_latent_site_is_refused(mlm):
         pyro.sample("x", MaskedLMDistribution(mlm, TEMPLATE, constraints=spec()))
 
     MCMC(MLMGibbs(rebuilt, seed=0), num_samples=3, warmup_steps=0, disable_progbar=True).run()
+
+
+def test_a_spec_with_no_file_form_rebuilt_in_the_model_is_told_to_be_built_once(mlm):
+    """A spec built inside the model with a lambda expert cannot be compared with the last run's:
+    the error said its constraints depend on other latent sites; now it says what to do."""
+    from mlm_ppl.models.constraints import Expert
+
+    def lambda_spec():
+        return ConstraintSpec(RULES, [Expert("count", lambda seqs: [float(s.count("A")) for s in seqs], -0.5)])
+
+    def rebuilt():
+        pyro.sample("z", pdist.Bernoulli(0.5))
+        pyro.sample("x", MaskedLMDistribution(mlm, TEMPLATE, constraints=lambda_spec()))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="site 'x' is built anew at each run.*build the spec once") as err:
+            MCMC(MLMGibbs(rebuilt, seed=0), num_samples=3, warmup_steps=0, disable_progbar=True).run()
+    assert "other latent sites (its template" not in str(err.value) and "expert 'count'" in str(err.value)
+
+    once = MaskedLMDistribution(mlm, TEMPLATE, constraints=lambda_spec())
+
+    def built_once():
+        pyro.sample("z", pdist.Bernoulli(0.5))
+        pyro.sample("x", once)
+
+    MCMC(MLMGibbs(built_once, seed=0), num_samples=3, warmup_steps=0, disable_progbar=True).run()

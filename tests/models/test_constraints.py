@@ -3,6 +3,7 @@ the log-factor against a naive reference on an enumerated state space, the frame
 each malformed-spec message, and the TOML round trip."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -26,7 +27,9 @@ from mlm_ppl.models.constraints import (
     hydropathy,
     keyword_count,
     net_charge,
+    recorded_expert_weights,
     residue_count,
+    weighted_expert_sum,
 )
 from mlm_ppl.testing import goyal_counterexample, tiny_antibody_bert, tiny_bert, tiny_residue_bert
 
@@ -405,9 +408,63 @@ params = { per = 2.0 }
     py = ConstraintSpec([Forbid("dc", "D[CE]")], [net_charge(weight=0.5), Expert("a", designed_a_count, 0.1, "tokens")])
     d = py.to_dict()
     assert d["experts"][1]["kind"] == f"{__name__}:designed_a_count"
-    with pytest.raises(ValueError, match="cannot be named in a spec file"):
+    with pytest.raises(ValueError, match="has no spec-file form"):
         ConstraintSpec(experts=[Expert("lam", lambda s: s)]).to_dict()
     assert mlm_ppl.constraints.ConstraintSpec is ConstraintSpec
+
+
+class _Scorer:
+    def __call__(self, tokens):
+        return designed_a_count(tokens)
+
+
+def test_an_expert_with_no_module_level_name_has_no_file_form_and_still_pickles(tmp_path, dist, states):
+    """A functools.partial or a callable object has no __qualname__: spec_kind gave 'functools:', so
+    to_dict and to_toml wrote an unreadable kind and pickle.loads failed on it. Now they say the
+    expert has no file form, and pickle writes such a spec as it is."""
+    import functools
+    import pickle
+
+    for fn in (functools.partial(designed_a_count), _Scorer()):
+        spec = ConstraintSpec([Forbid("dc", "D[CE]")], [Expert("p", fn, 0.5, "tokens")])
+        for call in (spec.to_dict, spec.to_toml):
+            with pytest.raises(ValueError, match=r"expert 'p': its function .* has no spec-file form"):
+                call()
+        back = pickle.loads(pickle.dumps(spec))
+        assert [e.name for e in back.all_experts] == ["p"] and back.experts[0].weight == 0.5
+        torch.testing.assert_close(back.bind(dist).log_factor(states), spec.bind(dist).log_factor(states))
+    # a module-level function goes through the file form and comes back by name
+    spec = ConstraintSpec(experts=[Expert("a", designed_a_count, 0.1, "tokens"), net_charge(weight=0.5)])
+    back = pickle.loads(pickle.dumps(spec))
+    assert back.to_dict() == spec.to_dict() and back.experts[0].function is designed_a_count
+    # a name that resolves to another object is no file form either
+    impostor = Expert("i", lambda t: designed_a_count(t), takes="tokens")
+    impostor.function.__qualname__ = "designed_a_count"
+    with pytest.raises(ValueError, match="has no spec-file form"):
+        impostor.spec_kind()
+
+
+def test_recorded_expert_weights_read_a_spec_without_building_it():
+    spec = ConstraintSpec([Forbid("dc", "D[CE]")], [Expert("a", designed_a_count, 0.1, "tokens"), net_charge(weight=2)],
+                          liabilities=True)  # fmt: skip
+    assert recorded_expert_weights(spec.to_dict()) == {e.name: e.weight for e in spec.all_experts}
+    assert list(recorded_expert_weights(spec.to_dict())) == ["a", "net-charge", "met-trp-oxidation"]
+    # no module is imported, no classifier loaded
+    data = {"experts": [{"name": "x", "kind": "no_such_module_here:f"}, {"name": "c", "kind": "classifier",
+            "weight": -1, "params": {"model": "/no/such/model", "label": 0}}]}  # fmt: skip
+    assert recorded_expert_weights(data) == {"x": 1.0, "c": -1.0}
+    values = {"x": torch.tensor([1.0, 2.0]), "c": torch.tensor([0.5, 0.0])}
+    assert recorded_expert_weights({}) == {} and weighted_expert_sum({}, {}, 2).tolist() == [0.0, 0.0]
+    assert weighted_expert_sum(recorded_expert_weights(data), values, 2).tolist() == [0.5, 2.0]
+    for bad, message in [
+        ({"experts": [{"name": "x", "weight": "1"}]}, "src: experts[0] ('x'), key 'weight': expert 'x': weight must"),
+        ({"experts": [{"kind": "hydropathy"}]}, "src: experts[0], key 'name'"),
+        ({"experts": [{"name": "x"}, {"name": "x"}]}, "src: experts[1] ('x'), key 'name': two experts are named"),
+        ({"liabilities": ["nope"]}, "src: top level, key 'liabilities': unknown liability 'nope'"),
+        ([], "src: a constraint spec is a table"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            recorded_expert_weights(bad, "src")
 
 
 MALFORMED = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import TextIO
 
 from ._common import at_least
@@ -38,13 +39,18 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     at_least(args.top, "top", 1)
     at_least(args.min_hamming, "min-hamming", 0)
-    if args.out is not None:
+    if args.out is not None:  # checked before any run is read
         if os.path.isdir(args.out):
             raise ValueError(f"--out {args.out} is a directory; give a file name")
-        if kind_of(os.path.dirname(os.path.abspath(args.out))) is not None:
-            raise ValueError(
-                f"--out {args.out} lies in an mlm-ppl run directory, whose files are the run's; write it elsewhere"
-            )
+        parent = Path(os.path.realpath(args.out)).parent
+        if not parent.is_dir():
+            raise ValueError(f"--out {args.out}: its directory {parent} does not exist; make it first")
+        for folder in (parent, *parent.parents):  # a run directory at any depth above it
+            if kind_of(folder) is not None:
+                raise ValueError(
+                    f"--out {args.out} lies in the mlm-ppl run directory {folder}, whose files are the run's; "
+                    "write it elsewhere"
+                )
     found = pick_designs(args.directory, args.top, args.min_hamming)
     table = found.to_tsv()
     if args.out is None:

@@ -49,7 +49,7 @@ from .pyro_sites import (
     weighted,
 )
 from .registry import KERNELS, kernel_class, make_kernel
-from .runner import Run, step_stats, target_attrs
+from .runner import Run, annealing_attrs, step_stats, target_attrs
 from .streams import ChainStreams
 
 __all__ = ["MLMKernel", "run_from_mcmc", "mcmc_kernels"]
@@ -293,9 +293,7 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
         seed=kernel.seed,
         **target_attrs(target),
         model=getattr(getattr(target, "mlm", None), "name", None),
+        **annealing_attrs(kernel.kernel),
     )
-    annealing = kernel.kernel.annealing()
-    if annealing is not None:  # a mode seeker: the summary says so
-        attrs["annealing"] = annealing
     initial = torch.cat(kernel.initial_states[-P:])
     return Run(tokens.long(), merged, attrs, initial)

@@ -323,7 +323,7 @@ def check_same_mlm_site(name: str, fn: Any, expected: MaskedLMDistribution) -> N
         and fn.temperature == expected.temperature
         and fn.batch_shape == expected.batch_shape
         and torch.equal(fn.template, expected.template)
-        and _same_spec(fn, expected)
+        and _same_spec(name, fn, expected)
     )
     if not same:
         raise ValueError(
@@ -333,17 +333,23 @@ def check_same_mlm_site(name: str, fn: Any, expected: MaskedLMDistribution) -> N
         )
 
 
-def _same_spec(a: MaskedLMDistribution, b: MaskedLMDistribution) -> bool:
+def _same_spec(name: str, a: MaskedLMDistribution, b: MaskedLMDistribution) -> bool:
     """Whether two token-site distributions have the same constraint spec: none, one object, or
-    specs with the same spec-file form (a spec built anew at each model run)."""
+    specs with the same spec-file form (a spec built anew at each model run). Two spec objects
+    of which one has no file form (a lambda or closure expert) cannot be compared: a ValueError
+    that says to build the spec once, outside the model."""
     if a.constraints is None or b.constraints is None:
         return a.constraints is None and b.constraints is None
     if a.constraints.spec is b.constraints.spec:
         return True
     try:
         return a.constraints.spec.to_dict() == b.constraints.spec.to_dict()
-    except ValueError:  # a spec with no file form (a lambda expert): only the same object is the same
-        return False
+    except ValueError as err:
+        raise ValueError(
+            f"the constraint spec of site {name!r} is built anew at each run of the model and has no spec-file form "
+            f"({err}), so no kernel can tell whether it depends on other latent sites; build the spec once, outside "
+            "the model"
+        ) from None
 
 
 def other_sites_log_prob(

@@ -21,7 +21,16 @@ from .base import Kernel, StepInfo, initial_tokens
 from .spec import STAT_NAMES
 from .streams import ChainStreams
 
-__all__ = ["Run", "Checkpoint", "run_chains", "step_stats", "target_attrs", "state_consistent_lp", "STAT_NAMES"]
+__all__ = [
+    "Run",
+    "Checkpoint",
+    "run_chains",
+    "step_stats",
+    "target_attrs",
+    "annealing_attrs",
+    "state_consistent_lp",
+    "STAT_NAMES",
+]
 
 
 @dataclass
@@ -85,6 +94,15 @@ def target_attrs(target: Target) -> dict[str, Any]:
         template=target.template.tolist(),
         free_positions=target.free_positions.tolist(),
     )
+
+
+def annealing_attrs(kernel: Kernel) -> dict[str, Any]:
+    """What a run records of its kernel's annealing: ``{"annealing": record}``
+    (:meth:`~mlm_ppl.inference.base.Kernel.annealing`) when the kernel anneals, so the summary
+    says its draws are not samples of the target; ``{}`` when it samples its target. One place
+    for :func:`run_chains`, ``MLMKernel``'s and ``MLMGibbs``'s runs."""
+    record = kernel.annealing()
+    return {} if record is None else {"annealing": record}
 
 
 def step_stats(info: StepInfo) -> dict[str, Tensor]:
@@ -278,10 +296,8 @@ def run_chains(
         thin=thin,
         seed=seed,
         **target_attrs(target),
+        **annealing_attrs(kernel),
     )
-    annealing = kernel.annealing()
-    if annealing is not None:  # a mode seeker: the summary says its draws are not samples of the target
-        attrs["annealing"] = annealing
     recorded = {k: torch.stack(v, dim=1) for k, v in stats.items()}
     recorded["lp"] = state_consistent_lp(draws, recorded["lp"])
     return Run(draws, recorded, attrs, initial)

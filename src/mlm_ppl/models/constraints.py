@@ -85,6 +85,8 @@ __all__ = [
     "EXPERT_KINDS",
     "LIABILITIES",
     "liability_constraints",
+    "recorded_expert_weights",
+    "weighted_expert_sum",
     "FrameworkMatch",
     "ConstraintSpec",
     "BoundConstraints",
@@ -115,6 +117,14 @@ def _check_name(name: Any, what: str) -> str:
     if not name.strip():
         raise _FieldValueError(f"a {what}'s name must not be empty", "name")
     return name
+
+
+def _check_weight(name: str, w: Any) -> float:
+    if isinstance(w, bool) or not isinstance(w, numbers.Real):
+        raise _FieldTypeError(f"expert {name!r}: weight must be a number, got {type(w).__name__} {w!r}", "weight")
+    if not math.isfinite(float(w)):
+        raise _FieldValueError(f"expert {name!r}: weight must be finite, got {w!r}", "weight")
+    return float(w)
 
 
 def _compile(name: str, pattern: Any) -> re.Pattern[str]:
@@ -337,14 +347,7 @@ class Expert:
         _check_name(self.name, "expert")
         if not callable(self.function):
             raise _FieldTypeError(f"expert {self.name!r}: function must be callable, got {self.function!r}", "kind")
-        w = self.weight
-        if isinstance(w, bool) or not isinstance(w, numbers.Real):
-            raise _FieldTypeError(
-                f"expert {self.name!r}: weight must be a number, got {type(w).__name__} {w!r}", "weight"
-            )
-        if not math.isfinite(float(w)):
-            raise _FieldValueError(f"expert {self.name!r}: weight must be finite, got {w!r}", "weight")
-        object.__setattr__(self, "weight", float(w))
+        object.__setattr__(self, "weight", _check_weight(self.name, self.weight))
         if self.takes not in EXPERT_INPUTS:
             raise _FieldValueError(
                 f"expert {self.name!r}: takes must be one of {', '.join(map(repr, EXPERT_INPUTS))}, got {self.takes!r}",
@@ -353,15 +356,26 @@ class Expert:
         object.__setattr__(self, "params", dict(self.params))
 
     def spec_kind(self) -> str:
-        """The expert's ``kind`` in a spec file; a ValueError when it has none (a lambda, a closure)."""
+        """The expert's ``kind`` in a spec file; a ValueError when it has none: a lambda, a
+        closure, a ``functools.partial``, a callable object, or any function that importing its
+        module and following its qualified name does not give back."""
         if self.kind is not None:
             return self.kind
         fn = self.function
-        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-        if not module or module == "__main__" or "<" in qualname or "." in qualname:
+        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+        named = (
+            isinstance(module, str)
+            and isinstance(qualname, str)
+            and module not in ("", "__main__")
+            and qualname != ""
+            and "<" not in qualname
+            and _resolves_to(module, qualname, fn)
+        )
+        if not named:
             raise ValueError(
-                f"expert {self.name!r}: its function {fn!r} cannot be named in a spec file; use a module-level "
-                "function (kind = 'module:function')"
+                f"expert {self.name!r}: its function {fn!r} has no spec-file form: a spec file names an expert "
+                "by a module-level function (kind = 'module:function', with params), not a lambda, closure, "
+                "functools.partial or callable object"
             )
         return f"{module}:{qualname}"
 
@@ -711,15 +725,13 @@ class ConstraintSpec:
         """``(n,)`` float64: ``sum_k w_k f_k``, each expert's weight times its values ``values[name]``
         (``(n,)``, unweighted, as :meth:`BoundConstraints.expert_values` gives them); zeros
         without experts. The experts' part of the log-factor, written once."""
-        total = torch.zeros(n, dtype=torch.float64)
-        for expert in self.all_experts:
-            total += expert.weight * torch.as_tensor(values[expert.name], dtype=torch.float64)
-        return total
+        return weighted_expert_sum({e.name: e.weight for e in self.all_experts}, values, n)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickled as its spec-file form (:meth:`to_dict`) where it has one: the built-in experts
         are closures, which pickle cannot write, and are rebuilt from their kind and parameters.
-        A spec without one (a lambda expert) is pickled attribute by attribute, as far as pickle can."""
+        A spec without one (an expert with no module-level name: a lambda, a ``functools.partial``, a
+        callable object) is pickled attribute by attribute, as far as pickle can."""
         try:
             data = self.to_dict()
         except ValueError:
@@ -798,6 +810,43 @@ class ConstraintSpec:
         experts = [_expert_from_dict(entry, i, source) for i, entry in enumerate(_entries(data, "experts", source))]
         with _entry_errors(source, "spec", "name"):
             return cls(rules, experts, liabilities=liabilities)
+
+
+def weighted_expert_sum(weights: Mapping[str, float], values: Mapping[str, Tensor], n: int) -> Tensor:
+    """``(n,)`` float64: ``sum_k w_k f_k`` over the experts ``weights`` names (name -> weight),
+    each weight times the expert's unweighted values ``values[name]`` (``(n,)``); zeros without
+    experts. :meth:`ConstraintSpec.expert_sum` of a spec, and of a recorded spec's
+    :func:`recorded_expert_weights` without building it."""
+    total = torch.zeros(n, dtype=torch.float64)
+    for name, weight in weights.items():
+        total += weight * torch.as_tensor(values[name], dtype=torch.float64)
+    return total
+
+
+def recorded_expert_weights(data: Any, source: str = "<dict>") -> dict[str, float]:
+    """Name -> weight of every expert of a spec's plain data (:meth:`ConstraintSpec.to_dict`'s
+    form), in :attr:`ConstraintSpec.all_experts`'s order (the spec's own, then its liabilities'),
+    read without building the spec: no ``module:function`` is imported, no classifier loaded.
+    Only what it reads is checked (the experts' names and weights, the liabilities); a ValueError
+    names ``source``, the entry and the key."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{source}: a constraint spec is a table, got {type(data).__name__}")
+    with _entry_errors(source, "top level", "liabilities"):
+        liabilities = _liability_names(data.get("liabilities", ()))
+    weights: dict[str, float] = {}
+    for i, entry in enumerate(_entries(data, "experts", source)):
+        with _entry_errors(source, _label("experts", i, entry), "name"):
+            name = _check_name(entry.get("name"), "expert")
+            if name in weights:
+                raise _FieldValueError(f"two experts are named {name!r}; names must be unique", "name")
+            weights[name] = _check_weight(name, entry.get("weight", 1.0))
+    for liability in liabilities:
+        item = LIABILITIES[liability]()
+        if isinstance(item, Expert):
+            if item.name in weights:
+                raise ValueError(f"{source}: two experts are named {item.name!r}; names must be unique")
+            weights[item.name] = item.weight
+    return weights
 
 
 # ---------------------------------------------------------------------- spec-file parsing
@@ -893,6 +942,17 @@ def _expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Expe
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
             raise _FieldTypeError(f"weight must be a number, got {type(weight).__name__} {weight!r}", "weight")
         return factory(name=name, weight=weight, **params)
+
+
+def _resolves_to(module: str, qualname: str, fn: Any) -> bool:
+    """Whether importing ``module`` and following the dotted ``qualname`` gives ``fn`` itself."""
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # no such module or attribute, or the module fails to import: no file form
+        return False
+    return obj is fn
 
 
 def _import_function(kind: str, params: Mapping[str, Any]) -> Callable[[Any], Any]:
