@@ -176,11 +176,26 @@ class RunSettings:
         return out
 
     @classmethod
+    def completed(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """A record as a record of today's format would hold it: each setting added since
+        (:data:`_ADDED`) that it lacks at its default, and, where it has no ``anneal``, its
+        kernel's ``anneal_terms`` as ``"all"`` (without a schedule it annealed nothing). What
+        :meth:`from_dict` reads, and what a resume compares (an old run resumed once has
+        checkpoints in today's form beside its old ``config.json``)."""
+        out = dict(values)
+        options = out.get("kernel_options")
+        if "anneal" not in out and isinstance(options, Mapping) and options.get("anneal_terms", "all") != "all":
+            out["kernel_options"] = {**options, "anneal_terms": "all"}
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        for name in _ADDED:
+            out.setdefault(name, defaults[name])
+        return out
+
+    @classmethod
     def from_dict(cls, values: Any, what: str = "run settings") -> RunSettings:
         """A record from :meth:`to_dict`'s form; every problem is a ValueError that starts with ``what``.
         Settings added since the record's format was made (:data:`_ADDED`) may be missing: they
-        take their defaults, which are what runs did before them. A record without ``anneal``
-        reads its kernel's ``anneal_terms`` as ``"all"``: without a schedule it annealed nothing."""
+        take their defaults, which are what runs did before them (:meth:`completed`)."""
         if not isinstance(values, Mapping):
             raise ValueError(f"{what}: not a mapping of settings")
         known = {f.name for f in dataclasses.fields(cls)}
@@ -188,10 +203,7 @@ class RunSettings:
         parts = [f"{word} {', '.join(names)}" for word, names in (("unknown", unknown), ("missing", missing)) if names]
         if parts:
             raise ValueError(f"{what}: {'; '.join(parts)}")
-        options = values.get("kernel_options")
-        if "anneal" not in values and isinstance(options, Mapping) and options.get("anneal_terms", "all") != "all":
-            # written before anneal: anneal_terms did nothing without a schedule (none could be recorded)
-            values = {**values, "kernel_options": {**options, "anneal_terms": "all"}}
+        values = cls.completed(values)
         try:
             return cls(**values)
         except (TypeError, ValueError) as err:

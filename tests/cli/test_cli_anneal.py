@@ -16,7 +16,7 @@ from cli_checks import recorded_settings as _settings
 from mlm_ppl import campaign, summary
 from mlm_ppl.cli import main
 from mlm_ppl.diagnostics import read_run
-from mlm_ppl.inference import GeometricAnnealing, SurrogateMH, exact
+from mlm_ppl.inference import GeometricAnnealing, MetropolisHastings, SurrogateMH, exact
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
@@ -99,6 +99,38 @@ def test_an_annealed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path,
     np.testing.assert_allclose(a.sample_stats["lp"].values, b.sample_stats["lp"].values)
     assert (cut / "summary.txt").read_text() == (whole / "summary.txt").read_text()
     assert _settings(cut).kernel_options.anneal_terms == "mlm"
+
+
+def test_a_run_recorded_before_anneal_resumes_again_after_one_resume(model_dir, tmp_path, capsys, monkeypatch):
+    """A run whose config.json predates the anneal and constraints settings, resumed once, has
+    checkpoints in today's form beside it: a second resume compares the two as today's records
+    (the missing settings at their defaults, a stray anneal_terms read as "all"), not as edits."""
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(_sample(model_dir, whole)) == 0
+    step = MetropolisHastings.step
+    calls = []
+
+    def interrupted(self, state, streams):
+        calls.append(1)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return step(self, state, streams)
+
+    monkeypatch.setattr(MetropolisHastings, "step", interrupted)
+    assert main(_sample(model_dir, cut)) == 130
+    monkeypatch.undo()
+    config = json.loads((cut / "config.json").read_text())
+    del config["anneal"], config["constraints"]  # as a run of 0.2.0 wrote it
+    config["kernel_options"]["anneal_terms"] = "mlm"  # an option that did nothing without a schedule
+    (cut / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    assert main(["sample", "--resume", str(cut), "--no-progress"]) == 0, capsys.readouterr().err
+    a, b = az.from_netcdf(cut / "run.nc"), az.from_netcdf(whole / "run.nc")
+    np.testing.assert_array_equal(a.posterior["tokens"].values, b.posterior["tokens"].values)
+    config["seed"] = 4  # a real edit is still refused
+    (cut / "config.json").write_text(json.dumps(config))
+    assert main(["sample", "--resume", str(cut), "--no-progress"]) == 2
+    assert "seed (4 in config.json, 3 in checkpoint.pt)" in _one_line_error(capsys)
 
 
 def test_a_batchs_summary_says_it_annealed(model_dir, tmp_path, capsys):

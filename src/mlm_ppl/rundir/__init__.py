@@ -89,7 +89,8 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
             cp, recorded = read_checkpoint(run_dir.path / name)
             if name == CHECKPOINT:
                 checkpoint = cp
-            detail = differences(config, recorded or {}, CONFIG, name)
+            # an old run resumed once has checkpoints in today's form beside its old config.json
+            detail = differences(RunSettings.completed(config), RunSettings.completed(recorded or {}), CONFIG, name)
             if detail:
                 raise ValueError(
                     f"{run_dir.path / CONFIG} differs from the settings the run's checkpoint was made with: "
