@@ -70,21 +70,27 @@ def test_an_annealed_run_records_its_schedule_seeks_the_products_mode_and_says_s
     assert set(report.chains) <= {"annealed", "stuck"} and "converged" not in text.replace("not converged", "")
 
 
+def _interrupt_at_step(monkeypatch, kernel_class, n):
+    """Make the n-th call of ``kernel_class.step`` raise KeyboardInterrupt (Ctrl-C mid-run): the
+    run keeps its checkpoint at step n - 1 (``monkeypatch.undo()`` restores the step)."""
+    step = kernel_class.step
+    calls = []
+
+    def interrupted(self, state, streams):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return step(self, state, streams)
+
+    monkeypatch.setattr(kernel_class, "step", interrupted)
+
+
 def test_an_annealed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys, monkeypatch):
     extra = ("--kernel", "surrogate-mh", "--inner-steps", "2", "--anneal", "2:0.5", "--anneal-terms", "mlm")
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(_sample(model_dir, whole, *extra)) == 0
     assert NOTE.format("2 -> 0.5", "the MLM term") in capsys.readouterr().err
-    step = SurrogateMH.step
-    calls = []
-
-    def interrupted(self, state, streams):
-        calls.append(1)
-        if len(calls) == 6:
-            raise KeyboardInterrupt
-        return step(self, state, streams)
-
-    monkeypatch.setattr(SurrogateMH, "step", interrupted)
+    _interrupt_at_step(monkeypatch, SurrogateMH, 6)
     assert main(_sample(model_dir, cut, *extra)) == 130
     monkeypatch.undo()
     assert torch.load(cut / "checkpoint.pt", weights_only=True)["step"] == 5 and not (cut / "run.nc").exists()
@@ -107,16 +113,7 @@ def test_a_run_recorded_before_anneal_resumes_again_after_one_resume(model_dir, 
     (the missing settings at their defaults, a stray anneal_terms read as "all"), not as edits."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(_sample(model_dir, whole)) == 0
-    step = MetropolisHastings.step
-    calls = []
-
-    def interrupted(self, state, streams):
-        calls.append(1)
-        if len(calls) == 6:
-            raise KeyboardInterrupt
-        return step(self, state, streams)
-
-    monkeypatch.setattr(MetropolisHastings, "step", interrupted)
+    _interrupt_at_step(monkeypatch, MetropolisHastings, 6)
     assert main(_sample(model_dir, cut)) == 130
     monkeypatch.undo()
     config = json.loads((cut / "config.json").read_text())
