@@ -139,6 +139,12 @@ def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
         (["--kernel", "surrogate-mh", "--surrogate-window", "-1"], "surrogate_window must be an integer >= 0"),
         (["--kernel", "surrogate-mh", "--inner-steps", "0"], "inner_steps must be an integer >= 1"),
         (["--kernel", "surrogate-mh", "--surrogate-dtype", "float8"], "unknown surrogate_dtype 'float8'"),
+        (["--kernel", "surrogate-mh", "--surrogate-context", "-2"], "surrogate_context must be an integer >= 0"),
+        (
+            ["--kernel", "surrogate-mh", "--surrogate-window", "2", "--surrogate-context", "1"],
+            r"surrogate_context \(1\) must be at least surrogate_window \(2\)",
+        ),
+        (["--surrogate-context", "8"], "--surrogate-context applies to --kernel surrogate-mh, not mh"),
         (["--surrogate-window", "1"], "--surrogate-window applies to --kernel surrogate-mh, not mh"),
         (["--kernel", "pseudo-gibbs", "--inner-steps", "3"], "--inner-steps applies to --kernel surrogate-mh"),
     ],

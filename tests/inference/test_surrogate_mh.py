@@ -17,21 +17,60 @@ def _factor(mlm, dist):
     return lambda x: torch.where(x[:, dist.free_positions[0]] == a, 0.0, -1.5).to(torch.float64)
 
 
-@pytest.mark.parametrize("window", [0, 1])
+@pytest.mark.parametrize("window, context", [(0, None), (1, None), (0, 0), (0, 1), (1, 1)])
 @pytest.mark.parametrize("surrogate_dtype", [None, "float32", "bfloat16"])
 @pytest.mark.parametrize("with_factor", [False, True], ids=["bare", "factor"])
-def test_surrogate_mh_leaves_the_target_invariant(tiny4_64, window, surrogate_dtype, with_factor):
+def test_surrogate_mh_leaves_the_target_invariant(tiny4_64, window, context, surrogate_dtype, with_factor):
     """The exact one-step matrix (the inner chain's K-step matrix on the surrogate, corrected by the
     outer acceptance) has the target as its stationary law, to rounding, although the surrogate's own
-    law is far from it."""
+    law is far from it: also with the copies cropped to the free positions (context 0: 5 of 11
+    columns) or to their neighbours (context 1: 10 of 11)."""
     dist = MaskedLMDistribution(tiny4_64, LONG, temperature=0.8)
     target = ConstrainedTarget(dist, _factor(tiny4_64, dist)) if with_factor else dist
-    kernel = SurrogateMH(target, surrogate_window=window, surrogate_dtype=surrogate_dtype, inner_steps=3, top_k=3)
+    kernel = SurrogateMH(
+        target,
+        surrogate_window=window,
+        surrogate_dtype=surrogate_dtype,
+        surrogate_context=context,
+        inner_steps=3,
+        top_k=3,
+    )
     pi = exact.exact_log_probs(target).exp()
     surrogate = exact.exact_log_probs(kernel.surrogate).exp()
     assert exact.total_variation(surrogate, pi) > 0.03  # a poor surrogate: the correction does the work
     assert kernel.surrogate.positions.numel() == (3 if window == 0 else 8)
+    assert kernel.surrogate.columns.numel() == {None: 11, 0: 5, 1: 10}[context]
     assert invariance_error(kernel, pi) < 1e-10
+
+
+def test_a_cropped_copy_reads_each_token_at_its_own_position(tiny_models):
+    """The crop keeps the columns within R of a free position and the special tokens, and reads them
+    at the ids the model gives them in the whole sequence (BERT: the column; RoBERTa, ESM: past the
+    padding index): one copy's logits equal the model's on the cropped ids at those ids, and differ
+    from the model's on the cropped ids at their new places (for absolute positions)."""
+    for name, (mlm, inputs) in tiny_models.items():
+        whole = mlm.encode(inputs[:1])
+        T = int(whole.lengths[0])
+        ids = whole.input_ids[:, :T]
+        query = torch.arange(1, T - 1)[None]
+        own = mlm.logits_at(ids, torch.ones_like(ids), query)
+        explicit = mlm.logits_at(ids, torch.ones_like(ids), query, position_ids=mlm.position_ids(torch.arange(T))[None])
+        assert torch.allclose(own, explicit, atol=1e-5), name  # the ids the model uses itself
+
+        free = torch.tensor([T // 2])
+        columns = torch.tensor([0, *range(int(free) - 1, int(free) + 2), T - 1])  # context 1, and the specials
+        crop = ids[:, columns].clone()
+        crop[0, 2] = mlm.mask_id
+        at_place = mlm.logits_at(
+            crop, torch.ones_like(crop), torch.tensor([[2]]), position_ids=mlm.position_ids(columns)[None]
+        )
+        moved = mlm.logits_at(crop, torch.ones_like(crop), torch.tensor([[2]]))
+        dist = MaskedLMDistribution(mlm, ids[0].masked_fill(torch.arange(T) == free, mlm.mask_id))
+        assert torch.equal(dist.context_columns(1), columns), name
+        ev = dist.evaluate(ids, free, context=1)
+        assert torch.allclose(ev.cond_logits[0, 0], at_place[0, 0], atol=1e-5), name
+        if name != "esm":  # rotary positions: only distances count, and the crop keeps those near the free one
+            assert not torch.allclose(at_place, moved, atol=1e-3), name
 
 
 def test_the_invariance_check_has_power(tiny4_64):
@@ -121,4 +160,20 @@ def test_bad_options_fail_before_any_work(tiny4):
         make_kernel("mh", dist, surrogate_window=1)
     with pytest.raises(TypeError, match="sum of per-position terms"):
         SurrogateMH(goyal_counterexample())
+    with pytest.raises(ValueError, match="surrogate_context must be an integer >= 0, got -1"):
+        SurrogateMH(dist, surrogate_context=-1)
+    with pytest.raises(TypeError, match="surrogate_context must be an integer, got float 2.5"):
+        SurrogateMH(dist, surrogate_context=2.5)
+    with pytest.raises(ValueError, match=r"surrogate_context \(1\) must be at least surrogate_window \(2\)"):
+        SurrogateMH(dist, surrogate_window=2, surrogate_context=1)
     assert SurrogateMH(dist).inner_steps == 4 * dist.num_free
+
+
+def test_a_model_without_position_ids_refuses_a_cropped_context(tiny4, monkeypatch):
+    """A crop read at new places would be another model's surrogate (measured on AntiBERTy: its
+    free positions' energy moved by 9-10 nats): refused before any work, saying what to do."""
+    dist = MaskedLMDistribution(tiny4, LONG)
+    monkeypatch.setattr(type(tiny4), "reads_position_ids", property(lambda self: False))
+    with pytest.raises(ValueError, match="takes no position_ids.*surrogate_context None"):
+        SurrogateMH(dist, surrogate_context=2)
+    assert SurrogateMH(dist).surrogate.columns.numel() == 11  # uncropped: no position ids needed

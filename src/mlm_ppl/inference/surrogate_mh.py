@@ -14,7 +14,8 @@ chain leaves ``p`` invariant whatever the surrogate; a good surrogate only makes
 
 **Here**: ``E~`` is the target's own energy restricted to the scored positions within
 ``surrogate_window`` of a free position (window 0: the free positions' own terms), optionally
-with the model in ``surrogate_dtype``; ``Q`` is ``inner_steps`` steps of single-site
+with the model in ``surrogate_dtype`` and its copies cropped to the tokens within
+``surrogate_context`` of a free position (read at their own position ids); ``Q`` is ``inner_steps`` steps of single-site
 :class:`~mlm_ppl.inference.MetropolisHastings` on ``p~`` with random scan. Each single-site MH
 step is reversible for ``p~`` (detailed balance), a random-scan step is a fixed mixture of
 them and so reversible, and a power of a reversible kernel is reversible. Each inner proposal
@@ -54,10 +55,15 @@ class SurrogateOptions(Options):
         None, "surrogate steps per exact correction (default 4 x free positions)", check=count_at_least(1)
     )
     surrogate_window: int = option(
-        0, "the surrogate scores positions within R of a free position", check=count_at_least(0)
+        0, "the surrogate scores the positions within this many columns of a free position", check=count_at_least(0)
     )
     surrogate_dtype: str | None = option(
         None, "the surrogate's dtype (float32, bfloat16, float16)", choices=tuple(SURROGATE_DTYPES)
+    )
+    surrogate_context: int | None = option(
+        None,
+        "the surrogate's copies see only the tokens within this many columns of a free position (default: all)",
+        check=count_at_least(0),
     )
     proposal_temperature: float = option(1.0, "temperature of the inner MLM proposals", check=check_temperature)
     top_k: int | None = option(None, "truncate inner proposals to the k most likely tokens", check=count_at_least(1))
@@ -71,28 +77,46 @@ class SurrogateOptions(Options):
         choices=ANNEAL_TERMS,
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.surrogate_context is not None and self.surrogate_context < self.surrogate_window:
+            raise ValueError(
+                f"surrogate_context ({self.surrogate_context}) must be at least surrogate_window "
+                f"({self.surrogate_window}): the surrogate scores the positions within the window and reads them "
+                "from the cropped context; widen the context or narrow the window"
+            )
+
 
 class SurrogateTarget(DerivedTarget):
     """The surrogate ``p~``: a :class:`~mlm_ppl.models.WindowedTarget`'s energy restricted to the
-    scored positions within ``window`` of a free position, its model in ``dtype``, and the
-    same log-factor. A :class:`~mlm_ppl.models.Target` itself (everything but :meth:`evaluate`
+    scored positions within ``window`` of a free position, its model in ``dtype``, its copies
+    cropped to the tokens within ``context`` of a free position (None: the whole sequence), and
+    the same log-factor. A :class:`~mlm_ppl.models.Target` itself (everything but :meth:`evaluate`
     is the base's), so the inner chain is the library's own
     :class:`~mlm_ppl.inference.MetropolisHastings`."""
 
-    def __init__(self, base: WindowedTarget, window: int, dtype: torch.dtype | None) -> None:
+    def __init__(
+        self, base: WindowedTarget, window: int, dtype: torch.dtype | None, context: int | None = None
+    ) -> None:
         super().__init__(base)
         self.window = window
         self.dtype = dtype
+        self.context = context
         scored, free = base.scored_positions, base.free_positions
         distance = (scored[:, None] - free[None, :]).abs().min(1).values
         self.positions = scored[distance <= window]  # (W,) the columns whose terms E~ sums
+        # (K,) the columns each copy keeps (checks that the model can read a crop in place)
+        self.columns = torch.arange(base.template.numel()) if context is None else base.context_columns(context)
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """``E~``, the log-factor and the free positions' conditionals (from the window's copies)."""
-        return self.base.evaluate(tokens, self.positions, dtype=self.dtype)  # type: ignore[call-arg]
+        return self.base.evaluate(tokens, self.positions, dtype=self.dtype, context=self.context)  # type: ignore[call-arg]
 
     def __repr__(self) -> str:
-        return f"SurrogateTarget(window={self.window}, positions={self.positions.numel()}, dtype={self.dtype})"
+        return (
+            f"SurrogateTarget(window={self.window}, positions={self.positions.numel()}, dtype={self.dtype}, "
+            f"context={self.context}, columns={self.columns.numel()})"
+        )
 
 
 class SurrogateState(NamedTuple):
@@ -151,6 +175,11 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         position (default 0: the free positions' own terms).
     surrogate_dtype : {"float32", "bfloat16", "float16"}, optional
         Run the surrogate's model in this dtype (a cached copy; the target keeps its own).
+    surrogate_context : int, optional
+        Crop the surrogate's copies to the tokens within this many columns of a free position
+        (and the special tokens), each read at its own position id: shorter copies, a rougher
+        surrogate (at least ``surrogate_window``; the model must take ``position_ids``).
+        Default: the whole sequence.
     proposal_temperature, top_k, top_p
         The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings`.
     """
@@ -173,7 +202,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         o = self.options
         dtype = None if o.surrogate_dtype is None else SURROGATE_DTYPES[o.surrogate_dtype]
         self.inner_steps = 4 * target.num_free if o.inner_steps is None else o.inner_steps
-        self.surrogate = SurrogateTarget(target, o.surrogate_window, dtype)  # type: ignore[arg-type]
+        self.surrogate = SurrogateTarget(target, o.surrogate_window, dtype, o.surrogate_context)  # type: ignore[arg-type]
         schedule = o.temperature_schedule
         inner_steps = self.inner_steps
         self.inner = MetropolisHastings(
@@ -190,9 +219,10 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         self._window_copies = int(self.surrogate.positions.numel())
 
     def evaluations_per_step(self) -> float:
-        """``inner_steps`` passes over the window's copies and one over the whole sequence's, in
-        full evaluations."""
-        return (self.inner_steps * self._window_copies + self._full_copies) / self._full_copies
+        """``inner_steps`` passes over the window's copies (each as long as the cropped context)
+        and one over the whole sequence's, in full evaluations."""
+        crop = self.surrogate.columns.numel() / self.target.template.numel()
+        return (self.inner_steps * self._window_copies * crop + self._full_copies) / self._full_copies
 
     # -- state
     def init(self, tokens: Tensor) -> SurrogateState:

@@ -17,6 +17,7 @@ alphabets are its :attr:`~MaskedLMDistribution.allowed` tokens, its rules its
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -189,7 +190,12 @@ class MaskedLMDistribution(TorchDistribution):
         return (self.free | self.mlm.ordinary_mask[self.template]).nonzero().flatten()
 
     def evaluate(
-        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        context: int | None = None,
     ) -> Evaluation:
         """Energies, log-factors and free-position conditionals of complete states ``(N, L)``, one
         batched pass.
@@ -197,29 +203,62 @@ class MaskedLMDistribution(TorchDistribution):
         The log-factor is :meth:`log_factor` (zeros without ``constraints``). ``positions``
         restricts the energy to the terms of those columns (a subset of
         :attr:`scored_positions` holding every free position; one masked copy per column and
-        state), and ``dtype`` runs a copy of the model in that dtype (:meth:`MaskedLM.cast`):
-        the cheap surrogate of :class:`~mlm_ppl.inference.SurrogateMH`. The defaults give the
-        energy itself.
+        state), ``dtype`` runs a copy of the model in that dtype (:meth:`MaskedLM.cast`), and
+        ``context`` crops every copy to :meth:`context_columns` (the tokens within ``context``
+        columns of a free position, and the special tokens), read at their own position ids
+        (:meth:`MaskedLM.position_ids`); ``positions`` must then lie in the crop. Together: the
+        cheap surrogate of :class:`~mlm_ppl.inference.SurrogateMH`. The defaults give the energy
+        itself.
         """
-        ev = self._evaluate_mlm(tokens, positions, dtype)
+        ev = self._evaluate_mlm(tokens, positions, dtype, context)
         if self.constraints is None:
             return ev
         return ev._replace(log_factor=self.log_factor(tokens).to(ev.energy.device, ev.energy.dtype))
 
-    def _evaluate_mlm(self, tokens: Tensor, positions: Tensor | None, dtype: torch.dtype | None) -> Evaluation:
+    def context_columns(self, context: int) -> Tensor:
+        """``(K,)`` ascending: the columns a copy cropped to ``context`` keeps, every column within
+        ``context`` of a free position and every special token of the template (``[CLS]``,
+        ``[SEP]`` ...). A ValueError if the model cannot read a crop at its columns' places."""
+        if not self.mlm.reads_position_ids:
+            raise ValueError(
+                f"model {self.mlm.name!r} takes no position_ids, so a cropped context would move every token "
+                "to another position; leave the context uncropped (surrogate_context None)"
+            )
+        columns = torch.arange(self.template.numel())
+        distance = (columns[:, None] - self.free_positions[None, :]).abs().min(1).values
+        special = ~self.mlm.ordinary_mask[self.template] & ~self.free
+        return ((distance <= context) | special).nonzero().flatten()
+
+    def _evaluate_mlm(
+        self, tokens: Tensor, positions: Tensor | None, dtype: torch.dtype | None, context: int | None = None
+    ) -> Evaluation:
         """:meth:`evaluate` without the constraints: the MLM's pass, log-factor zeros."""
         N = tokens.shape[0]
         mlm = self.mlm if dtype is None else self.mlm.cast(dtype)
-        enc = mlm.encoding_from_ids(tokens)
         if positions is not None and not bool(torch.isin(self.free_positions, positions).all()):
             raise ValueError("positions must include every free position (their conditionals are the proposals)")
-        # every scorable position (or the chosen ones), rows ordered by (n, position)
-        cond = mlm.masked_log_probs(enc, None if positions is None else positions.tolist())
-        rows, query = cond.batch_index, cond.position  # (M,), (M,)
+        if context is None:
+            columns = torch.arange(tokens.shape[1])
+            enc = mlm.encoding_from_ids(tokens)
+        else:
+            columns = self.context_columns(context)
+            enc = mlm.encoding_from_ids(tokens[:, columns])
+            enc = dataclasses.replace(enc, position_ids=mlm.position_ids(columns).expand(N, -1))
+            wanted = self.scored_positions if positions is None else positions
+            if not bool(torch.isin(wanted, columns).all()):
+                raise ValueError(
+                    f"positions outside the context of {context} columns around the free positions: widen the "
+                    "context to cover every scored position"
+                )
+        # every scorable position (or the chosen ones), rows ordered by (n, position), as columns of the copies
+        read = None if positions is None else torch.searchsorted(columns, positions).tolist()
+        cond = mlm.masked_log_probs(enc, read)
+        rows, query = cond.batch_index, cond.position  # (M,), (M,) query: a column of the (cropped) copy
         scores = token_scores(cond.logits, enc.input_ids[rows, query])  # (M, 2): logit, log-prob
         picked = scores[:, 1] if self.energy_name == "norm" else scores[:, 0]
         energy = torch.zeros(N, dtype=picked.dtype).index_add_(0, rows, -picked)  # (N,)
-        free_logits = cond.logits[self.free[query]].reshape(N, self.num_free, self.mlm.vocab_size)  # (N, F, V)
+        at_free = self.free[columns[query]]
+        free_logits = cond.logits[at_free].reshape(N, self.num_free, self.mlm.vocab_size)  # (N, F, V)
         return Evaluation(energy, torch.zeros(N, dtype=energy.dtype), free_logits)
 
     @property

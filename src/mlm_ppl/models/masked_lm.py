@@ -14,6 +14,7 @@ decoding come from :class:`~mlm_ppl.models.tokens.TokenCodec`; energies from
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +139,27 @@ class MaskedLM(TokenCodec):
     def logits_dtype(self) -> torch.dtype:
         """Dtype of the logits and energies: float32, or float64 for a float64 model."""
         return torch.float64 if self.dtype == torch.float64 else torch.float32
+
+    @property
+    def reads_position_ids(self) -> bool:
+        """Whether the model's forward takes ``position_ids``: what a cropped copy
+        (:meth:`position_ids`) needs to keep its columns' places."""
+        forward = (self.model if self.head is None else self.encoder).forward
+        try:
+            return "position_ids" in inspect.signature(forward).parameters
+        except (TypeError, ValueError):
+            return False
+
+    def position_ids(self, columns: Tensor) -> Tensor:
+        """``(K,)`` the position ids the model gives ``columns`` (ascending token indices of one
+        unpadded sequence, ``[CLS]`` at 0) when it reads the whole sequence: the columns
+        themselves, or shifted past the padding index for models that number positions from it
+        (RoBERTa, ESM: ``padding_idx + 1 + column``). A copy cropped to ``columns`` and read at
+        these ids sees every kept token where the whole sequence has it."""
+        embeddings = getattr(self.encoder, "embeddings", None)
+        padding_idx = getattr(embeddings, "padding_idx", None)
+        offset = 0 if padding_idx is None else int(padding_idx) + 1
+        return torch.as_tensor(columns, dtype=torch.long) + offset
 
     def cast(self, dtype: torch.dtype) -> "MaskedLM":
         """This masked LM with its weights in ``dtype``: ``self`` when they already are, else a
@@ -313,7 +335,11 @@ class MaskedLM(TokenCodec):
                 targets = ids.gather(1, q)  # (n, k)
                 ids = ids.masked_fill(masks[idx, :T], self.mask_id).to(device)
                 attn = enc.attention_mask[rows[idx], :T].to(device)
-                logits = self.logits_at(ids, attn, q.to(device))  # (n, k, V)
+                if enc.position_ids is None:
+                    logits = self.logits_at(ids, attn, q.to(device))  # (n, k, V)
+                else:  # a cropped copy, read at its columns' own position ids
+                    pos_ids = enc.position_ids[rows[idx], :T].to(device)
+                    logits = self.logits_at(ids, attn, q.to(device), position_ids=pos_ids)
                 self._check_finite(logits, rows[idx], q)
                 if query.dim() == 1:
                     logits, targets = logits[:, 0], targets[:, 0]
@@ -363,18 +389,23 @@ class MaskedLM(TokenCodec):
             start = end
 
     @torch.inference_mode()
-    def logits_at(self, input_ids: Tensor, attention_mask: Tensor, query: Tensor) -> Tensor:
+    def logits_at(
+        self, input_ids: Tensor, attention_mask: Tensor, query: Tensor, *, position_ids: Tensor | None = None
+    ) -> Tensor:
         """One forward pass: logits at positions ``query[i]`` (n, k) of row ``i`` of ``input_ids`` (n, T).
 
         Returns ``(n, k, V)`` logits, float32 (float64 for a float64 model). Inputs are already
         masked and on the model's device; :meth:`masked_reduce` calls this once per chunk.
+        ``position_ids`` (n, T): the ids the model reads the tokens at (a cropped copy's,
+        :meth:`position_ids`); None: the model's own.
         """
         out_dtype = self.logits_dtype
         rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]  # (n, 1)
+        extra = {} if position_ids is None else {"position_ids": position_ids}
         if self.head is None:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (n, T, V)
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits  # (n, T, V)
             return logits[rows, query].to(out_dtype)
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (n, T, H)
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
         return self.head(hidden[rows, query]).to(out_dtype)[..., : self.vocab_size]  # (n, k, V)
 
     # ------------------------------------------------------------------ energies

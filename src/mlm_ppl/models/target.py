@@ -161,10 +161,22 @@ class WindowedTarget(Target, Protocol):
     def scored_positions(self) -> Tensor: ...
 
     def evaluate(
-        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        context: int | None = None,
     ) -> Evaluation:
         """:meth:`Target.evaluate` with the energy summed over ``positions`` only (every free
-        position among them) and the model run in ``dtype``; the defaults give the energy itself."""
+        position among them), the model run in ``dtype``, and every copy cropped to the columns
+        within ``context`` of a free position (:meth:`context_columns`); the defaults give the
+        energy itself."""
+        ...
+
+    def context_columns(self, context: int) -> Tensor:
+        """``(K,)`` the columns a copy cropped to ``context`` keeps (ValueError if the model cannot
+        read a crop at its columns' own positions)."""
         ...
 
 
@@ -220,6 +232,10 @@ class DerivedTarget:
         """The base's (a :class:`WindowedTarget` capability; AttributeError for bases without it)."""
         return self.base.scored_positions  # type: ignore[attr-defined]
 
+    def context_columns(self, context: int) -> Tensor:
+        """The base's (a :class:`WindowedTarget` capability)."""
+        return self.base.context_columns(context)  # type: ignore[attr-defined]
+
     def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
         return self.base.site_logits(tokens, positions, masked=masked)
 
@@ -233,13 +249,18 @@ class DerivedTarget:
         return self.base.forbidden(tokens)
 
     def evaluate_base(
-        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        context: int | None = None,
     ) -> Evaluation:
-        """The base's evaluation; ``positions`` and ``dtype`` go to a base that can restrict its
-        energy (:class:`WindowedTarget`), so a derived target of one is one too."""
-        if positions is None and dtype is None:
+        """The base's evaluation; ``positions``, ``dtype`` and ``context`` go to a base that can
+        restrict its energy (:class:`WindowedTarget`), so a derived target of one is one too."""
+        if positions is None and dtype is None and context is None:
             return self.base.evaluate(tokens)
-        return self.base.evaluate(tokens, positions, dtype=dtype)  # type: ignore[call-arg]
+        return self.base.evaluate(tokens, positions, dtype=dtype, context=context)  # type: ignore[call-arg]
 
 
 class ConstrainedTarget(DerivedTarget):
@@ -282,11 +303,16 @@ class ConstrainedTarget(DerivedTarget):
 
     # -- the one thing it changes
     def evaluate(
-        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        context: int | None = None,
     ) -> Evaluation:
         """The base evaluation with :meth:`log_factor` added to its log-factors; ``positions``
-        and ``dtype`` go to a base that can restrict its energy (:class:`WindowedTarget`)."""
-        ev = self.evaluate_base(tokens, positions, dtype=dtype)
+        ``dtype`` and ``context`` go to a base that can restrict its energy (:class:`WindowedTarget`)."""
+        ev = self.evaluate_base(tokens, positions, dtype=dtype, context=context)
         return ev._replace(log_factor=ev.log_factor + self.log_factor(tokens).to(ev.energy.dtype))
 
     def __repr__(self) -> str:
@@ -324,11 +350,16 @@ class ScaledTarget(DerivedTarget):
         return self.base.forbidden(tokens)
 
     def evaluate(
-        self, tokens: Tensor, positions: Tensor | None = None, *, dtype: torch.dtype | None = None
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        context: int | None = None,
     ) -> Evaluation:
         """The base evaluation with its energy and log-factor times :attr:`scale` (a log-factor of 0
-        at scale 0); ``positions`` and ``dtype`` as for :class:`ConstrainedTarget`."""
-        ev = self.evaluate_base(tokens, positions, dtype=dtype)
+        at scale 0); ``positions``, ``dtype`` and ``context`` as for :class:`ConstrainedTarget`."""
+        ev = self.evaluate_base(tokens, positions, dtype=dtype, context=context)
         factor = ev.log_factor * self.scale if self.scale > 0 else torch.zeros_like(ev.log_factor)
         return ev._replace(energy=ev.energy * self.scale, log_factor=factor)
 

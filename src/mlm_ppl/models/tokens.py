@@ -37,12 +37,17 @@ class Encoding:
     word_ids : Tensor
         ``(B, T)`` long, index of the word each token belongs to, -1 on special tokens and
         padding. For residue-level models (AntiBERTy, ESM) every residue is a word.
+    position_ids : Tensor, optional
+        ``(B, T)`` long, the position ids the model reads the tokens at; None (the default): the
+        model's own, as for a whole sequence. A cropped copy of a longer sequence keeps the
+        columns' original ids (:meth:`~mlm_ppl.models.MaskedLM.position_ids`).
     """
 
     input_ids: Tensor
     attention_mask: Tensor
     scorable: Tensor
     word_ids: Tensor
+    position_ids: Tensor | None = None
 
     @property
     def lengths(self) -> Tensor:
