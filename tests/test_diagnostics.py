@@ -204,3 +204,38 @@ def test_constraints_are_on_the_record_per_draw(tiny4):
     idata = to_inference_data(run, mlm=tiny4, constraints=bound)
     assert idata.posterior["expert_e_count"].shape == (2, 30)
     assert {"expert_e_count", "feasible", "rule_no_DE"} <= set(summary(idata).table.index)
+
+
+def test_loop_distribution_against_a_hand_count(tiny4):
+    """Two chains of four draws over the free positions 2, 4, 5 of A[MASK]C[MASK][MASK]: per-position
+    frequencies, the loops ranked by count, and the MCSE of a loop's frequency as ArviZ gives it
+    for its indicator (nan for a loop in every draw or with too few draws)."""
+    from mlm_ppl.diagnostics import loop_distribution
+
+    a, c, d, e = (tiny4.vocab.index(t) for t in "ACDE")
+    base = mlm_ppl.sample(tiny4, TEMPLATE, num_chains=2, num_samples=4, seed=0)
+    loops = [
+        [(c, d, d), (c, d, d), (a, a, e), (c, d, d)],  # chain 0
+        [(a, a, e), (c, d, d), (c, d, d), (e, e, e)],  # chain 1
+    ]
+    tokens = base.tokens.clone()
+    for ch, chain in enumerate(loops):
+        for dr, loop in enumerate(chain):
+            tokens[ch, dr, [2, 4, 5]] = torch.tensor(loop)
+    idata = to_inference_data(Run(tokens, base.stats, base.attrs, base.initial), mlm=tiny4)
+    dist = loop_distribution(idata, top=2)
+    assert dist.positions == [2, 4, 5] and dist.tokens == ["A", "C", "D", "E"] and dist.draws == 8
+    # position 2: C in 5 of 8 draws, A in 2, E in 1; position 5: D 5, E 3
+    np.testing.assert_allclose(dist.frequencies[0], [2 / 8, 5 / 8, 0, 1 / 8])
+    np.testing.assert_allclose(dist.frequencies[2], [0, 0, 5 / 8, 3 / 8])
+    assert [(m[0], m[1], m[2]) for m in dist.motifs] == [("CDD", 5, 5 / 8), ("AAE", 2, 2 / 8)]
+    cdd = np.array([[1, 1, 0, 1], [0, 1, 1, 0]], dtype=float)
+    assert dist.motifs[0][3] == pytest.approx(float(az.mcse(cdd)))
+    text = str(dist)
+    assert "| 2 | 25 | 62 | . | 12 |" in text and "| 1 | CDD | 5 | 0.6250 |" in text
+    same = tokens.clone()
+    same[:, :, [2, 4, 5]] = torch.tensor([c, d, d])
+    one = loop_distribution(to_inference_data(Run(same, base.stats, base.attrs, base.initial), mlm=tiny4), top=3)
+    assert len(one.motifs) == 1 and one.motifs[0][:3] == ("CDD", 8, 1.0) and np.isnan(one.motifs[0][3])
+    with pytest.raises(ValueError, match="top must be an integer >= 1"):
+        loop_distribution(idata, top=0)

@@ -123,6 +123,12 @@ def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
         (out / png).unlink()
     assert main(["diagnose", str(out / "run.nc")]) == 0
     assert "chain 0:" in capsys.readouterr().out and (out / "trace_lp.png").exists()
+    assert main(["diagnose", str(out), "--loops", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "Token frequency at each sampled position, % of 900 draws" in printed
+    assert "The 3 most frequent loops:" in printed and "| 1 | " in printed
+    assert main(["diagnose", str(out), "--loops", "0"]) == 2
+    assert "--loops must be an integer >= 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
