@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo germlines test test-fast lint bench venv pairs reproductions notebooks
+.PHONY: demo converge germlines test test-fast lint bench venv pairs reproductions notebooks
 
 venv: $(VENV)/.installed
 
@@ -25,6 +25,22 @@ CDRH3_TEMPLATE := EVQLLESGGGLVQPGGSLRLSCAASGFTFSSYAMSWVRQAPGKGLEWVSAISGSGGSTYYAD
 demo: venv
 	$(VENV)/bin/mlm-ppl sample --model antiberty --template '$(CDRH3_TEMPLATE)' --kernel surrogate-mh \
 		--surrogate-dtype bfloat16 --energy norm --chains 4 --draws 12 --seed 0 --out runs/cdrh3 --overwrite
+
+# The main job until it converges (R-hat < 1.01, ESS >= 100 per chain for lp and the Hamming distance to a
+# reference): the same settings as the demo, 4 x 400 draws after 20 warm-up steps, in runs/converge.
+# Restartable: run it again after an interruption and it resumes exactly (mlm-ppl sample --resume). Then
+# docs/converge/: the summary with the loop distribution (summary.md), the plots and the run's config.json.
+CONVERGE := runs/converge
+converge: venv
+	if [ -f $(CONVERGE)/config.json ]; then \
+		$(VENV)/bin/mlm-ppl sample --resume $(CONVERGE); \
+	else \
+		$(VENV)/bin/mlm-ppl sample --model antiberty --template '$(CDRH3_TEMPLATE)' --kernel surrogate-mh \
+			--surrogate-dtype bfloat16 --energy norm --chains 4 --draws 400 --warmup 20 --seed 0 --out $(CONVERGE); \
+	fi
+	mkdir -p docs/converge
+	$(VENV)/bin/mlm-ppl diagnose $(CONVERGE) --loops 20 --plots docs/converge > docs/converge/summary.md
+	cp $(CONVERGE)/config.json docs/converge/config.json
 
 germlines: venv
 	$(VENV)/bin/mlm-ppl germlines --model antiberty --n 12

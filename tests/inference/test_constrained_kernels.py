@@ -88,6 +88,7 @@ MH_VARIANTS = [
 EXACT_KERNELS = [(MetropolisHastings, o) for o in MH_VARIANTS] + [
     (SurrogateMH, dict(inner_steps=3, surrogate_window=0, surrogate_dtype="float32")),
     (SurrogateMH, dict(inner_steps=2, surrogate_window=1)),
+    (SurrogateMH, dict(inner_steps=2, surrogate_window=0, surrogate_context=1)),
 ]
 
 

@@ -20,7 +20,11 @@ from mlm_ppl.inference import exact
 from mlm_ppl.models import ScaledTarget
 from mlm_ppl.testing import tiny_residue_bert
 
-KERNELS = [("mh", {}), ("surrogate-mh", {"inner_steps": 2})]
+KERNELS = [
+    ("mh", {}),
+    ("surrogate-mh", {"inner_steps": 2}),
+    ("surrogate-mh", {"inner_steps": 2, "surrogate_context": 0}),
+]
 
 
 @pytest.fixture(scope="module")
