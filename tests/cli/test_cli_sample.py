@@ -151,6 +151,7 @@ def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
             r"surrogate_context \(1\) must be at least surrogate_window \(2\)",
         ),
         (["--surrogate-context", "8"], "--surrogate-context applies to --kernel surrogate-mh, not mh"),
+        (["--kernel", "surrogate-mh", "--surrogate-frame", "thawed"], "unknown surrogate_frame 'thawed'"),
         (["--surrogate-window", "1"], "--surrogate-window applies to --kernel surrogate-mh, not mh"),
         (["--kernel", "pseudo-gibbs", "--inner-steps", "3"], "--inner-steps applies to --kernel surrogate-mh"),
     ],

@@ -17,14 +17,25 @@ def _factor(mlm, dist):
     return lambda x: torch.where(x[:, dist.free_positions[0]] == a, 0.0, -1.5).to(torch.float64)
 
 
-@pytest.mark.parametrize("window, context", [(0, None), (1, None), (0, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize(
+    "window, context, frame",
+    [
+        (0, None, "crop"),
+        (1, None, "crop"),
+        (0, 0, "crop"),
+        (0, 1, "crop"),
+        (1, 1, "crop"),
+        (0, 0, "frozen"),
+        (1, 1, "frozen"),
+    ],
+)
 @pytest.mark.parametrize("surrogate_dtype", [None, "float32", "bfloat16"])
 @pytest.mark.parametrize("with_factor", [False, True], ids=["bare", "factor"])
-def test_surrogate_mh_leaves_the_target_invariant(tiny4_64, window, context, surrogate_dtype, with_factor):
+def test_surrogate_mh_leaves_the_target_invariant(tiny4_64, window, context, frame, surrogate_dtype, with_factor):
     """The exact one-step matrix (the inner chain's K-step matrix on the surrogate, corrected by the
     outer acceptance) has the target as its stationary law, to rounding, although the surrogate's own
     law is far from it: also with the copies cropped to the free positions (context 0: 5 of 11
-    columns) or to their neighbours (context 1: 10 of 11)."""
+    columns) or to their neighbours (context 1: 10 of 11), and with the rest of the sequence frozen."""
     dist = MaskedLMDistribution(tiny4_64, LONG, temperature=0.8)
     target = ConstrainedTarget(dist, _factor(tiny4_64, dist)) if with_factor else dist
     kernel = SurrogateMH(
@@ -32,6 +43,7 @@ def test_surrogate_mh_leaves_the_target_invariant(tiny4_64, window, context, sur
         surrogate_window=window,
         surrogate_dtype=surrogate_dtype,
         surrogate_context=context,
+        surrogate_frame=frame,
         inner_steps=3,
         top_k=3,
     )
@@ -177,3 +189,56 @@ def test_a_model_without_position_ids_refuses_a_cropped_context(tiny4, monkeypat
     with pytest.raises(ValueError, match="takes no position_ids.*surrogate_context None"):
         SurrogateMH(dist, surrogate_context=2)
     assert SurrogateMH(dist).surrogate.columns.numel() == 11  # uncropped: no position ids needed
+
+
+def test_a_frozen_frame_is_the_model_where_the_frame_would_not_change(tiny_models):
+    """The frozen forward (live columns through every layer, the other columns' keys and values from
+    the reference) is the model itself when every column is live, and when the copy's frame equals the
+    reference's (nothing masked): it differs only in what the frame does not see change."""
+    for name, (mlm, inputs) in tiny_models.items():
+        ids = mlm.encode(inputs[:1]).input_ids
+        T = int((ids[0] != mlm.pad_id).sum()) if mlm.pad_id is not None else ids.shape[1]
+        ids = ids[:, :T]
+        if name == "esm":  # pre-LayerNorm, rotary: refused, saying what to use instead
+            with pytest.raises(ValueError, match="BERT-like encoders.*surrogate_frame='crop'"):
+                mlm.frozen_frame(ids[0], torch.arange(T))
+            continue
+        query = torch.arange(1, T - 1)[None]
+        own = mlm.logits_at(ids, torch.ones_like(ids), query)
+        every = torch.arange(T)
+        frozen_none = mlm.logits_at(
+            ids,
+            torch.ones_like(ids),
+            query,
+            position_ids=mlm.position_ids(every)[None],
+            frame=mlm.frozen_frame(ids[0], every),
+        )
+        assert torch.equal(own, frozen_none), name
+        live = torch.arange(2, T - 2)
+        part = mlm.logits_at(
+            ids[:, live],
+            torch.ones_like(ids[:, live]),
+            torch.arange(live.numel())[None],
+            position_ids=mlm.position_ids(live)[None],
+            frame=mlm.frozen_frame(ids[0], live),
+        )
+        assert torch.allclose(part, own[:, 1 : T - 3], atol=1e-4), name
+
+
+def test_the_frozen_surrogate_reads_the_reference_fill(tiny4):
+    """The frozen reference is the template with each free position's most likely allowed token, all
+    masked together: the same for every chain and seed; frozen copies differ from whole ones."""
+    dist = MaskedLMDistribution(tiny4, LONG)
+    ref = dist.frozen_reference()
+    logits = tiny4.block_logits(dist.template[None], dist.free_positions[None])[0]
+    expected = logits.masked_fill(~dist.allowed, float("-inf")).argmax(-1)
+    assert torch.equal(ref[dist.free_positions], expected)
+    assert torch.equal(ref[~dist.free], dist.template[~dist.free])
+    kernel = SurrogateMH(dist, surrogate_frame="frozen")
+    assert kernel.surrogate.context == 0 and kernel.surrogate.columns.numel() == 5
+    states = run_chains(MetropolisHastings(dist), 4, 1, seed=0).tokens[:, 0]
+    frozen = kernel.surrogate.evaluate(states).energy
+    whole = dist.evaluate(states, kernel.surrogate.positions).energy
+    assert not torch.allclose(frozen, whole, atol=1e-3)
+    with pytest.raises(ValueError, match="unknown surrogate_frame 'thawed'"):
+        SurrogateMH(dist, surrogate_frame="thawed")

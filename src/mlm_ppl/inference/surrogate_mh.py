@@ -15,7 +15,9 @@ chain leaves ``p`` invariant whatever the surrogate; a good surrogate only makes
 **Here**: ``E~`` is the target's own energy restricted to the scored positions within
 ``surrogate_window`` of a free position (window 0: the free positions' own terms), optionally
 with the model in ``surrogate_dtype`` and its copies cropped to the tokens within
-``surrogate_context`` of a free position (read at their own position ids); ``Q`` is ``inner_steps`` steps of single-site
+``surrogate_context`` of a free position (read at their own position ids; with
+``surrogate_frame="frozen"`` beside the rest of a fixed reference sequence, frozen); ``Q`` is
+``inner_steps`` steps of single-site
 :class:`~mlm_ppl.inference.MetropolisHastings` on ``p~`` with random scan. Each single-site MH
 step is reversible for ``p~`` (detailed balance), a random-scan step is a fixed mixture of
 them and so reversible, and a power of a reversible kernel is reversible. Each inner proposal
@@ -41,10 +43,21 @@ from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
-__all__ = ["SurrogateOptions", "SurrogateMH", "SurrogateState", "SurrogateInfo", "SurrogateTarget", "SURROGATE_DTYPES"]
+__all__ = [
+    "SurrogateOptions",
+    "SurrogateMH",
+    "SurrogateState",
+    "SurrogateInfo",
+    "SurrogateTarget",
+    "SURROGATE_DTYPES",
+    "SURROGATE_FRAMES",
+]
 
 SURROGATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """Dtypes the surrogate's model may run in (``surrogate_dtype``); None: the target model's own."""
+
+SURROGATE_FRAMES = ("crop", "frozen")
+"""What the surrogate's copies see outside ``surrogate_context`` (``surrogate_frame``)."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +75,13 @@ class SurrogateOptions(Options):
     )
     surrogate_context: int | None = option(
         None,
-        "the surrogate's copies see only the tokens within this many columns of a free position (default: all)",
+        "the surrogate's copies run only the tokens within this many columns of a free position (default: all)",
         check=count_at_least(0),
+    )
+    surrogate_frame: str = option(
+        "crop",
+        "what those copies see of the other tokens: nothing (crop), or a fixed reference's, frozen (frozen)",
+        choices=SURROGATE_FRAMES,
     )
     proposal_temperature: float = option(1.0, "temperature of the inner MLM proposals", check=check_temperature)
     top_k: int | None = option(None, "truncate inner proposals to the k most likely tokens", check=count_at_least(1))
@@ -90,32 +108,44 @@ class SurrogateOptions(Options):
 class SurrogateTarget(DerivedTarget):
     """The surrogate ``p~``: a :class:`~mlm_ppl.models.WindowedTarget`'s energy restricted to the
     scored positions within ``window`` of a free position, its model in ``dtype``, its copies
-    cropped to the tokens within ``context`` of a free position (None: the whole sequence), and
-    the same log-factor. A :class:`~mlm_ppl.models.Target` itself (everything but :meth:`evaluate`
-    is the base's), so the inner chain is the library's own
-    :class:`~mlm_ppl.inference.MetropolisHastings`."""
+    cropped to the tokens within ``context`` of a free position (None: the whole sequence) and,
+    with ``frame="frozen"``, reading the other tokens of a fixed reference sequence, frozen
+    (:meth:`~mlm_ppl.MaskedLMDistribution.frozen_frame`, made once here); and the same
+    log-factor. A :class:`~mlm_ppl.models.Target` itself (everything but :meth:`evaluate` is the
+    base's), so the inner chain is the library's own :class:`~mlm_ppl.inference.MetropolisHastings`."""
 
     def __init__(
-        self, base: WindowedTarget, window: int, dtype: torch.dtype | None, context: int | None = None
+        self,
+        base: WindowedTarget,
+        window: int,
+        dtype: torch.dtype | None,
+        context: int | None = None,
+        frame: str = "crop",
     ) -> None:
         super().__init__(base)
         self.window = window
         self.dtype = dtype
+        if frame == "frozen" and context is None:
+            context = window  # the least the scored positions need
         self.context = context
+        self.frame_kind = frame
         scored, free = base.scored_positions, base.free_positions
         distance = (scored[:, None] - free[None, :]).abs().min(1).values
         self.positions = scored[distance <= window]  # (W,) the columns whose terms E~ sums
-        # (K,) the columns each copy keeps (checks that the model can read a crop in place)
+        # (K,) the columns each copy runs (checks that the model can read a crop in place)
         self.columns = torch.arange(base.template.numel()) if context is None else base.context_columns(context)
+        self.frame = None if frame == "crop" or context is None else base.frozen_frame(context, dtype)
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """``E~``, the log-factor and the free positions' conditionals (from the window's copies)."""
-        return self.base.evaluate(tokens, self.positions, dtype=self.dtype, context=self.context)  # type: ignore[call-arg]
+        return self.base.evaluate(  # type: ignore[call-arg]
+            tokens, self.positions, dtype=self.dtype, context=self.context, frame=self.frame
+        )
 
     def __repr__(self) -> str:
         return (
             f"SurrogateTarget(window={self.window}, positions={self.positions.numel()}, dtype={self.dtype}, "
-            f"context={self.context}, columns={self.columns.numel()})"
+            f"context={self.context}, columns={self.columns.numel()}, frame={self.frame_kind!r})"
         )
 
 
@@ -179,7 +209,12 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         Crop the surrogate's copies to the tokens within this many columns of a free position
         (and the special tokens), each read at its own position id: shorter copies, a rougher
         surrogate (at least ``surrogate_window``; the model must take ``position_ids``).
-        Default: the whole sequence.
+        Default: the whole sequence (with ``surrogate_frame="frozen"``: ``surrogate_window``).
+    surrogate_frame : {"crop", "frozen"}
+        What the cropped copies see of the other tokens: nothing (``"crop"``), or, at every
+        layer, the keys and values of a fixed reference sequence's other tokens
+        (``"frozen"``; :meth:`~mlm_ppl.MaskedLMDistribution.frozen_reference`, BERT-like models):
+        nearly the whole copy's conditionals at the crop's cost.
     proposal_temperature, top_k, top_p
         The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings`.
     """
@@ -202,7 +237,13 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         o = self.options
         dtype = None if o.surrogate_dtype is None else SURROGATE_DTYPES[o.surrogate_dtype]
         self.inner_steps = 4 * target.num_free if o.inner_steps is None else o.inner_steps
-        self.surrogate = SurrogateTarget(target, o.surrogate_window, dtype, o.surrogate_context)  # type: ignore[arg-type]
+        self.surrogate = SurrogateTarget(
+            target,  # type: ignore[arg-type]
+            o.surrogate_window,
+            dtype,
+            o.surrogate_context,
+            o.surrogate_frame,
+        )
         schedule = o.temperature_schedule
         inner_steps = self.inner_steps
         self.inner = MetropolisHastings(

@@ -29,7 +29,7 @@ from torch.distributions import biject_to, transform_to
 from .._checks import check_temperature
 from .constraints import BoundConstraints, ConstraintSpec
 from .energy import check_energy, token_scores
-from .masked_lm import MaskedLM
+from .masked_lm import FrozenFrame, MaskedLM
 from .target import Evaluation, log_density
 
 __all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler"]
@@ -196,6 +196,7 @@ class MaskedLMDistribution(TorchDistribution):
         *,
         dtype: torch.dtype | None = None,
         context: int | None = None,
+        frame: FrozenFrame | None = None,
     ) -> Evaluation:
         """Energies, log-factors and free-position conditionals of complete states ``(N, L)``, one
         batched pass.
@@ -206,11 +207,12 @@ class MaskedLMDistribution(TorchDistribution):
         state), ``dtype`` runs a copy of the model in that dtype (:meth:`MaskedLM.cast`), and
         ``context`` crops every copy to :meth:`context_columns` (the tokens within ``context``
         columns of a free position, and the special tokens), read at their own position ids
-        (:meth:`MaskedLM.position_ids`); ``positions`` must then lie in the crop. Together: the
-        cheap surrogate of :class:`~mlm_ppl.inference.SurrogateMH`. The defaults give the energy
-        itself.
+        (:meth:`MaskedLM.position_ids`); ``positions`` must then lie in the crop. ``frame`` (of
+        :meth:`frozen_frame` for the same ``context`` and ``dtype``) gives the cropped copies the
+        rest of the sequence back, frozen. Together: the cheap surrogates of
+        :class:`~mlm_ppl.inference.SurrogateMH`. The defaults give the energy itself.
         """
-        ev = self._evaluate_mlm(tokens, positions, dtype, context)
+        ev = self._evaluate_mlm(tokens, positions, dtype, context, frame)
         if self.constraints is None:
             return ev
         return ev._replace(log_factor=self.log_factor(tokens).to(ev.energy.device, ev.energy.dtype))
@@ -229,8 +231,32 @@ class MaskedLMDistribution(TorchDistribution):
         special = ~self.mlm.ordinary_mask[self.template] & ~self.free
         return ((distance <= context) | special).nonzero().flatten()
 
+    def frozen_reference(self) -> Tensor:
+        """``(L,)`` the template with each free position holding its most likely allowed token
+        given the frame, all free positions masked together (one copy): a fixed, typical sequence
+        whose frame :meth:`frozen_frame` freezes (the same for every chain, seed and resume)."""
+        logits = self.mlm.block_logits(self.template[None], self.free_positions[None])[0]  # (F, V)
+        best = logits.masked_fill(~self.allowed, float("-inf")).argmax(-1)
+        out = self.template.clone()
+        out[self.free_positions] = best
+        return out
+
+    def frozen_frame(self, context: int, dtype: torch.dtype | None = None) -> FrozenFrame:
+        """The frame outside :meth:`context_columns` of :meth:`frozen_reference`, frozen
+        (:meth:`MaskedLM.frozen_frame`) in the model of ``dtype``: ``evaluate(..., context=context,
+        dtype=dtype, frame=...)`` reads cropped copies beside it. A ValueError for a model that
+        has no frozen forward here."""
+        mlm = self.mlm if dtype is None else self.mlm.cast(dtype)
+        mlm._frozen_layers()  # refuses an architecture it cannot freeze, before the reference's pass
+        return mlm.frozen_frame(self.frozen_reference(), self.context_columns(context))
+
     def _evaluate_mlm(
-        self, tokens: Tensor, positions: Tensor | None, dtype: torch.dtype | None, context: int | None = None
+        self,
+        tokens: Tensor,
+        positions: Tensor | None,
+        dtype: torch.dtype | None,
+        context: int | None = None,
+        frame: FrozenFrame | None = None,
     ) -> Evaluation:
         """:meth:`evaluate` without the constraints: the MLM's pass, log-factor zeros."""
         N = tokens.shape[0]
@@ -238,12 +264,16 @@ class MaskedLMDistribution(TorchDistribution):
         if positions is not None and not bool(torch.isin(self.free_positions, positions).all()):
             raise ValueError("positions must include every free position (their conditionals are the proposals)")
         if context is None:
+            if frame is not None:
+                raise ValueError("a frozen frame goes with the context it was made for; give context too")
             columns = torch.arange(tokens.shape[1])
             enc = mlm.encoding_from_ids(tokens)
         else:
             columns = self.context_columns(context)
+            if frame is not None and not torch.equal(frame.columns, columns):
+                raise ValueError(f"the frozen frame was made for another context than {context}")
             enc = mlm.encoding_from_ids(tokens[:, columns])
-            enc = dataclasses.replace(enc, position_ids=mlm.position_ids(columns).expand(N, -1))
+            enc = dataclasses.replace(enc, position_ids=mlm.position_ids(columns).expand(N, -1), frame=frame)
             wanted = self.scored_positions if positions is None else positions
             if not bool(torch.isin(wanted, columns).all()):
                 raise ValueError(

@@ -30,6 +30,24 @@ __all__ = ["Encoding", "MaskedConditionals", "MaskedLM", "NonFiniteLogitsError"]
 
 
 @dataclass(frozen=True)
+class FrozenFrame:
+    """A fixed reference sequence's columns outside ``columns``, as every layer of a model sees them
+    (:meth:`MaskedLM.frozen_frame`): per layer, ``(1, heads, L - K, d)`` keys and values."""
+
+    columns: Tensor  # (K,) the live columns, ascending
+    length: int  # L, the whole sequence's
+    keys: tuple[Tensor, ...]
+    values: tuple[Tensor, ...]
+
+
+def _heads(t: Tensor, size: int) -> Tensor:
+    """``(..., T, heads * size)`` -> ``(..., heads, T, size)``; a 2-D input gets a batch of one."""
+    if t.dim() == 2:
+        t = t[None]
+    return t.reshape(*t.shape[:-1], t.shape[-1] // size, size).transpose(-3, -2)
+
+
+@dataclass(frozen=True)
 class MaskedConditionals:
     """MLM conditionals at a set of (sequence, position) pairs, each read with only that
     position masked.
@@ -160,6 +178,69 @@ class MaskedLM(TokenCodec):
         padding_idx = getattr(embeddings, "padding_idx", None)
         offset = 0 if padding_idx is None else int(padding_idx) + 1
         return torch.as_tensor(columns, dtype=torch.long) + offset
+
+    def _frozen_layers(self) -> list:
+        """The encoder's layers when a frozen frame can be computed for them (a post-LayerNorm BERT
+        or RoBERTa encoder with absolute positions), else a ValueError naming what to use instead."""
+        layers = getattr(getattr(self.encoder, "encoder", None), "layer", None)
+        kind = getattr(self.model.config, "position_embedding_type", None) or "absolute"
+        known = (
+            self.head is not None
+            and layers is not None
+            and kind == "absolute"
+            and not getattr(self.model.config, "is_decoder", False)
+            and all(
+                [n for n, _ in layer.named_children()] == ["attention", "intermediate", "output"]
+                and [n for n, _ in layer.attention.named_children()] == ["self", "output"]
+                for layer in layers
+            )
+        )
+        if not known:
+            raise ValueError(
+                f"a frozen frame is computed for BERT-like encoders with absolute positions; model {self.name!r} "
+                f"({type(self.encoder).__name__}, positions {kind!r}) is not one: use surrogate_frame='crop', or "
+                "leave surrogate_context unset"
+            )
+        return list(layers)  # type: ignore[arg-type]
+
+    @torch.inference_mode()
+    def frozen_frame(self, reference: Tensor, live: Tensor) -> FrozenFrame:
+        """The frame of ``reference`` (one complete sequence ``(L,)``) outside the ``live`` columns
+        ``(K,)``, frozen: at every layer, the keys and values its hidden states give when the model
+        reads the whole reference. Copies of the live columns read beside it
+        (``Encoding(frame=...)``) attend to it as to the rest of their sequence, but the frame does
+        not see them change: cheap (only K tokens run through the layers) and, when the live
+        columns hold what moves, close to the whole copy."""
+        layers = self._frozen_layers()
+        reference = torch.as_tensor(reference, dtype=torch.long).reshape(-1).cpu()
+        live = torch.as_tensor(live, dtype=torch.long).cpu()
+        frame = torch.ones(reference.numel(), dtype=torch.bool)
+        frame[live] = False
+        ids = reference[None].to(self.device)
+        out = self.encoder(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+        keys, values = [], []
+        for layer, hidden in zip(layers, out.hidden_states):  # hidden_states[l] is layer l's input
+            h = hidden[0, frame.to(hidden.device)]  # (F, H)
+            att = layer.attention.self
+            keys.append(_heads(att.key(h), att.attention_head_size))
+            values.append(_heads(att.value(h), att.attention_head_size))
+        return FrozenFrame(live, int(reference.numel()), tuple(keys), tuple(values))
+
+    def _frozen_forward(self, input_ids: Tensor, position_ids: Tensor, frame: FrozenFrame) -> Tensor:
+        """``(n, T, H)`` last hidden states of the live columns ``input_ids`` (n, T) beside ``frame``."""
+        layers = self._frozen_layers()
+        x = self.encoder.embeddings(input_ids=input_ids, position_ids=position_ids)
+        n = x.shape[0]
+        for layer, k_frame, v_frame in zip(layers, frame.keys, frame.values):
+            att = layer.attention.self
+            size = att.attention_head_size
+            q = _heads(att.query(x), size)  # (n, heads, T, d)
+            k = torch.cat([k_frame.expand(n, -1, -1, -1), _heads(att.key(x), size)], dim=-2)
+            v = torch.cat([v_frame.expand(n, -1, -1, -1), _heads(att.value(x), size)], dim=-2)
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=float(att.scaling))
+            attended = layer.attention.output(o.transpose(1, 2).reshape(x.shape), x)
+            x = layer.output(layer.intermediate(attended), attended)
+        return x
 
     def cast(self, dtype: torch.dtype) -> "MaskedLM":
         """This masked LM with its weights in ``dtype``: ``self`` when they already are, else a
@@ -337,9 +418,10 @@ class MaskedLM(TokenCodec):
                 attn = enc.attention_mask[rows[idx], :T].to(device)
                 if enc.position_ids is None:
                     logits = self.logits_at(ids, attn, q.to(device))  # (n, k, V)
-                else:  # a cropped copy, read at its columns' own position ids
+                else:  # a cropped copy, read at its columns' own position ids (and beside a frozen frame)
                     pos_ids = enc.position_ids[rows[idx], :T].to(device)
-                    logits = self.logits_at(ids, attn, q.to(device), position_ids=pos_ids)
+                    extra = {} if enc.frame is None else {"frame": enc.frame}
+                    logits = self.logits_at(ids, attn, q.to(device), position_ids=pos_ids, **extra)
                 self._check_finite(logits, rows[idx], q)
                 if query.dim() == 1:
                     logits, targets = logits[:, 0], targets[:, 0]
@@ -390,17 +472,29 @@ class MaskedLM(TokenCodec):
 
     @torch.inference_mode()
     def logits_at(
-        self, input_ids: Tensor, attention_mask: Tensor, query: Tensor, *, position_ids: Tensor | None = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        query: Tensor,
+        *,
+        position_ids: Tensor | None = None,
+        frame: FrozenFrame | None = None,
     ) -> Tensor:
         """One forward pass: logits at positions ``query[i]`` (n, k) of row ``i`` of ``input_ids`` (n, T).
 
         Returns ``(n, k, V)`` logits, float32 (float64 for a float64 model). Inputs are already
         masked and on the model's device; :meth:`masked_reduce` calls this once per chunk.
         ``position_ids`` (n, T): the ids the model reads the tokens at (a cropped copy's,
-        :meth:`position_ids`); None: the model's own.
+        :meth:`position_ids`); None: the model's own. ``frame``: the rows are the live columns
+        of a longer sequence whose other columns are frozen (:meth:`frozen_frame`).
         """
         out_dtype = self.logits_dtype
         rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]  # (n, 1)
+        if frame is not None:
+            if position_ids is None or not bool(attention_mask.all()):
+                raise ValueError("a frozen frame needs the live columns' position ids and unpadded rows")
+            hidden = self._frozen_forward(input_ids, position_ids, frame)  # (n, T, H)
+            return self.head(hidden[rows, query]).to(out_dtype)[..., : self.vocab_size]
         extra = {} if position_ids is None else {"position_ids": position_ids}
         if self.head is None:
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits  # (n, T, V)

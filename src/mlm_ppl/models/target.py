@@ -22,10 +22,13 @@ table targets of :mod:`mlm_ppl.testing` (exactly solvable examples).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from .masked_lm import FrozenFrame
 
 __all__ = [
     "Evaluation",
@@ -167,16 +170,22 @@ class WindowedTarget(Target, Protocol):
         *,
         dtype: torch.dtype | None = None,
         context: int | None = None,
+        frame: FrozenFrame | None = None,
     ) -> Evaluation:
         """:meth:`Target.evaluate` with the energy summed over ``positions`` only (every free
         position among them), the model run in ``dtype``, and every copy cropped to the columns
-        within ``context`` of a free position (:meth:`context_columns`); the defaults give the
-        energy itself."""
+        within ``context`` of a free position (:meth:`context_columns`), beside ``frame`` (the rest,
+        frozen: :meth:`frozen_frame`); the defaults give the energy itself."""
         ...
 
     def context_columns(self, context: int) -> Tensor:
         """``(K,)`` the columns a copy cropped to ``context`` keeps (ValueError if the model cannot
         read a crop at its columns' own positions)."""
+        ...
+
+    def frozen_frame(self, context: int, dtype: torch.dtype | None = None) -> FrozenFrame:
+        """The rest of a fixed reference sequence beside copies cropped to ``context``, frozen
+        (``evaluate(..., frame=...)``; ValueError for a model without a frozen forward)."""
         ...
 
 
@@ -236,6 +245,10 @@ class DerivedTarget:
         """The base's (a :class:`WindowedTarget` capability)."""
         return self.base.context_columns(context)  # type: ignore[attr-defined]
 
+    def frozen_frame(self, context: int, dtype: torch.dtype | None = None) -> FrozenFrame:
+        """The base's (a :class:`WindowedTarget` capability)."""
+        return self.base.frozen_frame(context, dtype)  # type: ignore[attr-defined]
+
     def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
         return self.base.site_logits(tokens, positions, masked=masked)
 
@@ -255,12 +268,13 @@ class DerivedTarget:
         *,
         dtype: torch.dtype | None = None,
         context: int | None = None,
+        frame: FrozenFrame | None = None,
     ) -> Evaluation:
-        """The base's evaluation; ``positions``, ``dtype`` and ``context`` go to a base that can
+        """The base's evaluation; ``positions``, ``dtype``, ``context`` and ``frame`` go to a base that can
         restrict its energy (:class:`WindowedTarget`), so a derived target of one is one too."""
-        if positions is None and dtype is None and context is None:
+        if positions is None and dtype is None and context is None and frame is None:
             return self.base.evaluate(tokens)
-        return self.base.evaluate(tokens, positions, dtype=dtype, context=context)  # type: ignore[call-arg]
+        return self.base.evaluate(tokens, positions, dtype=dtype, context=context, frame=frame)  # type: ignore[call-arg]
 
 
 class ConstrainedTarget(DerivedTarget):
@@ -309,10 +323,11 @@ class ConstrainedTarget(DerivedTarget):
         *,
         dtype: torch.dtype | None = None,
         context: int | None = None,
+        frame: FrozenFrame | None = None,
     ) -> Evaluation:
         """The base evaluation with :meth:`log_factor` added to its log-factors; ``positions``
-        ``dtype`` and ``context`` go to a base that can restrict its energy (:class:`WindowedTarget`)."""
-        ev = self.evaluate_base(tokens, positions, dtype=dtype, context=context)
+        ``dtype``, ``context`` and ``frame`` go to a base that can restrict its energy (:class:`WindowedTarget`)."""
+        ev = self.evaluate_base(tokens, positions, dtype=dtype, context=context, frame=frame)
         return ev._replace(log_factor=ev.log_factor + self.log_factor(tokens).to(ev.energy.dtype))
 
     def __repr__(self) -> str:
@@ -356,10 +371,11 @@ class ScaledTarget(DerivedTarget):
         *,
         dtype: torch.dtype | None = None,
         context: int | None = None,
+        frame: FrozenFrame | None = None,
     ) -> Evaluation:
         """The base evaluation with its energy and log-factor times :attr:`scale` (a log-factor of 0
-        at scale 0); ``positions``, ``dtype`` and ``context`` as for :class:`ConstrainedTarget`."""
-        ev = self.evaluate_base(tokens, positions, dtype=dtype, context=context)
+        at scale 0); ``positions``, ``dtype``, ``context`` and ``frame`` as for :class:`ConstrainedTarget`."""
+        ev = self.evaluate_base(tokens, positions, dtype=dtype, context=context, frame=frame)
         factor = ev.log_factor * self.scale if self.scale > 0 else torch.zeros_like(ev.log_factor)
         return ev._replace(energy=ev.energy * self.scale, log_factor=factor)
 

@@ -41,6 +41,10 @@ class Encoding:
         ``(B, T)`` long, the position ids the model reads the tokens at; None (the default): the
         model's own, as for a whole sequence. A cropped copy of a longer sequence keeps the
         columns' original ids (:meth:`~mlm_ppl.models.MaskedLM.position_ids`).
+    frame : FrozenFrame, optional
+        The rest of a longer sequence, frozen: every row's tokens also attend, at every layer,
+        to these keys and values of a fixed reference's other columns
+        (:meth:`~mlm_ppl.models.MaskedLM.frozen_frame`). None (the default): the rows are whole.
     """
 
     input_ids: Tensor
@@ -48,6 +52,7 @@ class Encoding:
     scorable: Tensor
     word_ids: Tensor
     position_ids: Tensor | None = None
+    frame: Any = None  # a masked_lm.FrozenFrame (that module imports this one)
 
     @property
     def lengths(self) -> Tensor:
