@@ -148,6 +148,12 @@ def main() -> None:
         "--contexts", default="none", help="surrogate_context R: comma-separated (sweep) or one; 'none' (default)"
     )
     ap.add_argument(
+        "--frames",
+        default="crop",
+        help="surrogate_frame: crop (default) or frozen (the rest of a reference sequence, frozen; R none means 0); "
+        "comma-separated (sweep) or one",
+    )
+    ap.add_argument(
         "--surrogate-dtype",
         default="bfloat16",
         help=f"{', '.join(SURROGATE_DTYPES)} or none (the target's); comma-separated for the sweep (default bfloat16)",
@@ -347,9 +353,17 @@ def parse_dtype(v):
     return v
 
 
-def options_of(K, R, dtype):
+def parse_frame(v):
+    if v not in ("crop", "frozen"):
+        raise ValueError(v)
+    return v
+
+
+def options_of(K, R, dtype, frame="crop"):
     """SurrogateMH keyword options; an unset value is left out (the kernel's default)."""
     out = {}
+    if frame != "crop":
+        out["surrogate_frame"] = frame
     if K is not None:
         out["inner_steps"] = K
     if dtype is not None:
@@ -363,8 +377,9 @@ def variant_name(options):
     if options is None:
         return "mh"
     K = options.get("inner_steps", "default")
-    R = options.get("surrogate_context", "none")
-    return f"surrogate K={K} R={R} {options.get('surrogate_dtype', 'target dtype')}"
+    frame = options.get("surrogate_frame", "crop")
+    R = options.get("surrogate_context", 0 if frame == "frozen" else "none")
+    return f"surrogate K={K} R={R} {frame} {options.get('surrogate_dtype', 'target dtype')}"
 
 
 def make(dist, options):
@@ -426,7 +441,8 @@ def sweep_part(args, results):
     Ks = parse_values(args.inner_steps or SWEEP_INNER_STEPS, parse_k, "--inner-steps")
     Rs = parse_values(args.contexts, parse_r, "--contexts")
     dtypes = parse_values(args.surrogate_dtype, parse_dtype, "--surrogate-dtype")
-    variants = [None] + [options_of(K, R, d) for K, R, d in itertools.product(Ks, Rs, dtypes)]
+    frames = parse_values(args.frames, parse_frame, "--frames")
+    variants = [None] + [options_of(K, R, d, f) for K, R, d, f in itertools.product(Ks, Rs, dtypes, frames)]
     sweep = results["sweep"] = dict(
         seconds_per_variant=args.short_seconds,
         chains=C,
@@ -526,13 +542,18 @@ def sweep_variant(mlm, dist, start, options, seconds):
 # ---------------------------------------------------------------------- side by side
 def side_options(args):
     """The one surrogate variant of the side-by-side run."""
-    values = [args.inner_steps or "default", args.contexts, args.surrogate_dtype]
+    values = [args.inner_steps or "default", args.contexts, args.surrogate_dtype, args.frames]
     if any("," in v for v in values):
         raise SystemExit(
             "--parts surrogate runs one surrogate variant: give single values of --inner-steps, "
-            "--contexts and --surrogate-dtype"
+            "--contexts, --surrogate-dtype and --frames"
         )
-    return options_of(parse_k(values[0]), parse_r(values[1]), parse_values(values[2], parse_dtype, "dtype")[0])
+    return options_of(
+        parse_k(values[0]),
+        parse_r(values[1]),
+        parse_values(values[2], parse_dtype, "dtype")[0],
+        parse_values(values[3], parse_frame, "--frames")[0],
+    )
 
 
 def worker(args):
@@ -645,6 +666,11 @@ def summarise(a):
             ]
         out["mcse"] = float(az.mcse(a))
         out["rhat"] = float(az.rhat(a))
+    ceiling = a.size * math.log10(a.size)  # ArviZ clips the bulk ESS here: at it, the draws are too few to tell
+    if out["ess"] >= ceiling - 1e-6:
+        out["why"] = f"bulk ESS at ArviZ's ceiling N log10 N = {ceiling:.1f}: too few draws to estimate it"
+    elif out["rhat"] > 1.1:
+        out["why"] = f"R-hat {out['rhat']:.2f} > 1.1: the chains have not mixed, so the ESS describes a transient"
     return out
 
 
@@ -692,6 +718,8 @@ def run_side_by_side(args, log_dir):
             args.contexts,
             "--surrogate-dtype",
             args.surrogate_dtype,
+            "--frames",
+            args.frames,
         ]
         if args.device:
             cmd += ["--device", args.device]
@@ -787,14 +815,20 @@ def report_side_by_side(logs, burn, log_dir):
             )
         for side, r in sides.items():
             if r[q]["why"]:
-                print(f"\n{side}: no ESS of {label}: {r[q]['why']}")
+                shown = "no ESS" if r[q]["ess"] is None else "the ESS is not to be believed"
+                print(f"\n{side}, {label}: {shown}: {r[q]['why']}")
     if len(sides) == 2:
         print()
         ratios = result["ratios_ess_per_min"] = {}
         for q, label in QUANTITIES.items():
             a, b = sides["surrogate"][q]["ess_per_min"], sides["mh"][q]["ess_per_min"]
             ratios[q] = a / b if a is not None and b else None
-            print(f"surrogate / MH, ESS per minute of {label}: {fmt(ratios[q], '.2f')}" + ("x" if ratios[q] else ""))
+            doubt = any(sides[side][q]["why"] for side in sides)
+            print(
+                f"surrogate / MH, ESS per minute of {label}: {fmt(ratios[q], '.2f')}"
+                + ("x" if ratios[q] else "")
+                + (" (not to be believed: see above)" if doubt and ratios[q] else "")
+            )
     print(
         "\nouter acceptance counts a move that changes nothing as accepted (the kernels' convention); "
         "Hamming distances over the free positions; ESS halves: chains 0..C/2-1 and C/2..C-1, each scaled to C chains"
