@@ -1,6 +1,7 @@
 """RunSettings: a sampling run's settings, one typed record, checked once when it is made."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -109,3 +110,19 @@ def test_a_record_from_before_anneal_reads_its_anneal_terms_as_all(kernel):
 def test_annealing_settings_are_checked_when_the_record_is_made(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RunSettings(template="A[MASK]C", **kwargs)
+
+
+def test_a_surrogate_record_from_before_the_context_options_compares_equal_to_todays():
+    """A surrogate-mh record written before surrogate_context and surrogate_frame existed, and the
+    checkpoint a resume wrote beside it in today's form, are the same settings (its runs used the
+    whole sequence): a second resume is not refused as an edit. A recorded value is kept."""
+    today = RunSettings(template="A[MASK]C", kernel="surrogate-mh").to_dict()
+    old = json.loads(json.dumps(today))
+    del old["kernel_options"]["surrogate_context"], old["kernel_options"]["surrogate_frame"]
+    assert RunSettings.completed(old) == RunSettings.completed(today)
+    assert RunSettings.from_dict(old) == RunSettings.from_dict(today)
+    cropped = RunSettings(template="A[MASK]C", kernel="surrogate-mh", kernel_options={"surrogate_context": 3})
+    assert RunSettings.completed(cropped.to_dict())["kernel_options"]["surrogate_context"] == 3
+    assert (
+        "surrogate_context" not in RunSettings.completed(RunSettings(template="A[MASK]C").to_dict())["kernel_options"]
+    )

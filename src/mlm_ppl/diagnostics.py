@@ -568,14 +568,17 @@ class LoopDistribution:
     draws: int
 
     def __str__(self) -> str:
-        head = "| position | " + " | ".join(self.tokens) + " |"
+        def cell(text: str) -> str:  # a token such as BERT's "|" must not split a markdown cell
+            return text.replace("|", "\\|")
+
+        head = "| position | " + " | ".join(map(cell, self.tokens)) + " |"
         rule = "|---|" + "---|" * len(self.tokens)
         rows = [
             f"| {p} | " + " | ".join(f"{100 * f:.0f}" if f > 0 else "." for f in freq) + " |"
             for p, freq in zip(self.positions, self.frequencies)
         ]
         motif_rows = [
-            f"| {i} | {loop} | {count} | {freq:.4f} | {mcse:.4f} |"
+            f"| {i} | {cell(loop)} | {count} | {freq:.4f} | {mcse:.4f} |"
             for i, (loop, count, freq, mcse) in enumerate(self.motifs, 1)
         ]
         return "\n".join(

@@ -34,6 +34,9 @@ readable, and one run's memory grows with them; run several directories instead.
 _ADDED = frozenset({"constraints", "anneal"})
 """Settings a record written before them lacks (read as their defaults)."""
 
+_ADDED_OPTIONS = {"surrogate-mh": {"surrogate_context": None, "surrogate_frame": "crop"}}
+"""Kernel options a record written before them lacks, with the value that is what its runs did."""
+
 
 def _flag(default: Any, help: str, metavar: str | None = None) -> Any:
     """A setting the command line has as a flag of its own (``--name``), with its help."""
@@ -178,14 +181,19 @@ class RunSettings:
     @classmethod
     def completed(cls, values: Mapping[str, Any]) -> dict[str, Any]:
         """A record as a record of today's format would hold it: each setting added since
-        (:data:`_ADDED`) that it lacks at its default, and, where it has no ``anneal``, its
-        kernel's ``anneal_terms`` as ``"all"`` (without a schedule it annealed nothing). What
+        (:data:`_ADDED`) and each kernel option added since (:data:`_ADDED_OPTIONS`) that it lacks
+        at its default, and, where it has no ``anneal``, its kernel's ``anneal_terms`` as ``"all"``
+        (without a schedule it annealed nothing). What
         :meth:`from_dict` reads, and what a resume compares (an old run resumed once has
         checkpoints in today's form beside its old ``config.json``)."""
         out = dict(values)
         options = out.get("kernel_options")
         if "anneal" not in out and isinstance(options, Mapping) and options.get("anneal_terms", "all") != "all":
-            out["kernel_options"] = {**options, "anneal_terms": "all"}
+            out["kernel_options"] = options = {**options, "anneal_terms": "all"}
+        kernel = out.get("kernel")
+        added = _ADDED_OPTIONS.get(kernel) if isinstance(kernel, str) else None
+        if added and isinstance(options, Mapping):
+            out["kernel_options"] = {**added, **options}
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         for name in _ADDED:
             out.setdefault(name, defaults[name])

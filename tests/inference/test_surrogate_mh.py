@@ -186,9 +186,46 @@ def test_a_model_without_position_ids_refuses_a_cropped_context(tiny4, monkeypat
     free positions' energy moved by 9-10 nats): refused before any work, saying what to do."""
     dist = MaskedLMDistribution(tiny4, LONG)
     monkeypatch.setattr(type(tiny4), "reads_position_ids", property(lambda self: False))
-    with pytest.raises(ValueError, match="takes no position_ids.*surrogate_context None"):
+    with pytest.raises(ValueError, match="does not place tokens by the position_ids.*surrogate_frame 'crop'"):
         SurrogateMH(dist, surrogate_context=2)
+    with pytest.raises(ValueError, match="does not place tokens by the position_ids"):
+        SurrogateMH(dist, surrogate_frame="frozen")
     assert SurrogateMH(dist).surrogate.columns.numel() == 11  # uncropped: no position ids needed
+
+
+def test_whether_a_model_places_tokens_by_position_ids_is_probed(tiny_models):
+    """BERT, RoBERTa, ESM (rotary, reading position_ids) and a compiled encoder place tokens where
+    their ids say; DeBERTa takes position_ids but derives relative positions from the length, so a
+    crop would silently close its gaps: it is refused."""
+    import warnings
+
+    from mlm_ppl.models import MaskedLM
+
+    bert = tiny_models["bert"][0]
+    for name, (mlm, _) in tiny_models.items():
+        assert mlm.reads_position_ids, name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.compile's and DeBERTa's use of torch.jit
+        assert MaskedLM(bert.model, bert.tokenizer, compile=True).reads_position_ids
+        from transformers import DebertaV2Config, DebertaV2ForMaskedLM
+
+        cfg = DebertaV2Config(
+            vocab_size=bert.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            relative_attention=True,
+            position_biased_input=False,
+            pos_att_type=["p2c", "c2p"],
+            pad_token_id=bert.pad_id,
+        )
+        deberta = MaskedLM(DebertaV2ForMaskedLM(cfg).eval(), bert.tokenizer, name="tiny-deberta")
+        assert not deberta.reads_position_ids
+        dist = MaskedLMDistribution(deberta, "the [MASK] sat")
+        with pytest.raises(ValueError, match="'tiny-deberta' does not place tokens by the position_ids"):
+            SurrogateMH(dist, surrogate_context=1)
 
 
 def test_a_frozen_frame_is_the_model_where_the_frame_would_not_change(tiny_models):

@@ -75,7 +75,8 @@ class SurrogateOptions(Options):
     )
     surrogate_context: int | None = option(
         None,
-        "the surrogate's copies run only the tokens within this many columns of a free position (default: all)",
+        "the surrogate's copies run only the tokens within this many columns of a free position "
+        "(default: all; with --surrogate-frame frozen, the window)",
         check=count_at_least(0),
     )
     surrogate_frame: str = option(
@@ -138,9 +139,10 @@ class SurrogateTarget(DerivedTarget):
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """``E~``, the log-factor and the free positions' conditionals (from the window's copies)."""
-        return self.base.evaluate(  # type: ignore[call-arg]
-            tokens, self.positions, dtype=self.dtype, context=self.context, frame=self.frame
-        )
+        extra = {} if self.context is None else {"context": self.context}  # a WindowedTarget of before them
+        if self.frame is not None:
+            extra["frame"] = self.frame
+        return self.base.evaluate(tokens, self.positions, dtype=self.dtype, **extra)  # type: ignore[call-arg]
 
     def __repr__(self) -> str:
         return (

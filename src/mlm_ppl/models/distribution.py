@@ -223,8 +223,9 @@ class MaskedLMDistribution(TorchDistribution):
         ``[SEP]`` ...). A ValueError if the model cannot read a crop at its columns' places."""
         if not self.mlm.reads_position_ids:
             raise ValueError(
-                f"model {self.mlm.name!r} takes no position_ids, so a cropped context would move every token "
-                "to another position; leave the context uncropped (surrogate_context None)"
+                f"model {self.mlm.name!r} does not place tokens by the position_ids it is given, so a cropped "
+                "context would move every token to another position; leave surrogate_context unset and "
+                "surrogate_frame 'crop' (the whole sequence)"
             )
         columns = torch.arange(self.template.numel())
         distance = (columns[:, None] - self.free_positions[None, :]).abs().min(1).values
@@ -270,8 +271,13 @@ class MaskedLMDistribution(TorchDistribution):
             enc = mlm.encoding_from_ids(tokens)
         else:
             columns = self.context_columns(context)
-            if frame is not None and not torch.equal(frame.columns, columns):
-                raise ValueError(f"the frozen frame was made for another context than {context}")
+            if frame is not None and not (
+                torch.equal(frame.columns, columns) and frame.length == tokens.shape[1] and frame.dtype == mlm.dtype
+            ):
+                raise ValueError(
+                    f"the frozen frame was made for another template, context or dtype than this one's, {context} and "
+                    f"{mlm.dtype}: make it with frozen_frame(context, dtype)"
+                )
             enc = mlm.encoding_from_ids(tokens[:, columns])
             enc = dataclasses.replace(enc, position_ids=mlm.position_ids(columns).expand(N, -1), frame=frame)
             wanted = self.scored_positions if positions is None else positions

@@ -38,6 +38,11 @@ class FrozenFrame:
     length: int  # L, the whole sequence's
     keys: tuple[Tensor, ...]
     values: tuple[Tensor, ...]
+    reference: Tensor  # (L,) the sequence whose frame it is
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.keys[0].dtype
 
 
 def _heads(t: Tensor, size: int) -> Tensor:
@@ -134,6 +139,7 @@ class MaskedLM(TokenCodec):
         self.model = model.eval()
         self.memory_budget_mb = float(memory_budget_mb)
         self._casts: dict[torch.dtype, MaskedLM] = {}  # copies in other dtypes, made by cast()
+        self._reads_position_ids: bool | None = None  # probed on first use (reads_position_ids)
         self.encoder, self.head = _split_head(model)
         if compile:
             self.encoder = torch.compile(self.encoder, dynamic=True)
@@ -160,13 +166,36 @@ class MaskedLM(TokenCodec):
 
     @property
     def reads_position_ids(self) -> bool:
-        """Whether the model's forward takes ``position_ids``: what a cropped copy
-        (:meth:`position_ids`) needs to keep its columns' places."""
-        forward = (self.model if self.head is None else self.encoder).forward
+        """Whether the model places tokens by the ``position_ids`` it is given: what a cropped copy
+        (:meth:`position_ids`) needs to keep its columns' places. Its forward must take them, and
+        moving one token of a three-token probe further away must change what the first token
+        reads (models that derive relative positions from the sequence length, e.g. DeBERTa,
+        take the argument and ignore the gap). Probed once."""
+        if self._reads_position_ids is None:
+            self._reads_position_ids = self._probe_position_ids()
+        return self._reads_position_ids
+
+    @torch.inference_mode()
+    def _probe_position_ids(self) -> bool:
+        module = self.model if self.head is None else self.encoder
+        module = getattr(module, "_orig_mod", module)  # a compiled encoder: the module it wraps
         try:
-            return "position_ids" in inspect.signature(forward).parameters
+            if "position_ids" not in inspect.signature(module.forward).parameters:
+                return False
         except (TypeError, ValueError):
             return False
+        gap = min(4, self.max_length - 3)
+        if gap < 1:
+            return False
+        ids = torch.full((1, 3), self.mask_id, dtype=torch.long, device=self.device)
+        near, far = self.position_ids(torch.tensor([0, 1, 2])), self.position_ids(torch.tensor([0, 1, 2 + gap]))
+
+        def first(pos: Tensor):
+            out = module(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos[None].to(self.device))
+            hidden = out.logits if self.head is None else out.last_hidden_state
+            return hidden[0, 0].float()
+
+        return not torch.allclose(first(near), first(far), atol=1e-6, rtol=0)
 
     def position_ids(self, columns: Tensor) -> Tensor:
         """``(K,)`` the position ids the model gives ``columns`` (ascending token indices of one
@@ -224,7 +253,7 @@ class MaskedLM(TokenCodec):
             att = layer.attention.self
             keys.append(_heads(att.key(h), att.attention_head_size))
             values.append(_heads(att.value(h), att.attention_head_size))
-        return FrozenFrame(live, int(reference.numel()), tuple(keys), tuple(values))
+        return FrozenFrame(live, int(reference.numel()), tuple(keys), tuple(values), reference)
 
     def _frozen_forward(self, input_ids: Tensor, position_ids: Tensor, frame: FrozenFrame) -> Tensor:
         """``(n, T, H)`` last hidden states of the live columns ``input_ids`` (n, T) beside ``frame``."""
@@ -237,7 +266,8 @@ class MaskedLM(TokenCodec):
             q = _heads(att.query(x), size)  # (n, heads, T, d)
             k = torch.cat([k_frame.expand(n, -1, -1, -1), _heads(att.key(x), size)], dim=-2)
             v = torch.cat([v_frame.expand(n, -1, -1, -1), _heads(att.value(x), size)], dim=-2)
-            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=float(att.scaling))
+            scale = float(getattr(att, "scaling", size**-0.5))  # 1/sqrt(d), as every BERT layer scales
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)
             attended = layer.attention.output(o.transpose(1, 2).reshape(x.shape), x)
             x = layer.output(layer.intermediate(attended), attended)
         return x
@@ -408,7 +438,8 @@ class MaskedLM(TokenCodec):
         outputs: list[Tensor] = []
         bar = _progress_bar(N, progress, "masked copies")
         try:
-            for chunk in self.chunks(lengths[order].tolist()):
+            frame_length = 0 if enc.frame is None else enc.frame.length - int(enc.frame.columns.numel())
+            for chunk in self.chunks(lengths[order].tolist(), frame_length):
                 idx = order[chunk]
                 T = int(lengths[idx].max())
                 ids = enc.input_ids[rows[idx], :T]  # (n, T)
@@ -450,10 +481,12 @@ class MaskedLM(TokenCodec):
             f"dtype ({self.dtype}) overflows. Nothing was computed from them"
         )
 
-    def chunks(self, sorted_lengths: list[int]) -> Iterator[slice]:
+    def chunks(self, sorted_lengths: list[int], frame_length: int = 0) -> Iterator[slice]:
         """Greedy chunks of consecutive copies whose padded activations fit ``memory_budget_mb``.
 
         ``sorted_lengths`` are the copies' lengths in ascending order; yields slices into them.
+        ``frame_length``: the frozen frame's columns each copy also attends to (its keys and
+        values, expanded per copy, and the longer attention rows).
         """
         budget = self.memory_budget_mb * 2**20
         elem = torch.finfo(self.dtype).bits // 8
@@ -463,8 +496,9 @@ class MaskedLM(TokenCodec):
             end = start + 1
             while end < n:
                 T = sorted_lengths[end]
-                per_token = elem * (6 * self._hidden + self._intermediate + self._heads * T)
-                if (end + 1 - start) * T * per_token > budget:
+                per_token = elem * (6 * self._hidden + self._intermediate + self._heads * (T + frame_length))
+                per_copy = T * per_token + 2 * frame_length * self._hidden * elem
+                if (end + 1 - start) * per_copy > budget:
                     break
                 end += 1
             yield slice(start, end)
