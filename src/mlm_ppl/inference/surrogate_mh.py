@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -139,7 +139,7 @@ class SurrogateTarget(DerivedTarget):
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """``E~``, the log-factor and the free positions' conditionals (from the window's copies)."""
-        extra = {} if self.context is None else {"context": self.context}  # a WindowedTarget of before them
+        extra: dict[str, Any] = {} if self.context is None else {"context": self.context}  # a WindowedTarget of before
         if self.frame is not None:
             extra["frame"] = self.frame
         return self.base.evaluate(tokens, self.positions, dtype=self.dtype, **extra)  # type: ignore[call-arg]
