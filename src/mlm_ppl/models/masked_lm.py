@@ -52,6 +52,21 @@ def _heads(t: Tensor, size: int) -> Tensor:
     return t.reshape(*t.shape[:-1], t.shape[-1] // size, size).transpose(-3, -2)
 
 
+def _layer_step(layer: Any, x: Tensor, k_frame: Tensor, v_frame: Tensor) -> Tensor:
+    """One post-LayerNorm BERT layer on hidden states ``x`` (n, T, H) whose tokens also attend to
+    the frame's keys and values ``(1, heads, F, d)`` (F may be 0: the layer itself)."""
+    att = layer.attention.self
+    size = att.attention_head_size
+    n = x.shape[0]
+    q = _heads(att.query(x), size)  # (n, heads, T, d)
+    k = torch.cat([k_frame.expand(n, -1, -1, -1), _heads(att.key(x), size)], dim=-2)
+    v = torch.cat([v_frame.expand(n, -1, -1, -1), _heads(att.value(x), size)], dim=-2)
+    scale = float(getattr(att, "scaling", size**-0.5))  # 1/sqrt(d), as every BERT layer scales
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)
+    attended = layer.attention.output(o.transpose(1, 2).reshape(x.shape), x)
+    return layer.output(layer.intermediate(attended), attended)
+
+
 @dataclass(frozen=True)
 class MaskedConditionals:
     """MLM conditionals at a set of (sequence, position) pairs, each read with only that
@@ -246,30 +261,32 @@ class MaskedLM(TokenCodec):
         frame = torch.ones(reference.numel(), dtype=torch.bool)
         frame[live] = False
         ids = reference[None].to(self.device)
-        out = self.encoder(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+        # the reference through the layers as the model reads it (the layer math of _frozen_forward with
+        # nothing frozen, which is the model's own; no output_hidden_states: its hooks stay on the modules)
+        x = self.encoder.embeddings(
+            input_ids=ids, position_ids=self.position_ids(torch.arange(ids.shape[1]))[None].to(self.device)
+        )
         keys, values = [], []
-        for layer, hidden in zip(layers, out.hidden_states):  # hidden_states[l] is layer l's input
-            h = hidden[0, frame.to(hidden.device)]  # (F, H)
+        empty = x.new_zeros((1, 0, x.shape[-1]))
+        for layer in layers:
+            h = x[0, frame.to(x.device)]  # (F, H): layer l's input at the frame's columns
             att = layer.attention.self
             keys.append(_heads(att.key(h), att.attention_head_size))
             values.append(_heads(att.value(h), att.attention_head_size))
+            x = _layer_step(
+                layer,
+                x,
+                _heads(att.key(empty), att.attention_head_size),
+                _heads(att.value(empty), att.attention_head_size),
+            )
         return FrozenFrame(live, int(reference.numel()), tuple(keys), tuple(values), reference)
 
     def _frozen_forward(self, input_ids: Tensor, position_ids: Tensor, frame: FrozenFrame) -> Tensor:
         """``(n, T, H)`` last hidden states of the live columns ``input_ids`` (n, T) beside ``frame``."""
         layers = self._frozen_layers()
         x = self.encoder.embeddings(input_ids=input_ids, position_ids=position_ids)
-        n = x.shape[0]
         for layer, k_frame, v_frame in zip(layers, frame.keys, frame.values):
-            att = layer.attention.self
-            size = att.attention_head_size
-            q = _heads(att.query(x), size)  # (n, heads, T, d)
-            k = torch.cat([k_frame.expand(n, -1, -1, -1), _heads(att.key(x), size)], dim=-2)
-            v = torch.cat([v_frame.expand(n, -1, -1, -1), _heads(att.value(x), size)], dim=-2)
-            scale = float(getattr(att, "scaling", size**-0.5))  # 1/sqrt(d), as every BERT layer scales
-            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)
-            attended = layer.attention.output(o.transpose(1, 2).reshape(x.shape), x)
-            x = layer.output(layer.intermediate(attended), attended)
+            x = _layer_step(layer, x, k_frame, v_frame)
         return x
 
     def cast(self, dtype: torch.dtype) -> "MaskedLM":
