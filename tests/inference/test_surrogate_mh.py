@@ -279,3 +279,6 @@ def test_the_frozen_surrogate_reads_the_reference_fill(tiny4):
     assert not torch.allclose(frozen, whole, atol=1e-3)
     with pytest.raises(ValueError, match="unknown surrogate_frame 'thawed'"):
         SurrogateMH(dist, surrogate_frame="thawed")
+    import pickle
+
+    pickle.loads(pickle.dumps(dist))  # making the frame leaves no hook on the model (Ray workers pickle it)
