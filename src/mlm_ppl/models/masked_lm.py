@@ -155,6 +155,7 @@ class MaskedLM(TokenCodec):
         self.memory_budget_mb = float(memory_budget_mb)
         self._casts: dict[torch.dtype, MaskedLM] = {}  # copies in other dtypes, made by cast()
         self._reads_position_ids: bool | None = None  # probed on first use (reads_position_ids)
+        self._frozen: list | None = None  # the layers a frozen frame runs, checked once (_frozen_layers)
         self.encoder, self.head = _split_head(model)
         if compile:
             self.encoder = torch.compile(self.encoder, dynamic=True)
@@ -225,7 +226,10 @@ class MaskedLM(TokenCodec):
 
     def _frozen_layers(self) -> list:
         """The encoder's layers when a frozen frame can be computed for them (a post-LayerNorm BERT
-        or RoBERTa encoder with absolute positions), else a ValueError naming what to use instead."""
+        or RoBERTa encoder with absolute positions), else a ValueError naming what to use instead.
+        Checked once; the frozen forward asks for them at every chunk."""
+        if self._frozen is not None:
+            return self._frozen
         layers = getattr(getattr(self.encoder, "encoder", None), "layer", None)
         kind = getattr(self.model.config, "position_embedding_type", None) or "absolute"
         known = (
@@ -245,7 +249,8 @@ class MaskedLM(TokenCodec):
                 f"({type(self.encoder).__name__}, positions {kind!r}) is not one: use surrogate_frame='crop', or "
                 "leave surrogate_context unset"
             )
-        return list(layers)  # type: ignore[arg-type]
+        self._frozen = list(layers)  # type: ignore[arg-type]
+        return self._frozen
 
     @torch.inference_mode()
     def frozen_frame(self, reference: Tensor, live: Tensor) -> FrozenFrame:
