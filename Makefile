@@ -26,16 +26,17 @@ CDRH3_TEMPLATE := EVQLLESGGGLVQPGGSLRLSCAASGFTFSSYAMSWVRQAPGKGLEWVSAISGSGGSTYYAD
 MAIN_JOB := --model antiberty --template '$(CDRH3_TEMPLATE)' --kernel surrogate-mh --surrogate-dtype bfloat16 \
 	--energy norm --seed 0
 
-# about 10 minutes on 2 cores; not converged (12 draws), and its summary says so
+# about 7 minutes on 2 cores; not converged (8 draws), and its summary says so
 demo: venv
-	$(VENV)/bin/mlm-ppl sample $(MAIN_JOB) --chains 4 --draws 12 --out runs/cdrh3 --overwrite
+	$(VENV)/bin/mlm-ppl sample $(MAIN_JOB) --chains 4 --draws 8 --out runs/cdrh3 --overwrite
 
-# The main job run for 4 x 400 draws after 20 warm-up steps in runs/converge; its summary says whether it converged
-# (R-hat < 1.01 and ESS >= 100 per chain for lp and the Hamming distance to a reference). Restartable: run it again
-# after an interruption and it resumes exactly (the same flags with --resume: a changed setting is refused). Then
-# docs/converge/: the summary with the loop distribution (summary.md), the plots and the run's config.json.
+# The main job run in runs/converge until its summary says converged (R-hat <= 1.01 and bulk and tail ESS >= 400 over
+# the 4 chains for lp and the Hamming distance to a reference; checked every 10 draws after 20 warm-up steps, at most
+# 1000 draws). Restartable: run it again after an interruption and it resumes exactly (the same flags with --resume:
+# a changed setting is refused). Then docs/converge/: the summary with the loop distribution (summary.md), the plots
+# and the run's config.json.
 CONVERGE := runs/converge
-CONVERGE_RUN := $(MAIN_JOB) --chains 4 --draws 400 --warmup 20
+CONVERGE_RUN := $(MAIN_JOB) --chains 4 --draws 1000 --warmup 20 --until-converged
 converge: venv
 	if [ -f $(CONVERGE)/config.json ]; then \
 		$(VENV)/bin/mlm-ppl sample --resume $(CONVERGE) $(CONVERGE_RUN); \

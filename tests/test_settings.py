@@ -36,6 +36,17 @@ def test_the_record_round_trips_through_its_json_form():
         ),
         ({"template": "A[MASK]", "kernel_options": {"scan": "zigzag"}}, ValueError, "unknown scan 'zigzag'"),
         ({"template": "A[MASK]", "kernel_options": SurrogateOptions()}, TypeError, "must be MHOptions or a mapping"),
+        ({"template": "A[MASK]", "until_converged": 1}, TypeError, "until_converged must be true or false"),
+        (
+            {"template": "A[MASK]", "until_converged": True, "anneal": "1:0.1"},
+            ValueError,
+            r"an annealed run seeks a mode and never converges.*drop until_converged \(--until-converged\) or anneal",
+        ),
+        (
+            {"template": "A[MASK]", "until_converged": True, "workers": 2},
+            ValueError,
+            "needs every chain's draws in one process; run without workers",
+        ),
     ],
 )
 def test_every_setting_is_checked_when_the_record_is_made(kwargs, error, match):

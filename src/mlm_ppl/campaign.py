@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from . import rundir
+from .diagnostics import stop_when_converged
 from .inference.annealing import annealing_note
 from .inference.distributed import run_chains_ray, run_tasks_ray, split_chains
 from .inference.registry import make_kernel
@@ -38,7 +39,7 @@ from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
 from .models.target import Target, energy_from_log_density
 from .rundir import RunDirectory
-from .settings import RunSettings
+from .settings import STOP_EVERY, RunSettings
 
 __all__ = [
     "BATCH_FORMAT",
@@ -163,12 +164,15 @@ def execute(
                 **options,
             )
         else:
+            stop = stop_when_converged(mlm=mlm, constraints=constraints_of(kernel.target))
             result = run_chains(
                 kernel,
                 settings.chains,
                 settings.draws,
                 on_checkpoint=lambda cp: rundir.save_checkpoint(run_dir, cp, record),
                 resume=checkpoint,
+                stop=stop if settings.until_converged else None,
+                stop_every=STOP_EVERY,
                 **options,
             )
     except Exception:

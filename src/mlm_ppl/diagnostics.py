@@ -36,6 +36,7 @@ __all__ = [
     "functional_name",
     "from_pyro",
     "summary",
+    "stop_when_converged",
     "Summary",
     "acceptance_rates",
     "plot_diagnostics",
@@ -312,6 +313,9 @@ class Summary:
     annealing : str or None
         An annealed run's note (:func:`~mlm_ppl.inference.annealing.annealing_note`), the first
         line of the text; None for a run that samples its target.
+    stopped : str or None
+        Why a run with a stopping rule (:func:`stop_when_converged`) ended before its last draw,
+        and where (the run's ``stopped`` attribute); None for a run that took every draw.
     """
 
     table: "pandas.DataFrame"
@@ -323,6 +327,7 @@ class Summary:
     inner_acceptance: float | None = None
     masked_copies_per_step: float | None = None
     annealing: str | None = None
+    stopped: str | None = None
 
     @property
     def converged(self) -> bool:
@@ -330,6 +335,7 @@ class Summary:
 
     def __str__(self) -> str:
         lines = [self.annealing, ""] if self.annealing is not None else []
+        lines += [f"stopped early: {self.stopped}", ""] if self.stopped is not None else []
         lines += [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
         lines.append(
             f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}"
@@ -462,7 +468,23 @@ def summary(
         inner_acceptance=mean_of("inner_acceptance"),
         masked_copies_per_step=mean_of("masked_copies"),
         annealing=note,
+        stopped=idata.attrs.get("stopped"),
     )
+
+
+def stop_when_converged(
+    *, mlm: "MaskedLM | None" = None, constraints: "BoundConstraints | None" = None
+) -> Callable[["Run"], str | None]:
+    """A stopping rule for :func:`~mlm_ppl.run_chains` (``stop=``): the draws so far end the run
+    when their :func:`summary` (of :func:`to_inference_data` with ``mlm`` and ``constraints``, as
+    the run's outputs build it) says every chain converged. The run's summary then says converged
+    too, and says it stopped early (``Summary.stopped``)."""
+
+    def rule(run: "Run") -> str | None:
+        report = summary(to_inference_data(run, mlm=mlm, constraints=constraints))
+        return f"every chain converged ({report.reasons[0]})" if report.converged else None
+
+    return rule
 
 
 def _annealing(attrs: Mapping) -> str | None:

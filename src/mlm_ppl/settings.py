@@ -24,14 +24,17 @@ from .models.constraints import ConstraintSpec
 from .models.energy import ENERGIES
 from .models.loading import model_files
 
-__all__ = ["RunSettings", "MAX_CHAINS", "option_flags"]
+__all__ = ["RunSettings", "MAX_CHAINS", "STOP_EVERY", "option_flags"]
 
 MAX_CHAINS = 1000
 """More chains than this are refused unless forced: their plots and per-chain diagnostics stop being
 readable, and one run's memory grows with them; run several directories instead."""
 
+STOP_EVERY = 10
+"""Draws between two convergence checks of an ``until_converged`` run (fixed: where a run stops is
+part of its record, and a resumed run stops where the uninterrupted one would)."""
 
-_ADDED = frozenset({"constraints", "anneal"})
+_ADDED = frozenset({"constraints", "anneal", "until_converged"})
 """Settings a record written before them lacks (read as their defaults)."""
 
 _ADDED_OPTIONS = {"surrogate-mh": {"surrogate_context": None, "surrogate_frame": "crop"}}
@@ -60,7 +63,11 @@ class RunSettings:
     target is built (:func:`mlm_ppl.campaign.build`). ``anneal``: ``"FROM:TO"`` (two finite
     numbers > 0, kept as :func:`~mlm_ppl.inference.annealing.format_anneal` writes them), the
     kernel's ``temperature_schedule`` over the whole run (:meth:`schedule`), for a kernel that
-    anneals; ``kernel_options.anneal_terms`` says which terms. A ``temperature_schedule`` in the
+    anneals; ``kernel_options.anneal_terms`` says which terms. ``until_converged``: end the run
+    at the first multiple of :data:`STOP_EVERY` draws whose summary says every chain converged
+    (:func:`~mlm_ppl.diagnostics.stop_when_converged`); ``draws`` is then the most it takes. Not
+    with ``anneal`` (an annealed run's verdict is never converged) nor ``workers`` (the rule
+    needs every chain's draws in one process). A ``temperature_schedule`` in the
     kernel's options is refused (a callable cannot be recorded: give ``anneal``). A TypeError or
     ValueError names the setting to fix.
     """
@@ -89,6 +96,7 @@ class RunSettings:
     workers: int | None = None
     model_files: dict[str, str] | None = None
     constraints: dict[str, Any] | None = None
+    until_converged: bool = False
 
     def __post_init__(self) -> None:
         for name in ("model", "template", "dtype", "device"):
@@ -125,6 +133,17 @@ class RunSettings:
             raise TypeError(f"kernel_options of kernel {self.kernel!r} must be {cls.__name__} or a mapping")
         object.__setattr__(self, "kernel_options", options)
         self._check_anneal()
+        check_type(self.until_converged, "until_converged", bool)
+        if self.until_converged and self.anneal is not None:
+            raise ValueError(
+                "until_converged: an annealed run seeks a mode and never converges to its target; "
+                "drop until_converged (--until-converged) or anneal (--anneal)"
+            )
+        if self.until_converged and self.workers is not None:
+            raise ValueError(
+                "until_converged: the convergence check needs every chain's draws in one process; "
+                "run without workers (--ray), or without until_converged (--until-converged)"
+            )
 
     def _check_anneal(self) -> None:
         options = self.kernel_options

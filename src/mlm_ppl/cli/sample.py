@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from .. import campaign
 from .._checks import check_interval
+from ..diagnostics import ESS_MIN_PER_CHAIN, RHAT_MAX
 from ..inference.annealing import annealing_note, format_anneal, parse_anneal
 from ..inference.base import INITS
 from ..inference.distributed import WorkersLostError
@@ -19,7 +20,7 @@ from ..inference.spec import KernelBase
 from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
 from ..models.energy import ENERGIES
 from ..rundir import RunDirectory
-from ..settings import MAX_CHAINS, RunSettings, option_flags
+from ..settings import MAX_CHAINS, STOP_EVERY, RunSettings, option_flags
 from ._common import add_model_args, exists_message, split_lines
 
 _DEFAULTS = {
@@ -74,6 +75,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             smp.add_argument(info.flag, dest=name, action="store_const", const=True, default=None, help=help)
         else:
             smp.add_argument(info.flag, dest=name, type=info.type, default=None, help=help)
+    smp.add_argument(
+        "--until-converged",
+        action="store_const",
+        const=True,
+        default=None,
+        help=f"end the run at the first multiple of {STOP_EVERY} draws whose summary says every chain converged "
+        f"(R-hat <= {RHAT_MAX}, bulk and tail ESS >= {ESS_MIN_PER_CHAIN} per chain for lp and the functionals "
+        "the verdict reads); "
+        "--draws is then the most it takes; recorded with the run",
+    )
     rules = smp.add_argument_group("constraints (one spec, recorded with the run; docs/constraints.md)")
     rules.add_argument(
         "--constraints",

@@ -180,6 +180,8 @@ def run_chains(
     resume: Checkpoint | None = None,
     chains: Sequence[int] | None = None,
     on_step: Callable[[int], None] | None = None,
+    stop: Callable[[Run], str | None] | None = None,
+    stop_every: int = 10,
 ) -> Run:
     """Advance ``num_chains`` chains of ``kernel`` together and keep every ``thin``-th step.
 
@@ -214,12 +216,23 @@ def run_chains(
         chains ``[4, 5]`` run here gives exactly chains 4 and 5 of the whole run.
     on_step : callable, optional
         Called with the number of steps done after each step (progress shown elsewhere).
+    stop : callable, optional
+        A stopping rule: called with the draws so far (a :class:`Run` of ``n`` draws) whenever
+        ``n < num_samples`` is a positive multiple of ``stop_every``; when it returns a reason (a string), the
+        run ends there with those ``n`` draws, ``attrs["stopped"]`` holding the reason. Its
+        schedule depends on draws, never on time, so a resumed run stops where the uninterrupted
+        one did (a resume from a checkpoint taken at such ``n`` asks it again first). A rule
+        that looks at the draws biases what they estimate a little (the run ends where the
+        estimates happened to look good); a fixed number of draws does not.
+    stop_every : int
+        Draws between two calls of ``stop`` (default 10).
     """
     C = check_count(num_chains, "num_chains", 1)
     D = check_count(num_samples, "num_samples", 1)
     W = check_count(warmup_steps, "warmup_steps", 0)
     thin = check_count(thin, "thin", 1)
     checkpoint_seconds = check_interval(checkpoint_seconds, "checkpoint_seconds")
+    stop_every = check_count(stop_every, "stop_every", 1)
     ids = list(range(C)) if chains is None else [check_count(c, "chain index", 0) for c in chains]
     if len(ids) != C:
         raise ValueError(f"chains names {len(ids)} chain indices for num_chains={C}")
@@ -260,8 +273,19 @@ def run_chains(
         bar = tqdm(total=total, initial=step0, unit=" step", desc="sampling", dynamic_ncols=True)
     accepted, seen = 0.0, 0
     last = time.monotonic()
+    stopped = None
+
+    def so_far(n: int) -> Run:  # the first n draws, as the run would return them
+        packed = {k: torch.stack(v[:n], 1) for k, v in stats.items()}
+        packed["lp"] = state_consistent_lp(draws[:, :n], packed["lp"])
+        return Run(draws[:, :n], packed, {}, initial)
+
+    def ask(n: int) -> str | None:
+        return stop(so_far(n)) if stop is not None and 0 < n < D and n % stop_every == 0 else None
+
     try:
-        for i in range(step0, total):
+        stopped = ask(snap[3])  # a checkpoint taken between a draw and its question (idempotent otherwise)
+        for i in range(step0, total if stopped is None else step0):
             new_state, info = kernel.step(state, streams)
             step_record = step_stats(info)
             if i >= W and (i - W + 1) % thin == 0:
@@ -281,6 +305,10 @@ def run_chains(
             if on_checkpoint is not None and time.monotonic() - last >= checkpoint_seconds:
                 checkpoint()
                 last = time.monotonic()
+            if snap[3] and i >= W and (i - W + 1) % thin == 0:
+                stopped = ask(snap[3])
+                if stopped is not None:
+                    break
     except KeyboardInterrupt:
         checkpoint()
         raise
@@ -288,16 +316,19 @@ def run_chains(
         if bar is not None:
             bar.close()
     checkpoint()
+    n = snap[3]
     attrs = dict(
         kernel=type(kernel).__name__,
         num_chains=C,
-        num_samples=D,
+        num_samples=n,
         warmup_steps=W,
         thin=thin,
         seed=seed,
         **target_attrs(target),
         **annealing_attrs(kernel),
     )
-    recorded = {k: torch.stack(v, dim=1) for k, v in stats.items()}
-    recorded["lp"] = state_consistent_lp(draws, recorded["lp"])
-    return Run(draws, recorded, attrs, initial)
+    if stopped is not None:
+        attrs["stopped"] = f"{stopped}: stopped at draw {n} of {D} (asked every {stop_every} draws)"
+    run = so_far(n)
+    run.attrs = attrs
+    return run
