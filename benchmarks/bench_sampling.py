@@ -41,13 +41,16 @@ fill-in, ``fill_template(dist, C, ChainStreams(0, C), "sample")``), seed 1.
   the start and the Hamming distance to the reference (the true CDR-H3): bulk ESS over all
   chains (ArviZ), ESS per minute, the ESS of each half of the chains (scaled to all chains),
   MCSE of the mean and R-hat; then surrogate / MH ratios of ESS per minute. ``--burn F`` drops
-  the first fraction F of each side's draws first (default 0).
+  the first fraction F of each side's draws first (default 0). ``--starts RUN`` starts both
+  sides' chains from draws of a run of the main job (``runs/converge``) instead of MLM fill-ins:
+  from near stationarity, so that ESS measures mixing and not the way to the posterior's bulk.
 
     python benchmarks/bench_sampling.py [--steps 8] [--repeats 3]
     python benchmarks/bench_sampling.py --parts sweep --short-seconds 240 --inner-steps 52,104,208,416 \\
         --contexts none,32,16 --json sweep.json
     python benchmarks/bench_sampling.py --parts surrogate --minutes 60 --chains 8 --inner-steps 208 \\
         --contexts none --json side.json
+    python benchmarks/bench_sampling.py --parts surrogate --minutes 60 --chains 8 --starts runs/converge
     python benchmarks/bench_sampling.py --parts surrogate --from-logs /tmp/bench_side_XXXX [--burn 0.1]
 
 ``--device cuda`` runs the model on the GPU (``load_mlm(device=...)``); the default is CPU.
@@ -159,6 +162,12 @@ def main() -> None:
         help=f"{', '.join(SURROGATE_DTYPES)} or none (the target's); comma-separated for the sweep (default bfloat16)",
     )
     ap.add_argument("--burn", type=float, default=0.0, help="surrogate: drop this fraction of draws (default 0)")
+    ap.add_argument(
+        "--starts",
+        metavar="RUN",
+        help="surrogate: start both sides' chains from draws of RUN (a run directory of the main job, e.g. "
+        "runs/converge): chains that start near stationarity, so that ESS measures mixing (default: MLM fill-ins)",
+    )
     ap.add_argument("--log-dir", help="surrogate: the workers' logs (default: a new directory under /tmp)")
     ap.add_argument("--from-logs", metavar="DIR", help="surrogate: only report the logs in DIR, run nothing")
     ap.add_argument("--json", help="sweep, surrogate: write the measurements here")
@@ -316,18 +325,45 @@ QUANTITIES = {"lp": "lp", "ham_start": "Hamming to start", "ham_ref": "Hamming t
 MIN_DRAWS = 8  # per chain, for ESS, MCSE and R-hat
 
 
-def cdrh3_task(device=None, chains=8):
+def cdrh3_task(device=None, chains=8, starts=None):
     """The main job's task: AntiBERTy, the 120-residue heavy chain with its CDR-H3 (13) masked,
-    E_norm in float32, the chains' common start (an MLM fill-in, seed 0) and the reference: the
-    true sequence's tokens (``(L,)``, CPU), encoded as the target encodes its template."""
+    E_norm in float32, the chains' starts and the reference: the true sequence's tokens (``(L,)``,
+    CPU), encoded as the target encodes its template. The starts are MLM fill-ins (seed 0), or,
+    with ``starts`` (a run directory or run.nc of this task), draws of that run (:func:`run_starts`)."""
     mlm = load_mlm("antiberty", device=device)
     seq, cdr3 = example_heavy_chain()
     dist = MaskedLMDistribution(mlm, seq[: cdr3.start] + "[MASK]" * (cdr3.stop - cdr3.start) + seq[cdr3.stop :])
-    start = fill_template(dist, chains, ChainStreams(0, chains), "sample").cpu()
+    if starts is None:
+        start = fill_template(dist, chains, ChainStreams(0, chains), "sample").cpu()
+    else:
+        start = run_starts(starts, dist, chains)
     reference = mlm.encode(seq).input_ids[0].cpu()
     if reference.shape != dist.template.shape:
         raise SystemExit(f"the true sequence encodes to {reference.shape}, the template to {dist.template.shape}")
     return mlm, dist, start, reference
+
+
+def run_starts(path, dist, chains):
+    """``(chains, L)`` starts taken from the draws of a run of the same task (``runs/converge``): the
+    second half of its draws, pooled over its chains, at evenly spaced indices. Chains started
+    there start (close to) stationary, so that their ESS measures mixing, not the way from a
+    fill-in to the posterior's bulk, which plain MH does not finish in an hour (docs/performance.md)."""
+    from mlm_ppl.diagnostics import read_run
+
+    try:
+        tokens = torch.as_tensor(read_run(path).posterior["tokens"].values)  # (C, D, L)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"--starts {path}: {err}") from None
+    C, D, L = tokens.shape
+    template = dist.template.cpu()
+    fixed = ~dist.free.cpu()
+    if L != template.numel() or not (tokens[..., fixed] == template[fixed]).all():
+        raise SystemExit(f"--starts {path}: its draws are not of this task's template")
+    pool = tokens[:, D // 2 :].reshape(-1, L)
+    if pool.shape[0] < chains:
+        raise SystemExit(f"--starts {path}: {pool.shape[0]} draws in its second half, fewer than {chains} chains")
+    pick = torch.linspace(0, pool.shape[0] - 1, chains).round().long()
+    return pool[pick].clone()
 
 
 def parse_values(text, parse, what):
@@ -560,7 +596,7 @@ def worker(args):
     """One side of the side-by-side run: one thread, ``--minutes``, one JSON line per outer step."""
     torch.set_num_threads(1)
     options = None if args.worker == "mh" else side_options(args)
-    mlm, dist, start, reference = cdrh3_task(args.device, args.chains)
+    mlm, dist, start, reference = cdrh3_task(args.device, args.chains, args.starts)
     free = dist.free_positions.cpu()
     target, surrogate = counters_for(mlm, options)
     kernel = make(dist, options)
@@ -723,6 +759,8 @@ def run_side_by_side(args, log_dir):
         ]
         if args.device:
             cmd += ["--device", args.device]
+        if args.starts:
+            cmd += ["--starts", args.starts]
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         err = open(os.path.join(log_dir, f"{side}.stderr"), "w")
         procs[side] = (subprocess.Popen(cmd, env=env, stderr=err), err)

@@ -227,7 +227,7 @@ def from_pyro(
         run = run_from_gibbs(mcmc, kernel, site, element)
         target = kernel.site_target(site or kernel.mlm_sites[0], element)
         samples = mcmc.get_samples(group_by_chain=True)
-        others = {k: v.numpy() for k, v in samples.items() if k not in kernel.mlm_sites}
+        others = {k: v.detach().cpu().numpy() for k, v in samples.items() if k not in kernel.mlm_sites}
     else:
         raise TypeError(f"from_pyro reads MCMC runs of MLMKernel or MLMGibbs, not {type(kernel).__name__}")
     mlm = mlm if mlm is not None else getattr(target, "mlm", None)

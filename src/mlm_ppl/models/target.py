@@ -301,7 +301,7 @@ class ConstrainedTarget(DerivedTarget):
         """``(N,)`` the given log-factor of ``tokens`` ``(N, L)``, checked: its shape, and a
         ValueError for NaN or ``+inf`` (every evaluation, and every sampler that reads the
         log-factor alone, goes through here)."""
-        extra = torch.as_tensor(self._log_factor(tokens)).reshape(-1)
+        extra = torch.as_tensor(self._log_factor(tokens)).reshape(-1).cpu()  # a Pyro model's other sites: any device
         if extra.shape != (tokens.shape[0],):
             raise ValueError(f"log_factor must return shape ({tokens.shape[0]},), got {tuple(extra.shape)}")
         if not extra.is_floating_point():
