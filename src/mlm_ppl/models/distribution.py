@@ -29,6 +29,7 @@ from torch.distributions import biject_to, transform_to
 from .._checks import check_temperature
 from .constraints import BoundConstraints, ConstraintSpec
 from .energy import check_energy, token_scores
+from .gaps import expand_counts, has_counts
 from .masked_lm import FrozenFrame, MaskedLM
 from .target import Evaluation, log_density
 
@@ -43,8 +44,10 @@ class MaskedLMDistribution(TorchDistribution):
     mlm : MaskedLM
     template : str or Tensor
         A sequence whose mask tokens (``[MASK]`` for BERT/AntiBERTy, ``<mask>`` for
-        RoBERTa/ESM) are the free positions, e.g. ``"CAR[MASK][MASK][MASK]DYW"``; or the
-        encoded ids ``(L,)`` including special tokens. Other positions are fixed context.
+        RoBERTa/ESM) are the free positions, e.g. ``"CAR[MASK][MASK][MASK]DYW"``, or with a
+        count, ``"CAR[MASK]{3}DYW"`` (:mod:`mlm_ppl.models.gaps`; a variable gap ``[MASK]{a,b}``
+        is refused: one distribution has one length); or the encoded ids ``(L,)`` including
+        special tokens. Other positions are fixed context.
     energy : {"norm", "raw"}
         ``E_norm`` (negative PLL) or ``E_raw`` (negative sum of masked logits); kept as
         :attr:`energy_name`.
@@ -516,6 +519,8 @@ def _rebuild(mlm, template, energy, temperature, sampler_options, batch_shape, v
 
 def _template_ids(mlm: MaskedLM, template: str | Tensor) -> Tensor:
     if isinstance(template, str):
+        if has_counts(template):  # MASK{13}: 13 masks (a variable gap MASK{a,b} is refused here)
+            template = expand_counts(template, mlm.vocab[mlm.mask_id])
         return mlm.encode([template], allow_mask=True).input_ids[0]
     if isinstance(template, Tensor):
         ids = template.detach().cpu()

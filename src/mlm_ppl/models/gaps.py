@@ -1,0 +1,194 @@
+"""Templates with counted masks: ``[MASK]{13}`` (13 masks) and a variable gap ``[MASK]{10,16}``.
+
+A template is text with the model's mask token where tokens are sampled. A count after a mask
+token, ``MASK{n}``, stands for ``n`` masks in a row; ``MASK{a,b}`` is a **variable gap** of ``a``
+to ``b`` free positions (both included), a loop whose length is sampled too. Other masks keep
+their one position each. :func:`expand_counts` writes the fixed counts out;
+:func:`parse_gap` reads a template with one variable gap as a :class:`GapTemplate`, whose
+:meth:`~GapTemplate.template` is the ordinary template of each length. A length prior
+(:class:`LengthPrior`: uniform, or a table ``L<TAB>weight``) weighs the lengths.
+
+Everything here is checked on the text alone, before a model is loaded, except what needs the
+model: its mask token (``mask``) and its maximum length (:meth:`GapTemplate.check_fits`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["GapTemplate", "LengthPrior", "expand_counts", "parse_gap", "has_counts"]
+
+_COUNT = re.compile(r"\{([^{}]*)\}")
+_FIXED = re.compile(r"\s*(\d+)\s*")
+_RANGE = re.compile(r"\s*(\d+)\s*,\s*(\d+)\s*")
+
+
+def _counts(text: str, mask: str) -> list[tuple[int, int, int, int | None]]:
+    """Every ``{...}`` of ``text``: ``(start, end, a, b)`` with ``b`` None for a fixed count ``{a}``;
+    a ValueError names a count that follows no mask token or is not ``{n}`` / ``{a,b}``."""
+    out = []
+    for m in _COUNT.finditer(text):
+        if not text[: m.start()].endswith(mask):
+            raise ValueError(
+                f"template: {m.group(0)!r} at character {m.start()} follows no mask token; a count applies to the "
+                f"mask token before it ({mask}{{13}}: 13 masks, {mask}{{10,16}}: a gap of 10 to 16)"
+            )
+        fixed, span = _FIXED.fullmatch(m.group(1)), _RANGE.fullmatch(m.group(1))
+        if fixed:
+            a, b = int(fixed.group(1)), None
+            if a < 1:
+                raise ValueError(f"template: {mask}{m.group(0)} has no position; a count is at least 1")
+        elif span:
+            a, b = int(span.group(1)), int(span.group(2))
+            if a < 1:
+                raise ValueError(
+                    f"template: the gap {mask}{m.group(0)} may be empty; a gap has at least 1 position "
+                    f"({mask}{{1,{b}}})"
+                )
+            if b < a:
+                raise ValueError(f"template: the gap {mask}{m.group(0)} ends before it starts; give {{{b},{a}}}")
+        else:
+            raise ValueError(
+                f"template: {mask}{m.group(0)} is not a count; give {mask}{{n}} (n masks) or {mask}{{a,b}} "
+                "(a gap of a to b positions)"
+            )
+        out.append((m.start() - len(mask), m.end(), a, b))
+    stray = re.search(r"[{}]", _COUNT.sub("", text))
+    if stray:
+        raise ValueError(f"template: unmatched {stray.group(0)!r}; a count is {mask}{{n}} or {mask}{{a,b}}")
+    return out
+
+
+def has_counts(text: str) -> bool:
+    """Whether ``text`` has a count ``{...}`` (fixed or a gap) to read."""
+    return "{" in text or "}" in text
+
+
+def expand_counts(text: str, mask: str) -> str:
+    """``text`` with every fixed count ``MASK{n}`` written out as ``n`` masks; a ValueError for a
+    variable gap (:func:`parse_gap` reads those) or a malformed count."""
+    counts = _counts(text, mask)
+    gaps = [text[s:e] for s, e, _, b in counts if b is not None]
+    if gaps:
+        raise ValueError(
+            f"template: the variable gap {gaps[0]} gives loops of several lengths, which one target of fixed length "
+            f"cannot hold; give one length ({mask}{{13}}) or one template per length (--templates)"
+        )
+    out, last = [], 0
+    for start, end, a, _ in counts:
+        out += [text[last:start], mask * a]
+        last = end
+    return "".join(out + [text[last:]])
+
+
+@dataclass(frozen=True)
+class GapTemplate:
+    """A template with one variable gap: ``before + mask * L + after`` for ``L`` in ``lo..hi``.
+    ``before`` and ``after`` have their fixed counts written out (they may hold other masks)."""
+
+    before: str
+    after: str
+    lo: int
+    hi: int
+    mask: str
+
+    @property
+    def lengths(self) -> range:
+        return range(self.lo, self.hi + 1)
+
+    def template(self, length: int) -> str:
+        """The ordinary template of gap length ``length``."""
+        if length not in self.lengths:
+            raise ValueError(f"gap length {length} is outside {self.lo}..{self.hi}")
+        return self.before + self.mask * length + self.after
+
+    def check_fits(self, max_tokens: int, encoded_length) -> None:
+        """A ValueError unless the longest template, encoded (``encoded_length(text) -> tokens``,
+        special tokens included), fits the model's ``max_tokens``."""
+        n = encoded_length(self.template(self.hi))
+        if n > max_tokens:
+            over = n - max_tokens
+            raise ValueError(
+                f"template: at its longest ({self.hi} gap positions) it is {n} tokens, {over} more than the model "
+                f"accepts ({max_tokens}); lower the gap's upper bound to {self.hi - over} or shorten the sequence"
+            )
+
+
+def parse_gap(text: str, mask: str) -> GapTemplate | None:
+    """The :class:`GapTemplate` of a template with one variable gap (fixed counts written out);
+    None for a template without one. A ValueError for two variable gaps or a malformed count."""
+    counts = _counts(text, mask)
+    gaps = [(s, e, a, b) for s, e, a, b in counts if b is not None]
+    if not gaps:
+        return None
+    if len(gaps) > 1:
+        raise ValueError(
+            f"template: {len(gaps)} variable gaps ({', '.join(text[s:e] for s, e, _, _ in gaps)}); a template has at "
+            "most one (fix the others' lengths with {n})"
+        )
+    start, end, lo, hi = gaps[0]
+    assert hi is not None
+    return GapTemplate(expand_counts(text[:start], mask), expand_counts(text[end:], mask), lo, hi, mask)
+
+
+@dataclass(frozen=True)
+class LengthPrior:
+    """Weights ``pi(L)`` of the gap lengths, normalised to sum to 1 over the gap's lengths (a length
+    the prior does not name has weight 0). ``source``: where they came from."""
+
+    weights: dict[int, float]
+    source: str
+
+    @classmethod
+    def uniform(cls, gap: GapTemplate) -> LengthPrior:
+        n = len(gap.lengths)
+        return cls({L: 1.0 / n for L in gap.lengths}, "uniform")
+
+    @classmethod
+    def read(cls, spec: str, gap: GapTemplate) -> LengthPrior:
+        """``"uniform"``, or a file of lines ``L<TAB>weight`` (``#`` comments and blank lines
+        skipped): each ``L`` once, inside the gap; weights finite and >= 0, summing to more than
+        0. A ValueError names the file, the line and what to fix."""
+        if spec == "uniform":
+            return cls.uniform(gap)
+        path = Path(spec)
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"length prior {spec!r}: cannot read it ({err}); give 'uniform' or a file") from None
+        weights: dict[int, float] = {}
+        for i, line in enumerate(lines, 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            fields = text.split()
+            where = f"length prior {spec}, line {i}: {line.strip()!r}"
+            if len(fields) != 2:
+                raise ValueError(f"{where} is not LENGTH<TAB>WEIGHT")
+            try:
+                L, w = int(fields[0]), float(fields[1])
+            except ValueError:
+                raise ValueError(f"{where} is not LENGTH<TAB>WEIGHT (an integer and a number)") from None
+            if L not in gap.lengths:
+                raise ValueError(f"{where}: length {L} is outside the gap's {gap.lo}..{gap.hi}")
+            if L in weights:
+                raise ValueError(f"{where}: length {L} is given twice")
+            if not (math.isfinite(w) and w >= 0):
+                raise ValueError(f"{where}: the weight must be a finite number >= 0")
+            weights[L] = w
+        total = math.fsum(weights.values())
+        if not total > 0:
+            raise ValueError(f"length prior {spec}: its weights sum to {total:g}; they must sum to a positive number")
+        return cls({L: w / total for L, w in sorted(weights.items()) if w > 0}, str(path))
+
+    def draw_weights(self, draws_per_length: dict[int, int]) -> dict[int, float]:
+        """The weight of one draw of each length in the mixture ``sum_L pi(L) p_L``: ``pi(L) / N_L``
+        for ``N_L`` draws of length ``L``, so that weighted sums are the mixture's expectations.
+        A length of weight > 0 without draws is a ValueError (the mixture would lose its mass)."""
+        missing = [L for L in self.weights if draws_per_length.get(L, 0) <= 0]
+        if missing:
+            raise ValueError(f"lengths {missing} have prior weight but no draws")
+        return {L: self.weights.get(L, 0.0) / n for L, n in draws_per_length.items() if n > 0}

@@ -1,0 +1,108 @@
+"""Counted masks and variable gaps in templates (mlm_ppl.models.gaps), and the length prior."""
+
+import pytest
+import torch
+
+from mlm_ppl import MaskedLMDistribution
+from mlm_ppl.models.gaps import GapTemplate, LengthPrior, expand_counts, has_counts, parse_gap
+
+M = "[MASK]"
+
+
+def test_fixed_counts_are_written_out():
+    assert expand_counts("A[MASK]{3}C", M) == "A" + M * 3 + "C"
+    assert expand_counts("[MASK]{ 2 }C[MASK]{1}[MASK]", M) == M * 2 + "C" + M + M
+    assert expand_counts("<mask>{2}A", "<mask>") == "<mask><mask>A"
+    assert expand_counts("ACD", M) == "ACD" and not has_counts("A[MASK]C") and has_counts("A[MASK]{2}")
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("A[MASK]{0}C", r"has no position; a count is at least 1"),
+        ("A[MASK]{0,3}C", r"the gap \[MASK\]\{0,3\} may be empty; a gap has at least 1 position \(\[MASK\]\{1,3\}\)"),
+        ("A[MASK]{5,2}C", r"ends before it starts; give \{2,5\}"),
+        ("A[MASK]{x}C", r"is not a count; give \[MASK\]\{n\}"),
+        ("A[MASK]{3,}C", r"is not a count"),
+        ("A[MASK]{-1}C", r"is not a count"),
+        ("AC{3}", r"'\{3\}' at character 2 follows no mask token"),
+        ("A[MASK]{3C", r"unmatched '\{'"),
+        ("A[MASK]3}C", r"unmatched '\}'"),
+        ("A[MASK]{2,4}C", r"the variable gap \[MASK\]\{2,4\} gives loops of several lengths.*--templates"),
+    ],
+)
+def test_bad_counts_are_one_line_errors(text, match):
+    with pytest.raises(ValueError, match=match) as err:
+        expand_counts(text, M)
+    assert "\n" not in str(err.value)
+
+
+def test_a_variable_gap_is_read_with_the_fixed_counts_around_it_written_out():
+    gap = parse_gap("A[MASK]{2}C[MASK]{1,3}D[MASK]", M)
+    assert gap == GapTemplate("A" + M * 2 + "C", "D" + M, 1, 3, M)
+    assert list(gap.lengths) == [1, 2, 3]
+    assert gap.template(2) == "A" + M * 2 + "C" + M * 2 + "D" + M
+    with pytest.raises(ValueError, match="gap length 4 is outside 1..3"):
+        gap.template(4)
+    assert parse_gap("A[MASK]{3}C", M) is None
+    two = r"2 variable gaps \(\[MASK\]\{1,2\}, \[MASK\]\{3,4\}\); a template has at most one"
+    with pytest.raises(ValueError, match=two):
+        parse_gap("A[MASK]{1,2}C[MASK]{3,4}", M)
+    with pytest.raises(ValueError, match="ends before it starts"):
+        parse_gap("A[MASK]{5,2}", M)
+
+
+def test_the_longest_template_must_fit_the_model(tiny4):
+    gap = parse_gap("A[MASK]{1,40}C", M)
+
+    def length(text):
+        return int(tiny4.encode([text], allow_mask=True).input_ids.shape[1])
+
+    gap.check_fits(44, length)  # A + 40 + C + 2 special tokens
+    too_long = r"44 tokens, 4 more than the model accepts \(40\); lower the gap's upper bound to 36"
+    with pytest.raises(ValueError, match=too_long):
+        gap.check_fits(40, length)
+
+
+def test_a_distribution_reads_a_fixed_count_and_refuses_a_variable_gap(tiny4):
+    counted = MaskedLMDistribution(tiny4, "A[MASK]{2}C")
+    assert torch.equal(counted.template, MaskedLMDistribution(tiny4, "A[MASK][MASK]C").template)
+    with pytest.raises(ValueError, match="the variable gap"):
+        MaskedLMDistribution(tiny4, "A[MASK]{1,2}C")
+
+
+def test_the_length_prior_from_uniform_or_a_table(tmp_path):
+    gap = parse_gap("A[MASK]{2,5}C", M)
+    assert LengthPrior.read("uniform", gap).weights == {2: 0.25, 3: 0.25, 4: 0.25, 5: 0.25}
+    table = tmp_path / "prior.tsv"
+    table.write_text("# CDR-H3 lengths\n2\t1\n\n4\t3  # most\n5\t0\n")
+    prior = LengthPrior.read(str(table), gap)
+    assert prior.weights == {2: 0.25, 4: 0.75} and prior.source == str(table)
+    # the mixture sum_L pi(L) p_L from N_L draws of each length: pi(L) / N_L per draw
+    assert prior.draw_weights({2: 10, 4: 30, 3: 5}) == {2: 0.025, 4: 0.025, 3: 0.0}
+    with pytest.raises(ValueError, match=r"lengths \[4\] have prior weight but no draws"):
+        prior.draw_weights({2: 10})
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("6\t1\n", r"line 1: '6\\t1': length 6 is outside the gap's 2..5"),
+        ("2\t1\n2\t2\n", r"line 2: .*length 2 is given twice"),
+        ("2\t-1\n", r"the weight must be a finite number >= 0"),
+        ("2\tnan\n", r"the weight must be a finite number >= 0"),
+        ("2\t0\n3\t0\n", r"its weights sum to 0; they must sum to a positive number"),
+        ("2 1 3\n", r"line 1: '2 1 3' is not LENGTH<TAB>WEIGHT"),
+        ("two\t1\n", r"is not LENGTH<TAB>WEIGHT \(an integer and a number\)"),
+        ("", r"its weights sum to 0"),
+    ],
+)
+def test_bad_length_priors_are_one_line_errors(tmp_path, text, match):
+    gap = parse_gap("A[MASK]{2,5}C", M)
+    table = tmp_path / "prior.tsv"
+    table.write_text(text)
+    with pytest.raises(ValueError, match=match) as err:
+        LengthPrior.read(str(table), gap)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="cannot read it"):
+        LengthPrior.read(str(tmp_path / "missing.tsv"), gap)
