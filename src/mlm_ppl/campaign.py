@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from .inference.runner import Checkpoint, Run, run_chains
 from .inference.spec import KernelBase
 from .models.constraints import BoundConstraints, ConstraintTarget
 from .models.distribution import MaskedLMDistribution
+from .models.gaps import GapTemplate, LengthPrior
 from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
 from .models.target import Target, energy_from_log_density
@@ -42,6 +44,8 @@ from .rundir import RunDirectory
 from .settings import STOP_EVERY, RunSettings
 
 __all__ = [
+    "strata",
+    "strata_name",
     "BATCH_FORMAT",
     "BATCH_RECORD",
     "RESERVED_NAMES",
@@ -226,14 +230,25 @@ class Batch:
     settings: RunSettings
     templates: list[tuple[str, str]]
     runs: dict[str, str | None]
+    lengths: dict[str, Any] | None = None
 
     def config(self) -> dict[str, Any]:
-        """``config.json``: the settings and templates."""
-        return {
+        """``config.json``: the settings and templates, and for a batch of strata its ``lengths``
+        (:func:`strata`: the template with its gap, the prior and its source)."""
+        out = {
             "format": BATCH_FORMAT,
             "settings": _shared(self.settings),
             "templates": [list(t) for t in self.templates],
         }
+        if self.lengths is not None:
+            out["lengths"] = self.lengths
+        return out
+
+    def prior(self) -> dict[str, float] | None:
+        """A batch of strata's ``pi(L)`` by template name (``L08`` ...), or None."""
+        if self.lengths is None:
+            return None
+        return {strata_name(int(L)): float(w) for L, w in self.lengths["prior"].items()}
 
     def write_record(self) -> None:
         self.directory.write_text(
@@ -245,6 +260,40 @@ class Batch:
 
     def __exit__(self, *exc: Any) -> None:
         self.directory.close()
+
+
+def strata_name(length: int) -> str:
+    """The template name (and run directory) of gap length ``length`` in a batch of strata: ``L08``."""
+    return f"L{length:02d}"
+
+
+def strata(text: str, gap: GapTemplate, prior: LengthPrior) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The batch of strata of a template ``text`` with a variable gap: one ``(name, template)`` per
+    length of prior weight > 0, and the batch's ``lengths`` record (``template``: ``text``;
+    ``prior``: ``pi(L)`` by length; ``source``: where the prior came from). Each length is its own
+    run; in the mixture ``sum_L pi(L) p_L`` a draw of length ``L`` weighs ``pi(L) / N_L``
+    (:meth:`~mlm_ppl.models.gaps.LengthPrior.draw_weights`)."""
+    templates = [(strata_name(L), gap.template(L)) for L in sorted(prior.weights)]
+    record = {"template": text, "prior": {str(L): w for L, w in sorted(prior.weights.items())}, "source": prior.source}
+    return templates, record
+
+
+def _check_lengths(lengths: Any, templates: Sequence[tuple[str, str]], file: Path) -> dict[str, Any] | None:
+    """A batch record's ``lengths`` (None for an ordinary batch), its shape checked against the templates."""
+    if lengths is None:
+        return None
+    prior = lengths.get("prior") if isinstance(lengths, dict) else None
+    ok = (
+        isinstance(prior, dict)
+        and isinstance(lengths.get("template"), str)
+        and isinstance(lengths.get("source"), str)
+        and all(isinstance(k, str) and k.isdigit() and isinstance(v, (int, float)) and v > 0 for k, v in prior.items())
+    )
+    if not ok or [strata_name(int(L)) for L in sorted(prior or {}, key=int)] != [n for n, _ in templates]:
+        raise ValueError(
+            f"{file}: lengths must record the template, a prior over the templates' lengths and its source"
+        )
+    return dict(lengths)
 
 
 def _shared(settings: RunSettings) -> dict[str, Any]:
@@ -276,6 +325,7 @@ def start_batch(
     *,
     overwrite: bool,
     check_size: Callable[[KernelBase], None] | None = None,
+    lengths: dict[str, Any] | None = None,
 ) -> Batch:
     """Check a new batch (:func:`check_batch`: loads the model; then ``check_size`` on the first
     template's kernel, which may refuse it), then create and lock its directory and write its
@@ -287,7 +337,7 @@ def start_batch(
     if check_size is not None:
         check_size(kernel)
     run_dir = RunDirectory.create(directory, "batch", overwrite=overwrite)
-    batch = Batch(run_dir, settings, list(templates), {})
+    batch = Batch(run_dir, settings, list(templates), {}, lengths)
     try:
         batch.write_record()
         run_dir.write_text(rundir.CONFIG, json.dumps(batch.config(), indent=1, sort_keys=True))
@@ -343,8 +393,8 @@ def _read_batch(run_dir: RunDirectory) -> Batch:
         for d in (
             rundir.differences(config["settings"], record["settings"], rundir.CONFIG, BATCH_RECORD),
             rundir.differences(
-                {"templates": dict(config["templates"])},
-                {"templates": dict(record["templates"])},
+                {"templates": dict(config["templates"]), "lengths": config.get("lengths")},
+                {"templates": dict(record["templates"]), "lengths": record.get("lengths")},
                 rundir.CONFIG,
                 BATCH_RECORD,
             ),
@@ -368,7 +418,7 @@ def _read_batch(run_dir: RunDirectory) -> Batch:
         check_batch(settings, templates)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{config_file}: {err}") from None
-    return Batch(run_dir, settings, templates, runs)
+    return Batch(run_dir, settings, templates, runs, _check_lengths(record.get("lengths"), templates, record_file))
 
 
 def _read_batch_file(file: Path) -> dict[str, Any]:
@@ -509,18 +559,38 @@ def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], 
             if on_done is not None:
                 on_done()
     extra = results[0]["columns"] if results else []  # one spec for the batch: the same columns everywhere
-    lines = ["\t".join(["template", "chain", "draw", "energy", *extra, "sequence"])]
-    table = ["template\tr_hat_lp\tess_lp\tacceptance\tbest_energy\tbest_sequence"]
+    prior = batch.prior()
+    # a batch of strata: each draw's length and its weight pi(L) / N_L in the mixture sum_L pi(L) p_L
+    strata_cols = ["length", "weight"] if prior is not None else []
+    lines = ["\t".join(["template", *strata_cols, "chain", "draw", "energy", *extra, "sequence"])]
+    table = [
+        "template\t" + "".join(f"{c}\t" for c in ("length", "prior") if prior) + "r_hat_lp\tess_lp\t"
+        "acceptance\tbest_energy\tbest_sequence"
+    ]
+    mixed = 0.0
     for (name, _), res in zip(batch.templates, results):
+        cells = []
+        if prior is not None:
+            weight = prior[name] / len(res["rows"])
+            cells = [name[1:].lstrip("0"), f"{weight:.6g}"]
+            mixed += weight * math.fsum(e for _, _, e, _, _ in res["rows"])
         lines += [
-            "\t".join([name, str(c), str(d), f"{e:.4f}", *(f"{v:.4g}" for v in values), seq])
+            "\t".join([name, *cells, str(c), str(d), f"{e:.4f}", *(f"{v:.4g}" for v in values), seq])
             for c, d, e, seq, values in res["rows"]
         ]
         s = res["summary"]
+        first = f"{name}\t" + ("".join(f"{v}\t" for v in (cells[0], f"{prior[name]:.4g}")) if prior else "")
         table.append(
-            f"{name}\t{s['r_hat']:.3f}\t{s['ess']:.0f}\t{s['acceptance']:.3f}\t{s['best_energy']:.4f}\t{s['best']}"
+            f"{first}{s['r_hat']:.3f}\t{s['ess']:.0f}\t{s['acceptance']:.3f}\t{s['best_energy']:.4f}\t{s['best']}"
         )
     batch_dir.write_text("designs.tsv", "\n".join(lines) + "\n")
+    if prior is not None and batch.lengths is not None:
+        table.insert(
+            0,
+            f"# strata of {batch.lengths['template']}: one run per gap length, prior {batch.lengths['source']}; in the "
+            "mixture sum_L pi(L) p_L a draw of length L weighs pi(L) / N_L (designs.tsv: length, weight)",
+        )
+        table.append(f"# mixture: mean MLM energy {mixed:.4f} (the weighted mean over every draw)")
     record = settings.annealing()
     if record is not None:  # mode seeking: the table's R-hat and ESS are the annealed chains'
         table.insert(0, f"# {annealing_note(record)}")

@@ -185,13 +185,15 @@ def to_inference_data(
     if mlm is not None:
         attrs["model"] = mlm.name
         attrs["vocab"] = json.dumps(list(mlm.vocab))
-    return az.from_dict(
-        posterior=posterior,
-        sample_stats=stats,
-        dims={"tokens": ["position"]},
-        coords={"position": np.arange(L)},
-        attrs=attrs,
-    )
+    with warnings.catch_warnings():  # fewer draws than chains is a short run, not a transposed array
+        warnings.filterwarnings("ignore", "More chains", UserWarning)
+        return az.from_dict(
+            posterior=posterior,
+            sample_stats=stats,
+            dims={"tokens": ["position"]},
+            coords={"position": np.arange(L)},
+            attrs=attrs,
+        )
 
 
 def from_pyro(

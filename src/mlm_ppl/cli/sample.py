@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 import typing
 from typing import Any, TextIO
@@ -19,6 +20,7 @@ from ..inference.registry import KERNELS, kernel_class
 from ..inference.spec import KernelBase
 from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
 from ..models.energy import ENERGIES
+from ..models.gaps import LengthPrior, parse_gap
 from ..rundir import RunDirectory
 from ..settings import MAX_CHAINS, STOP_EVERY, RunSettings, option_flags
 from ._common import add_model_args, exists_message, split_lines
@@ -102,6 +104,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         nargs="*",
         help=f"forbid antibody liabilities: {', '.join(LIABILITIES)} (all of them when no name is given)",
+    )
+    gaps = smp.add_argument_group("loops of several lengths (a --template with a variable gap [MASK]{a,b})")
+    gaps.add_argument(
+        "--length-mode",
+        choices=("strata", "jump"),
+        help="strata: one run per gap length into DIR/L08 ..., combined as the mixture sum_L pi(L) p_L "
+        "(designs.tsv: each draw's length and weight)",
+    )
+    gaps.add_argument(
+        "--length-prior",
+        metavar="FILE|uniform",
+        help="pi(L): uniform (default) or a file of lines LENGTH<TAB>WEIGHT",
     )
     smp.add_argument("--out", help="run directory to create")
     smp.add_argument(
@@ -308,6 +322,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     check_interval(args.checkpoint_seconds, "--checkpoint-seconds")
     if args.resume:
+        if args.length_mode or args.length_prior:
+            raise ValueError("--resume continues a batch of strata with its own lengths; give only --resume DIR")
         if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
             raise ValueError("--out and --resume name different directories; give only --resume DIR")
         if args.templates:
@@ -321,8 +337,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             _check_resume_flags(args, settings)
             mlm, _, kernel = campaign.build(settings)
             return _sample(run_dir, settings, checkpoint, mlm, kernel, args, out)
+    if _variable_gap(args.template) or args.length_mode or args.length_prior:
+        return _start_strata(args, out)
     if args.templates:
-        return _start_batch(args, out)
+        return _start_batch(args, out, read_templates(args.templates))
     settings = config_from_flags(args)
     try:
         RunDirectory.check_new(args.out, "sample", overwrite=args.overwrite)  # before the model loads
@@ -366,11 +384,40 @@ def _check_resume_flags(args: argparse.Namespace, settings: RunSettings) -> None
         )
 
 
-def _start_batch(args: argparse.Namespace, out: TextIO) -> int:
+def _variable_gap(template: str | None) -> bool:
+    """Whether a template has a variable gap ``MASK{a,b}`` (well formed or not: :func:`parse_gap` says)."""
+    return template is not None and re.search(r"\{\s*\d+\s*,\s*\d+\s*\}", template) is not None
+
+
+def _start_strata(args: argparse.Namespace, out: TextIO) -> int:
+    """A batch of strata: one run per length of the template's variable gap, weighted by the prior."""
+    if args.templates or args.length is not None or not _variable_gap(args.template):
+        raise ValueError(
+            "--length-mode and --length-prior apply to one --template with a variable gap, e.g. 'CAR[MASK]{10,16}WGQG'"
+        )
+    if args.length_mode is None:
+        raise ValueError(
+            "the template's variable gap gives loops of several lengths: give --length-mode strata (one run per "
+            "length, weighted by --length-prior)"
+        )
+    if args.length_mode == "jump":
+        raise ValueError(
+            "--length-mode jump is not on the command line yet: use --length-mode strata, or sample the gap's "
+            "lengths together in Python with mlm_ppl.inference.jump.GapJump"
+        )
+    gap = parse_gap(args.template, "<mask>" if "<mask>{" in args.template else "[MASK]")
+    assert gap is not None
+    prior = LengthPrior.read(args.length_prior or "uniform", gap)
+    templates, lengths = campaign.strata(args.template, gap, prior)
+    return _start_batch(args, out, templates, lengths)
+
+
+def _start_batch(
+    args: argparse.Namespace, out: TextIO, templates: list[tuple[str, str]], lengths: dict | None = None
+) -> int:
     """A new batch: every template and setting checked, then one run per template."""
     from .. import rundir
 
-    templates = read_templates(args.templates)
     settings = config_from_flags(args, template=templates[0][1])
     try:
         RunDirectory.check_new(args.out, "batch", overwrite=args.overwrite)  # before the model loads
@@ -379,6 +426,7 @@ def _start_batch(args: argparse.Namespace, out: TextIO) -> int:
             settings,
             templates,
             overwrite=args.overwrite,
+            lengths=lengths,
             check_size=lambda kernel: check_size(
                 settings, kernel, force=args.force, err=sys.stderr, runs=len(templates)
             ),
