@@ -9,8 +9,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "mlm_ppl"
 
 # What each part of the package may import (besides itself). models/ describes targets,
-# inference/ moves states, diagnostics/evaluation/rundir present results, designs picks from finished
-# runs, cli/ maps flags.
+# inference/ moves states, diagnostics/evaluation/rundir present results (campaign asks diagnostics
+# whether a run has converged, --until-converged), designs picks from finished runs, cli/ maps flags.
 ALLOWED = {
     "_checks": set(),
     "_files": set(),
@@ -21,7 +21,7 @@ ALLOWED = {
     "settings": {"_checks", "models", "inference"},
     "diagnostics": {"_checks", "_files", "models", "inference"},
     "rundir": {"_checks", "_files", "models", "inference", "settings", "diagnostics"},
-    "campaign": {"_checks", "models", "inference", "settings", "rundir"},
+    "campaign": {"_checks", "models", "inference", "settings", "diagnostics", "rundir"},
     "evaluation": {"_checks", "_files", "data", "models", "inference", "diagnostics", "rundir"},
     "designs": {"_checks", "models", "settings", "diagnostics", "rundir", "campaign"},
     "cli": {
