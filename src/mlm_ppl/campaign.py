@@ -551,7 +551,7 @@ def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], 
         for name, template in batch.templates
     ]
     if settings.workers:
-        results = run_tasks_ray(run_template, jobs, workers=settings.workers, on_done=on_done)
+        results = run_tasks_ray(run_template, jobs, workers=settings.workers, on_done=on_done, device=settings.device)
     else:
         results = []
         for job in jobs:

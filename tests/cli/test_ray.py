@@ -6,6 +6,7 @@ namespace of its own with only loopback up (``unshare --net``, then ``ip link se
 Ray binds 127.0.0.1; the tests skip with the reason where such a namespace cannot be made.
 """
 
+import math
 import os
 import shutil
 import signal
@@ -164,3 +165,22 @@ def test_a_batch_on_ray_gives_the_local_batch(model_dir, tmp_path):
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert (tmp_path / "ray" / "designs.tsv").read_text() == (tmp_path / "local" / "designs.tsv").read_text()
+
+
+@pytest.mark.parametrize(
+    "gpus, workers, share",
+    [(2, 3, 0.5), (3, 16, 0.1666), (1, 7, 0.1428), (4, 2, 1.0), (1, 1, 1.0), (0.5, 2, 0.25)],
+)
+def test_every_worker_s_gpu_share_can_be_placed(gpus, workers, share):
+    """Ray never splits one worker's GPUs over two devices: k = ceil(workers / GPUs) workers share
+    each GPU, so each asks 1/k (rounded down to Ray's 0.0001); 2 GPUs and 3 workers asked 0.667
+    each, and the third never started."""
+    from mlm_ppl.inference.distributed import gpu_share
+
+    got = gpu_share({"GPU": float(gpus)}, workers, "cuda")
+    assert got == pytest.approx(share)
+    per_device = math.ceil(workers / math.floor(gpus)) if gpus >= 1 else workers
+    assert got * per_device <= (1.0 if gpus >= 1 else gpus) + 1e-12
+    assert gpu_share({"GPU": float(gpus)}, workers, "cpu") == 0.0 and gpu_share({}, workers, None) == 0.0
+    with pytest.raises(ValueError, match="needs GPUs in the Ray cluster; it has 0"):
+        gpu_share({}, workers, "cuda:0")

@@ -16,10 +16,11 @@ Ray instance otherwise.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ __all__ = [
     "connect",
     "run_chains_ray",
     "run_tasks_ray",
+    "gpu_share",
     "merge_runs",
     "GroupCheckpoints",
     "WorkersLostError",
@@ -224,11 +226,7 @@ def run_chains_ray(
     check_interval(checkpoint_seconds, "checkpoint_seconds")
     ray = connect(address, num_cpus=max(len(groups), os.cpu_count() or 1))
     resources = ray.cluster_resources()
-    per_gpu = 0.0
-    if device is not None and str(device).startswith("cuda"):
-        per_gpu = min(1.0, float(resources.get("GPU", 0)) / len(groups))
-        if per_gpu == 0:
-            raise ValueError("device 'cuda' on Ray needs GPUs in the Ray cluster; it has none")
+    per_gpu = gpu_share(resources, len(groups), device)
     threads = _threads_per_worker(resources, len(groups))
     actor = ray.remote(_Worker).options(
         num_cpus=1,
@@ -276,6 +274,21 @@ def _threads_per_worker(resources: dict[str, Any], workers: int) -> int:
     return max(1, int(resources.get("CPU", 1)) // workers)
 
 
+def gpu_share(resources: Mapping[str, float], workers: int, device: str | None) -> float:
+    """The GPUs each of ``workers`` Ray workers asks for: 0 off CUDA; else the whole GPUs shared out
+    so that every worker can be placed (Ray never splits one worker's share over two GPUs, so
+    ``k = ceil(workers / GPUs)`` workers go on each GPU, each asking ``1/k`` rounded down to Ray's
+    unit of 0.0001), at most one GPU each. A ValueError for a cluster without GPUs."""
+    if device is None or not str(device).startswith("cuda"):
+        return 0.0
+    gpus = float(resources.get("GPU", 0))
+    whole = math.floor(gpus)
+    share = math.floor(1e4 / math.ceil(workers / whole)) / 1e4 if whole >= 1 else math.floor(1e4 * gpus / workers) / 1e4
+    if share <= 0:
+        raise ValueError(f"device 'cuda' on Ray needs GPUs in the Ray cluster; it has {gpus:g}")
+    return min(1.0, share)
+
+
 def run_tasks_ray(
     task: Callable[..., Any],
     jobs: Sequence[tuple],
@@ -283,15 +296,18 @@ def run_tasks_ray(
     workers: int,
     on_done: Callable[[], None] | None = None,
     address: str | None = None,
+    device: str | None = None,
 ) -> list[Any]:
     """``task(*job, threads=T)`` for every job, as Ray tasks, at most ``workers`` at a time, each
-    with ``T`` torch threads of the cluster's CPUs; the results in job order. A task whose
+    with ``T`` torch threads of the cluster's CPUs (and, for ``device`` cuda, its share of the
+    GPUs, :func:`gpu_share`); the results in job order. A task whose
     worker died is retried (up to 3 times): a task that keeps its own checkpoints (a batch's
     template runs) continues from them. ``on_done`` is called as each task finishes."""
     W = check_count(workers, "workers", 1)
     ray = connect(address, num_cpus=max(W, os.cpu_count() or 1))
-    threads = _threads_per_worker(ray.cluster_resources(), W)
-    remote = ray.remote(task).options(num_cpus=1, max_retries=RESTARTS)
+    resources = ray.cluster_resources()
+    threads = _threads_per_worker(resources, W)
+    remote = ray.remote(task).options(num_cpus=1, num_gpus=gpu_share(resources, W, device), max_retries=RESTARTS)
     futures: list[Any] = []
     pending: set[Any] = set()
 
