@@ -36,7 +36,7 @@ from .inference.runner import Checkpoint, Run, run_chains
 from .inference.spec import KernelBase
 from .models.constraints import BoundConstraints, ConstraintTarget
 from .models.distribution import MaskedLMDistribution
-from .models.gaps import GapTemplate, LengthPrior
+from .models.gaps import GapTemplate, LengthPrior, parse_gap
 from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
 from .models.target import Target, energy_from_log_density
@@ -244,11 +244,11 @@ class Batch:
             out["lengths"] = self.lengths
         return out
 
-    def prior(self) -> dict[str, float] | None:
-        """A batch of strata's ``pi(L)`` by template name (``L08`` ...), or None."""
+    def length_prior(self) -> LengthPrior | None:
+        """A batch of strata's ``pi(L)`` (its template of length ``L`` is :func:`strata_name`), or None."""
         if self.lengths is None:
             return None
-        return {strata_name(int(L)): float(w) for L, w in self.lengths["prior"].items()}
+        return LengthPrior({int(L): float(w) for L, w in self.lengths["prior"].items()}, self.lengths["source"])
 
     def write_record(self) -> None:
         self.directory.write_text(
@@ -288,6 +288,7 @@ def _check_lengths(lengths: Any, templates: Sequence[tuple[str, str]], file: Pat
         and isinstance(lengths.get("template"), str)
         and isinstance(lengths.get("source"), str)
         and all(isinstance(k, str) and k.isdigit() and isinstance(v, (int, float)) and v > 0 for k, v in prior.items())
+        and math.isclose(math.fsum(prior.values()), 1.0)
     )
     if not ok or [strata_name(int(L)) for L in sorted(prior or {}, key=int)] != [n for n, _ in templates]:
         raise ValueError(
@@ -301,15 +302,26 @@ def _shared(settings: RunSettings) -> dict[str, Any]:
     return {k: v for k, v in settings.to_dict().items() if k not in ("template", "length")}
 
 
-def check_batch(settings: RunSettings, templates: Sequence[tuple[str, str]]) -> KernelBase:
+def check_batch(
+    settings: RunSettings, templates: Sequence[tuple[str, str]], lengths: dict[str, Any] | None = None
+) -> KernelBase:
     """Every name, the model (loaded) and every template of a batch, checked before any work;
-    a ValueError names the template. Returns the first template's kernel (for the size check)."""
+    a ValueError names the template. For a batch of strata (``lengths``), its gap against the
+    model's mask token and maximum length first. Returns the first template's kernel (for the
+    size check)."""
     names = [check_template_name(name) for name, _ in templates]
     if not names:
         raise ValueError("a batch needs at least one template")
     if len(set(names)) < len(names):
         raise ValueError(f"template names are used twice: {sorted({n for n in names if names.count(n) > 1})}")
     mlm, _, kernel = build(settings.for_template(templates[0][1]))
+    if lengths is not None:
+        gap = parse_gap(lengths["template"], mlm.vocab[mlm.mask_id])
+        if gap is None or [t for _, t in templates] != [
+            gap.template(int(L)) for L in sorted(lengths["prior"], key=int)
+        ]:
+            raise ValueError(f"the templates are not the strata of {lengths['template']!r}")
+        gap.check_fits(mlm.max_length, int(mlm.encode([gap.template(gap.lo)], allow_mask=True).input_ids.shape[1]))
     for name, template in templates[1:]:
         try:  # the kernel too: its checks depend on the template (block_size, a surrogate's window)
             make_kernel(settings.kernel, build_target(mlm, template, settings), **settings.kernel_arguments())
@@ -333,7 +345,7 @@ def start_batch(
     (:meth:`RunSettings.with_model_files`)."""
     if settings.model_files is None:
         raise ValueError("a batch records its model's files: give settings.with_model_files()")
-    kernel = check_batch(settings, templates)
+    kernel = check_batch(settings, templates, lengths)
     if check_size is not None:
         check_size(kernel)
     run_dir = RunDirectory.create(directory, "batch", overwrite=overwrite)
@@ -415,10 +427,11 @@ def _read_batch(run_dir: RunDirectory) -> Batch:
         settings = RunSettings.from_dict(dict(record["settings"], template=templates[0][1], length=None), "settings")
         if settings.model_files is None:
             raise ValueError("settings: model_files is not recorded")
-        check_batch(settings, templates)
+        lengths = _check_lengths(record.get("lengths"), templates, record_file)
+        check_batch(settings, templates, lengths)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{config_file}: {err}") from None
-    return Batch(run_dir, settings, templates, runs, _check_lengths(record.get("lengths"), templates, record_file))
+    return Batch(run_dir, settings, templates, runs, lengths)
 
 
 def _read_batch_file(file: Path) -> dict[str, Any]:
@@ -559,27 +572,33 @@ def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], 
             if on_done is not None:
                 on_done()
     extra = results[0]["columns"] if results else []  # one spec for the batch: the same columns everywhere
-    prior = batch.prior()
+    prior = batch.length_prior()
     # a batch of strata: each draw's length and its weight pi(L) / N_L in the mixture sum_L pi(L) p_L
     strata_cols = ["length", "weight"] if prior is not None else []
+    length_of = {strata_name(L): L for L in prior.weights} if prior is not None else {}
+    weights = (
+        prior.draw_weights({length_of[name]: len(res["rows"]) for (name, _), res in zip(batch.templates, results)})
+        if prior is not None
+        else {}
+    )
     lines = ["\t".join(["template", *strata_cols, "chain", "draw", "energy", *extra, "sequence"])]
     table = [
-        "template\t" + "".join(f"{c}\t" for c in ("length", "prior") if prior) + "r_hat_lp\tess_lp\t"
+        "template\t" + "".join(f"{c}\t" for c in ("length", "prior") if prior is not None) + "r_hat_lp\tess_lp\t"
         "acceptance\tbest_energy\tbest_sequence"
     ]
     mixed = 0.0
     for (name, _), res in zip(batch.templates, results):
         cells = []
         if prior is not None:
-            weight = prior[name] / len(res["rows"])
-            cells = [name[1:].lstrip("0"), f"{weight:.6g}"]
+            weight = weights[length_of[name]]
+            cells = [str(length_of[name]), f"{weight:.6g}"]
             mixed += weight * math.fsum(e for _, _, e, _, _ in res["rows"])
         lines += [
             "\t".join([name, *cells, str(c), str(d), f"{e:.4f}", *(f"{v:.4g}" for v in values), seq])
             for c, d, e, seq, values in res["rows"]
         ]
         s = res["summary"]
-        first = f"{name}\t" + ("".join(f"{v}\t" for v in (cells[0], f"{prior[name]:.4g}")) if prior else "")
+        first = f"{name}\t" + (f"{cells[0]}\t{prior.weights[length_of[name]]:.4g}\t" if prior is not None else "")
         table.append(
             f"{first}{s['r_hat']:.3f}\t{s['ess']:.0f}\t{s['acceptance']:.3f}\t{s['best_energy']:.4f}\t{s['best']}"
         )

@@ -139,6 +139,11 @@ class RunSettings:
                 "until_converged: an annealed run seeks a mode and never converges to its target; "
                 "drop until_converged (--until-converged) or anneal (--anneal)"
             )
+        if self.until_converged and self.draws <= STOP_EVERY:
+            raise ValueError(
+                f"until_converged asks every {STOP_EVERY} draws, before the last: give draws > {STOP_EVERY} "
+                f"(got {self.draws})"
+            )
         if self.until_converged and self.workers is not None:
             raise ValueError(
                 "until_converged: the convergence check needs every chain's draws in one process; "

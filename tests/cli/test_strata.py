@@ -94,7 +94,7 @@ def test_bad_strata_requests_are_one_line_errors_before_any_work(model_dir, tmp_
         ("A[MASK]{0,3}C", r"may be empty; a gap has at least 1 position"),
         ("A[MASK]{5,2}C", r"ends before it starts; give \{2,5\}"),
         ("A[MASK]{1,2}C[MASK]{1,2}", r"2 variable gaps"),
-        ("A[MASK]{1,600}C", r"accepts at most"),
+        ("A[MASK]{1,600}C", r"at its longest \(600 gap positions\) it is 604 tokens, .*lower the gap's upper bound"),
     ],
 )
 def test_bad_gaps_are_one_line_errors_before_any_work(model_dir, tmp_path, capsys, template, match):
@@ -115,3 +115,19 @@ def test_length_options_need_a_variable_gap_and_a_new_run(model_dir, tmp_path, c
     capsys.readouterr()
     assert main(["sample", "--resume", str(done), "--length-prior", "uniform"]) == 2
     assert "give only --resume DIR" in one_line_error(capsys)
+
+
+def test_a_batch_of_strata_resumes_to_the_same_designs_and_keeps_its_prior(model_dir, tmp_path, capsys):
+    out = tmp_path / "strata"
+    args = ["sample", "--model", model_dir, "--template", GAP, "--length-mode", "strata", "--draws", "12"]
+    assert main([*args, "--chains", "2", "--seed", "1", "--out", str(out), "--no-progress"]) == 0
+    before = (out / "designs.tsv").read_text()
+    assert main(["sample", "--resume", str(out), "--no-progress"]) == 0
+    assert (out / "designs.tsv").read_text() == before
+    capsys.readouterr()
+    config = out / "config.json"
+    text = config.read_text()
+    config.write_text(text.replace('"1": 0.3333333333333333', '"1": 0.5'))
+    assert config.read_text() != text
+    assert main(["sample", "--resume", str(out), "--no-progress"]) == 2
+    assert re.search(r"differs from the batch's record .*lengths\.prior", one_line_error(capsys))

@@ -9,15 +9,16 @@ from mlm_ppl.inference.jump import GapJump
 from mlm_ppl.inference.streams import ChainStreams
 from mlm_ppl.models.gaps import LengthPrior, parse_gap
 
-GAP = "A[MASK]{1,3}C"
-PS = ("p_update", "p_insert", "p_delete")  # loops of 1 to 3 residues over A, C, D, E: 4 + 16 + 64 = 84 states
+GAP = "A[MASK]{1,3}C"  # loops of 1 to 3 residues over A, C, D, E: 4 + 16 + 64 = 84 states
 
 
 @pytest.fixture(scope="module")
 def jump(tiny4_64):
     gap = parse_gap(GAP, "[MASK]")
     prior = LengthPrior({1: 0.2, 2: 0.3, 3: 0.5}, "test")
-    return GapJump(tiny4_64, gap, prior, temperature=2.0)
+    # unequal move probabilities: with p_insert = p_delete their ratio is 1, and swapping them in the
+    # Hastings ratio went unseen
+    return GapJump(tiny4_64, gap, prior, temperature=2.0, p_update=0.2, p_insert=0.5, p_delete=0.3)
 
 
 def test_one_step_leaves_the_target_on_the_union_of_lengths_invariant(jump):
@@ -35,7 +36,7 @@ def test_the_length_prior_weighs_the_lengths(tiny4_64, jump):
     """The length marginal is pi(L) Z_L / sum pi Z: the prior times each length's own mass."""
     pi = jump.exact_log_probs().exp()
     lengths = torch.tensor([L for L, _ in jump.states()])
-    flat = GapJump(tiny4_64, jump.gap, LengthPrior({1: 1 / 3, 2: 1 / 3, 3: 1 / 3}, "u"), temperature=2.0)
+    flat = GapJump(tiny4_64, jump.gap, LengthPrior({1: 1 / 3, 2: 1 / 3, 3: 1 / 3}, "u"), temperature=2.0)  # Z_L
     z = {L: float(flat.exact_log_probs().exp()[lengths == L].sum()) for L in (1, 2, 3)}
     expected = torch.tensor([w * z[L] for L, w in jump.prior.weights.items()], dtype=torch.float64)
     expected /= expected.sum()
@@ -75,3 +76,8 @@ def test_bad_moves_and_priors_are_refused(tiny4_64):
         GapJump(tiny4_64, gap, LengthPrior.uniform(gap), p_update=0.5, p_insert=0.5, p_delete=0.0)
     with pytest.raises(ValueError, match="outside the gap's 1..3"):
         GapJump(tiny4_64, gap, LengthPrior({4: 1.0}, "bad"))
+    with pytest.raises(ValueError, match=r"lengths \[1, 3\] have a hole: a chain moves one length at a time"):
+        GapJump(tiny4_64, gap, LengthPrior({1: 0.5, 3: 0.5}, "holed"))
+    long = parse_gap("A[MASK]{1,600}C", "[MASK]")
+    with pytest.raises(ValueError, match="accepts at most"):  # at construction, not when a chain gets there
+        GapJump(tiny4_64, long, LengthPrior.uniform(long))

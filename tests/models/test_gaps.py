@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mlm_ppl import MaskedLMDistribution
-from mlm_ppl.models.gaps import GapTemplate, LengthPrior, expand_counts, has_counts, parse_gap
+from mlm_ppl.models.gaps import GapTemplate, LengthPrior, expand_counts, has_counts, has_variable_gap, parse_gap
 
 M = "[MASK]"
 
@@ -54,14 +54,13 @@ def test_a_variable_gap_is_read_with_the_fixed_counts_around_it_written_out():
 
 def test_the_longest_template_must_fit_the_model(tiny4):
     gap = parse_gap("A[MASK]{1,40}C", M)
-
-    def length(text):
-        return int(tiny4.encode([text], allow_mask=True).input_ids.shape[1])
-
-    gap.check_fits(44, length)  # A + 40 + C + 2 special tokens
+    shortest = int(tiny4.encode([gap.template(1)], allow_mask=True).input_ids.shape[1])  # CLS A m C SEP
+    gap.check_fits(44, shortest)  # A + 40 + C + 2 special tokens
     too_long = r"44 tokens, 4 more than the model accepts \(40\); lower the gap's upper bound to 36"
     with pytest.raises(ValueError, match=too_long):
-        gap.check_fits(40, length)
+        gap.check_fits(40, shortest)
+    assert has_variable_gap("A[MASK]{1, 3}C") and has_variable_gap("A[MASK]{5,2}C")
+    assert not has_variable_gap("A[MASK]{3}C") and not has_variable_gap(None)
 
 
 def test_a_distribution_reads_a_fixed_count_and_refuses_a_variable_gap(tiny4):

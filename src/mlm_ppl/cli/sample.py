@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import sys
 import typing
 from typing import Any, TextIO
 
 from .. import campaign
 from .._checks import check_interval
-from ..diagnostics import ESS_MIN_PER_CHAIN, RHAT_MAX
+from ..diagnostics import CHAIN_RHAT_MAX, ESS_MIN_PER_CHAIN, RHAT_MAX
 from ..inference.annealing import annealing_note, format_anneal, parse_anneal
 from ..inference.base import INITS
 from ..inference.distributed import WorkersLostError
@@ -20,7 +19,7 @@ from ..inference.registry import KERNELS, kernel_class
 from ..inference.spec import KernelBase
 from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
 from ..models.energy import ENERGIES
-from ..models.gaps import LengthPrior, parse_gap
+from ..models.gaps import LengthPrior, has_variable_gap, parse_gap
 from ..rundir import RunDirectory
 from ..settings import MAX_CHAINS, STOP_EVERY, RunSettings, option_flags
 from ._common import add_model_args, exists_message, split_lines
@@ -83,8 +82,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         const=True,
         default=None,
         help=f"end the run at the first multiple of {STOP_EVERY} draws whose summary says every chain converged "
-        f"(R-hat <= {RHAT_MAX}, bulk and tail ESS >= {ESS_MIN_PER_CHAIN} per chain for lp and the functionals "
-        "the verdict reads); "
+        f"(R-hat <= {RHAT_MAX} across chains, split R-hat <= {CHAIN_RHAT_MAX} within each, bulk and tail ESS >= "
+        f"{ESS_MIN_PER_CHAIN} per chain, for lp and the functionals the verdict reads); "
         "--draws is then the most it takes; recorded with the run",
     )
     rules = smp.add_argument_group("constraints (one spec, recorded with the run; docs/constraints.md)")
@@ -337,7 +336,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             _check_resume_flags(args, settings)
             mlm, _, kernel = campaign.build(settings)
             return _sample(run_dir, settings, checkpoint, mlm, kernel, args, out)
-    if _variable_gap(args.template) or args.length_mode or args.length_prior:
+    if has_variable_gap(args.template) or args.length_mode or args.length_prior:
         return _start_strata(args, out)
     if args.templates:
         return _start_batch(args, out, read_templates(args.templates))
@@ -384,14 +383,9 @@ def _check_resume_flags(args: argparse.Namespace, settings: RunSettings) -> None
         )
 
 
-def _variable_gap(template: str | None) -> bool:
-    """Whether a template has a variable gap ``MASK{a,b}`` (well formed or not: :func:`parse_gap` says)."""
-    return template is not None and re.search(r"\{\s*\d+\s*,\s*\d+\s*\}", template) is not None
-
-
 def _start_strata(args: argparse.Namespace, out: TextIO) -> int:
     """A batch of strata: one run per length of the template's variable gap, weighted by the prior."""
-    if args.templates or args.length is not None or not _variable_gap(args.template):
+    if args.templates or args.length is not None or not has_variable_gap(args.template):
         raise ValueError(
             "--length-mode and --length-prior apply to one --template with a variable gap, e.g. 'CAR[MASK]{10,16}WGQG'"
         )

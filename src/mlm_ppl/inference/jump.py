@@ -1,9 +1,11 @@
 """Trans-dimensional MH over the lengths of a variable gap: insert and delete moves on the energy itself.
 
-The target is ``p(L, x) ∝ pi(L) exp(-E(x)/T + log_factor(x))`` over every loop of a
+The target is ``p(L, x) ∝ pi(L) exp(-E(x)/T)`` over every loop of a
 :class:`~mlm_ppl.models.gaps.GapTemplate` with length ``L`` in ``lo..hi`` (``x`` the whole
 sequence of the length-``L`` template), so that the model's own energy decides the lengths, up to
-the prior ``pi`` (:class:`~mlm_ppl.models.gaps.LengthPrior`). One step picks a move:
+the prior ``pi`` (:class:`~mlm_ppl.models.gaps.LengthPrior`; its lengths contiguous: a chain
+moves one length at a time). No constraints yet: ``p~`` below is ``exp(-E/T)``, its log-factor 0.
+One step picks a move:
 
 * **update** (probability ``p_update``): one step of plain MH (:class:`~.mh.MetropolisHastings`,
   single-site random scan) on the length-``L`` target, the length kept;
@@ -65,7 +67,7 @@ class JumpState(NamedTuple):
 
 
 class GapJump:
-    """Trans-dimensional MH on ``pi(L) exp(-E/T + log_factor)`` over the lengths of ``gap``.
+    """Trans-dimensional MH on ``pi(L) exp(-E/T)`` over the lengths of ``gap``.
 
     Parameters
     ----------
@@ -73,7 +75,7 @@ class GapJump:
     gap : GapTemplate
         From :func:`~mlm_ppl.models.gaps.parse_gap`; every length's template is checked by its target.
     prior : LengthPrior
-        ``pi(L)``; a length of weight 0 is never entered (its moves are rejected).
+        ``pi(L)`` over contiguous lengths of the gap (a hole is refused: no chain could cross it).
     energy, temperature :
         As :class:`~mlm_ppl.MaskedLMDistribution`'s.
     p_update, p_insert, p_delete : float
@@ -95,14 +97,21 @@ class GapJump:
         probs = (p_update, p_insert, p_delete)
         if not all(isinstance(p, (int, float)) and p > 0 for p in probs) or not math.isclose(sum(probs), 1.0):
             raise ValueError(f"move probabilities {probs} must each be > 0 and sum to 1")
-        if not set(prior.weights) <= set(gap.lengths):
+        lengths = sorted(prior.weights)
+        if not set(lengths) <= set(gap.lengths):
             raise ValueError(f"the prior names lengths outside the gap's {gap.lo}..{gap.hi}")
+        if lengths != list(range(lengths[0], lengths[-1] + 1)):
+            raise ValueError(
+                f"the prior's lengths {lengths} have a hole: a chain moves one length at a time and could never "
+                "cross it; give every length between the shortest and the longest a weight > 0"
+            )
         self.mlm, self.gap, self.prior = mlm, gap, prior
         self.energy, self.temperature = energy, check_temperature(temperature, "temperature")
         self.p_update, self.p_insert, self.p_delete = (float(p) for p in probs)
         self._targets: dict[int, MaskedLMDistribution] = {}
         self._kernels: dict[int, KernelBase] = {}
         self._gap_start: dict[int, int] = {}  # L -> index of the gap's first free site among the target's free sites
+        self.target(lengths[-1])  # the longest length's template checked now, not when a chain reaches it
 
     # -------------------------------------------------------------- targets of each length
     def target(self, length: int) -> MaskedLMDistribution:

@@ -256,15 +256,32 @@ def run_chains(
     # interrupt anywhere leaves a consistent snapshot to checkpoint
     snap = (step0, state, streams.get_state(), len(stats.get("lp", [])))
 
+    def packed(n: int) -> dict[str, Tensor]:  # the statistics of the first n draws, (C, n) each
+        if n:
+            return {k: torch.stack(v[:n], 1) for k, v in stats.items()}
+        return {k: torch.empty((C, 0)) for k in kernel.stat_names()}
+
     def checkpoint() -> None:
         if on_checkpoint is None:
             return
         steps_done, st, rng, n = snap
-        if n:
-            packed = {k: torch.stack(v[:n], 1) for k, v in stats.items()}
-        else:
-            packed = {k: torch.empty((C, 0)) for k in kernel.stat_names()}
-        on_checkpoint(Checkpoint(steps_done, st, rng, draws, packed, initial))
+        on_checkpoint(Checkpoint(steps_done, st, rng, draws, packed(n), initial))
+
+    attrs = dict(
+        kernel=type(kernel).__name__,
+        num_chains=C,
+        num_samples=D,
+        warmup_steps=W,
+        thin=thin,
+        seed=seed,
+        **target_attrs(target),
+        **annealing_attrs(kernel),
+    )
+
+    def so_far(n: int) -> Run:  # the first n draws, as the run would return them (its attributes too)
+        stats_n = packed(n)
+        stats_n["lp"] = state_consistent_lp(draws[:, :n], stats_n["lp"])
+        return Run(draws[:, :n], stats_n, {**attrs, "num_samples": n}, initial)
 
     bar = None
     if progress:
@@ -274,11 +291,6 @@ def run_chains(
     accepted, seen = 0.0, 0
     last = time.monotonic()
     stopped = None
-
-    def so_far(n: int) -> Run:  # the first n draws, as the run would return them
-        packed = {k: torch.stack(v[:n], 1) for k, v in stats.items()}
-        packed["lp"] = state_consistent_lp(draws[:, :n], packed["lp"])
-        return Run(draws[:, :n], packed, {}, initial)
 
     def ask(n: int) -> str | None:
         return stop(so_far(n)) if stop is not None and 0 < n < D and n % stop_every == 0 else None
@@ -316,19 +328,7 @@ def run_chains(
         if bar is not None:
             bar.close()
     checkpoint()
-    n = snap[3]
-    attrs = dict(
-        kernel=type(kernel).__name__,
-        num_chains=C,
-        num_samples=n,
-        warmup_steps=W,
-        thin=thin,
-        seed=seed,
-        **target_attrs(target),
-        **annealing_attrs(kernel),
-    )
+    run = so_far(snap[3])
     if stopped is not None:
-        attrs["stopped"] = f"{stopped}: stopped at draw {n} of {D} (asked every {stop_every} draws)"
-    run = so_far(n)
-    run.attrs = attrs
+        run.attrs["stopped"] = f"{stopped}: stopped at draw {run.num_draws} of {D} (asked every {stop_every} draws)"
     return run

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GapTemplate", "LengthPrior", "expand_counts", "parse_gap", "has_counts"]
+__all__ = ["GapTemplate", "LengthPrior", "expand_counts", "parse_gap", "has_counts", "has_variable_gap"]
 
 _COUNT = re.compile(r"\{([^{}]*)\}")
 _FIXED = re.compile(r"\s*(\d+)\s*")
@@ -105,16 +105,22 @@ class GapTemplate:
             raise ValueError(f"gap length {length} is outside {self.lo}..{self.hi}")
         return self.before + self.mask * length + self.after
 
-    def check_fits(self, max_tokens: int, encoded_length) -> None:
-        """A ValueError unless the longest template, encoded (``encoded_length(text) -> tokens``,
-        special tokens included), fits the model's ``max_tokens``."""
-        n = encoded_length(self.template(self.hi))
+    def check_fits(self, max_tokens: int, shortest_tokens: int) -> None:
+        """A ValueError unless the longest template fits the model's ``max_tokens``, from the
+        encoded length of the shortest (``template(lo)``, special tokens included): each gap
+        position is one mask token."""
+        n = shortest_tokens + self.hi - self.lo
         if n > max_tokens:
             over = n - max_tokens
             raise ValueError(
                 f"template: at its longest ({self.hi} gap positions) it is {n} tokens, {over} more than the model "
                 f"accepts ({max_tokens}); lower the gap's upper bound to {self.hi - over} or shorten the sequence"
             )
+
+
+def has_variable_gap(text: str | None) -> bool:
+    """Whether ``text`` has a count of the form ``{a,b}`` (well formed or not: :func:`parse_gap` says)."""
+    return text is not None and any(_RANGE.fullmatch(m.group(1)) for m in _COUNT.finditer(text))
 
 
 def parse_gap(text: str, mask: str) -> GapTemplate | None:
