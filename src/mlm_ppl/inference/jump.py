@@ -110,7 +110,7 @@ class GapJump:
         self.p_update, self.p_insert, self.p_delete = (float(p) for p in probs)
         self._targets: dict[int, MaskedLMDistribution] = {}
         self._kernels: dict[int, KernelBase] = {}
-        self._gap_start: dict[int, int] = {}  # L -> index of the gap's first free site among the target's free sites
+        self._gap_start = gap.before.count(gap.mask)  # the gap's first free site among every length's free sites
         self.target(lengths[-1])  # the longest length's template checked now, not when a chain reaches it
 
     # -------------------------------------------------------------- targets of each length
@@ -120,7 +120,6 @@ class GapJump:
                 self.mlm, self.gap.template(length), energy=self.energy, temperature=self.temperature
             )
             self._targets[length] = t
-            self._gap_start[length] = self.gap.before.count(self.gap.mask)
         return self._targets[length]
 
     def kernel(self, length: int) -> KernelBase:
@@ -136,7 +135,7 @@ class GapJump:
     def gap_position(self, length: int, j: int) -> int:
         """The token index of gap position ``j`` (0-based) of the length-``length`` template."""
         target = self.target(length)
-        return int(target.free_positions[self._gap_start[length] + j])
+        return int(target.free_positions[self._gap_start + j])
 
     def log_density(self, length: int, energy: Tensor, log_factor: Tensor) -> Tensor:
         """``log pi(L) - E/T + log_factor`` (float64)."""
@@ -148,7 +147,7 @@ class GapJump:
         target = self.target(length)
         pos = self.gap_position(length, j)
         logits = target.site_logits(y, torch.tensor([[pos]]))[0, 0]  # (V,)
-        allowed = target.allowed[self._gap_start[length] + j]
+        allowed = target.allowed[self._gap_start + j]
         return proposal_log_probs(logits, allowed).double()
 
     def _insert(self, x: Tensor, length: int, j: int) -> Tensor:
@@ -188,7 +187,7 @@ class GapJump:
             return JumpState(L, new), "update", bool(info.is_accepted[0])
         lp_x = self.lp(state)
         if u < self.p_update + self.p_insert:
-            if L == self.gap.hi or self.log_prior(L + 1) == float("-inf"):
+            if self.log_prior(L + 1) == float("-inf"):  # past the prior's longest (within the gap)
                 return state, "insert", False
             j = int(streams.randint(L + 1)[0])
             y = self._insert(x, L, j)
@@ -200,7 +199,7 @@ class GapJump:
             moved = JumpState(L + 1, new)
             kind = "insert"
         else:
-            if L == self.gap.lo or self.log_prior(L - 1) == float("-inf"):
+            if self.log_prior(L - 1) == float("-inf"):  # below the prior's shortest
                 return state, "delete", False
             j = int(streams.randint(L)[0])
             token = int(x[0, self.gap_position(L, j)])
