@@ -5,8 +5,10 @@ import torch
 
 from exactness import check_fit
 from mlm_ppl.inference import exact
+from mlm_ppl.inference.exact import enumerate_states
 from mlm_ppl.inference.jump import GapJump
 from mlm_ppl.inference.streams import ChainStreams
+from mlm_ppl.models.gap_target import GapTarget
 from mlm_ppl.models.gaps import LengthPrior, parse_gap
 
 GAP = "A[MASK]{1,3}C"  # loops of 1 to 3 residues over A, C, D, E: 4 + 16 + 64 = 84 states
@@ -18,11 +20,11 @@ def jump(tiny4_64):
     prior = LengthPrior({1: 0.2, 2: 0.3, 3: 0.5}, "test")
     # unequal move probabilities: with p_insert = p_delete their ratio is 1, and swapping them in the
     # Hastings ratio went unseen
-    return GapJump(tiny4_64, gap, prior, temperature=2.0, p_update=0.2, p_insert=0.5, p_delete=0.3)
+    return GapJump(GapTarget(tiny4_64, gap, prior, temperature=2.0), p_update=0.2, p_insert=0.5, p_delete=0.3)
 
 
 def test_one_step_leaves_the_target_on_the_union_of_lengths_invariant(jump):
-    P = jump.transition_matrix()
+    P = jump.exact_matrix()
     pi = jump.exact_log_probs().exp()
     assert P.shape == (84, 84) and torch.allclose(P.sum(1), torch.ones(84, dtype=torch.float64), atol=1e-12)
     assert float((pi @ P - pi).abs().max()) < 1e-10
@@ -36,9 +38,9 @@ def test_the_length_prior_weighs_the_lengths(tiny4_64, jump):
     """The length marginal is pi(L) Z_L / sum pi Z: the prior times each length's own mass."""
     pi = jump.exact_log_probs().exp()
     lengths = torch.tensor([L for L, _ in jump.states()])
-    flat = GapJump(tiny4_64, jump.gap, LengthPrior({1: 1 / 3, 2: 1 / 3, 3: 1 / 3}, "u"), temperature=2.0)  # Z_L
+    flat = GapJump(GapTarget(tiny4_64, GAP, LengthPrior({1: 1 / 3, 2: 1 / 3, 3: 1 / 3}, "u"), temperature=2.0))  # Z_L
     z = {L: float(flat.exact_log_probs().exp()[lengths == L].sum()) for L in (1, 2, 3)}
-    expected = torch.tensor([w * z[L] for L, w in jump.prior.weights.items()], dtype=torch.float64)
+    expected = torch.tensor([w * z[L] for L, w in jump.target.prior.weights.items()], dtype=torch.float64)
     expected /= expected.sum()
     got = torch.stack([pi[lengths == L].sum() for L in (1, 2, 3)])
     assert torch.allclose(got, expected, atol=1e-12)
@@ -51,19 +53,19 @@ def test_the_step_draws_each_move_from_its_matrix_row(tiny4_64):
     in a 0.92 diagonal). Temperature 20: the tiny model's energies (17 to 30 nats) refuse most
     jumps at lower temperatures."""
     prior = LengthPrior({1: 0.2, 2: 0.3, 3: 0.5}, "test")
-    jump = GapJump(tiny4_64, parse_gap(GAP, "[MASK]"), prior, temperature=20.0)
+    jump = GapJump(GapTarget(tiny4_64, GAP, prior, temperature=20.0))
     M = jump.move_matrices()
     states = jump.states()
     jumps = M["insert"] + M["delete"]
     start = min((i for i, (L, _) in enumerate(states) if L == 2), key=lambda i: float(jumps[i, i]))
     assert float(M["insert"][start, start]) < 0.5 and float(M["delete"][start, start]) < 0.95
     L0, x0 = states[start]
-    state = jump.init(L0, x0[None])
+    state = jump.init_chain(L0, x0[None])
     key = {(L, tuple(s.tolist())): i for i, (L, s) in enumerate(states)}
     streams = ChainStreams(11, 1)
     counts = {move: torch.zeros(len(states), dtype=torch.float64) for move in M}
     for _ in range(6000):
-        new, move, _ = jump.step(state, streams)
+        new, move, _, _ = jump.step_chain(state, streams)
         counts[move][key[(new.length, tuple(new.mh.tokens[0].tolist()))]] += 1
     for move, c in counts.items():
         assert c.sum() > 1200, move
@@ -72,12 +74,80 @@ def test_the_step_draws_each_move_from_its_matrix_row(tiny4_64):
 
 def test_bad_moves_and_priors_are_refused(tiny4_64):
     gap = parse_gap(GAP, "[MASK]")
-    with pytest.raises(ValueError, match="must each be > 0 and sum to 1"):
-        GapJump(tiny4_64, gap, LengthPrior.uniform(gap), p_update=0.5, p_insert=0.5, p_delete=0.0)
+    target = GapTarget(tiny4_64, gap)
+    with pytest.raises(ValueError, match="p_delete must be a probability > 0"):
+        GapJump(target, p_update=0.5, p_insert=0.5, p_delete=0.0)
+    with pytest.raises(ValueError, match="must sum to 1"):
+        GapJump(target, p_update=0.5, p_insert=0.4, p_delete=0.4)
     with pytest.raises(ValueError, match="outside the gap's 1..3"):
-        GapJump(tiny4_64, gap, LengthPrior({4: 1.0}, "bad"))
+        GapTarget(tiny4_64, gap, LengthPrior({4: 1.0}, "bad"))
     with pytest.raises(ValueError, match=r"lengths \[1, 3\] have a hole: a chain moves one length at a time"):
-        GapJump(tiny4_64, gap, LengthPrior({1: 0.5, 3: 0.5}, "holed"))
-    long = parse_gap("A[MASK]{1,600}C", "[MASK]")
+        GapTarget(tiny4_64, gap, LengthPrior({1: 0.5, 3: 0.5}, "holed"))
     with pytest.raises(ValueError, match="accepts at most"):  # at construction, not when a chain gets there
-        GapJump(tiny4_64, long, LengthPrior.uniform(long))
+        GapTarget(tiny4_64, "A[MASK]{1,600}C")
+    with pytest.raises(ValueError, match="has no variable gap"):
+        GapTarget(tiny4_64, "A[MASK]C")
+
+
+def test_other_kernels_refuse_a_variable_gap_and_gap_jump_a_fixed_template(tiny4_64):
+    from mlm_ppl import MaskedLMDistribution
+    from mlm_ppl.inference.registry import KERNELS, make_kernel
+
+    target = GapTarget(tiny4_64, GAP)
+    for name in KERNELS:
+        if name != "gap-jump":
+            with pytest.raises(ValueError, match="use kernel='gap-jump'"):
+                make_kernel(name, target)
+    with pytest.raises(ValueError, match="give it a GapTarget"):
+        make_kernel("gap-jump", MaskedLMDistribution(tiny4_64, "A[MASK]C"))
+
+
+def test_padded_states_round_trip_and_evaluate_at_their_own_length(tiny4_64):
+    target = GapTarget(tiny4_64, GAP, temperature=2.0)
+    for L in (1, 2, 3):
+        states = enumerate_states(target.target(L))
+        padded = target.pad(states, L)
+        assert padded.shape[1] == target.base.template.numel()
+        assert torch.equal(target.length_of(padded), torch.full((len(states),), L))
+        assert torch.equal(target.unpad(padded, L), states)
+        target.validate_tokens(padded)
+        ev, own = target.evaluate(padded), target.target(L).evaluate(states)
+        assert torch.equal(ev.energy, own.energy)
+        assert torch.allclose(
+            ev.log_factor.double(), torch.full((len(states),), target.log_prior(L), dtype=torch.float64)
+        )
+        assert torch.equal(ev.cond_logits[:, target.free_index(L)], own.cond_logits)
+    bad = target.pad(enumerate_states(target.target(1))[:1], 1)
+    bad[0, target.gap_slots[0]], bad[0, target.gap_slots[1]] = target.pad_id, bad[0, 1]  # a pad before a residue
+    with pytest.raises(ValueError, match="pad token before a residue"):
+        target.validate_tokens(bad)
+
+
+def test_run_chains_of_the_registered_kernel_is_the_one_chain_step_chain_by_chain(tiny4_64):
+    """What the command line runs (``run_chains`` of the batched kernel, padded states) equals the
+    one-chain step tested exactly above, replayed chain by chain from each chain's own stream and
+    start: the same states, lengths, moves and acceptances at every step."""
+    from mlm_ppl.inference.base import initial_tokens
+    from mlm_ppl.inference.jump import MOVES
+    from mlm_ppl.inference.runner import run_chains
+
+    prior = LengthPrior({1: 0.2, 2: 0.3, 3: 0.5}, "test")
+    jump = GapJump(GapTarget(tiny4_64, GAP, prior, temperature=2.0), p_update=0.4, p_insert=0.3, p_delete=0.3)
+    target = jump.target
+    run = run_chains(jump, 3, 40, seed=5)
+    assert run.tokens.shape == (3, 40, target.base.template.numel())
+    streams = ChainStreams(5, 3)
+    start = initial_tokens(jump, 3, streams, "sample")
+    assert torch.equal(run.initial, start) and bool((target.length_of(start) == 3).all())  # the longest length
+    for c in range(3):
+        state = jump.chain(jump.init(start[c : c + 1]), 0)
+        own = streams.subset([c])
+        for d in range(40):
+            state, move, ok, prob = jump.step_chain(state, own)
+            assert torch.equal(target.pad(state.mh.tokens, state.length)[0], run.tokens[c, d])
+            assert int(run.stats["length"][c, d]) == state.length and MOVES[int(run.stats["move"][c, d])] == move
+            assert bool(run.stats["is_accepted"][c, d]) == ok
+            assert float(run.stats["acceptance_rate"][c, d]) == pytest.approx(prob)
+    lengths = set(run.stats["length"].flatten().tolist())
+    moves = set(run.stats["move"][run.stats["is_accepted"]].flatten().tolist())
+    assert lengths == {1, 2, 3} and moves == {0, 1, 2}  # the replay covered every length and move

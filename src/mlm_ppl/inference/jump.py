@@ -1,10 +1,10 @@
 """Trans-dimensional MH over the lengths of a variable gap: insert and delete moves on the energy itself.
 
 The target is ``p(L, x) ∝ pi(L) exp(-E(x)/T)`` over every loop of a
-:class:`~mlm_ppl.models.gaps.GapTemplate` with length ``L`` in ``lo..hi`` (``x`` the whole
-sequence of the length-``L`` template), so that the model's own energy decides the lengths, up to
-the prior ``pi`` (:class:`~mlm_ppl.models.gaps.LengthPrior`; its lengths contiguous: a chain
-moves one length at a time). No constraints yet: ``p~`` below is ``exp(-E/T)``, its log-factor 0.
+:class:`~mlm_ppl.models.gaps.GapTemplate` with length ``L`` in the prior's lengths (``x`` the
+whole sequence of the length-``L`` template), so that the model's own energy decides the lengths,
+up to the prior ``pi`` (:class:`~mlm_ppl.models.gaps.LengthPrior`; its lengths contiguous: a
+chain moves one length at a time). No constraints yet: ``p~`` below is ``exp(-E/T)``.
 One step picks a move:
 
 * **update** (probability ``p_update``): one step of plain MH (:class:`~.mh.MetropolisHastings`,
@@ -30,130 +30,132 @@ same ``y``. The conditional ``q`` of both directions is computed the same way (o
 copy of ``y`` at ``j``), and :meth:`GapJump.step` and the exact matrix share the proposal code
 and the ratio (:meth:`GapJump.log_ratio`).
 
-Here one chain at a time (:meth:`GapJump.step`) and the exact transition matrix on the union of
-lengths (:meth:`GapJump.transition_matrix`), for tiny models: the kernel's exactness is tested
-by enumeration.
+The target is a :class:`~mlm_ppl.models.gap_target.GapTarget` (states padded to the longest
+template), and :class:`GapJump` is a registered kernel (``gap-jump``): ``run_chains``, checkpoints,
+``--resume`` and ``run.nc`` treat it as any other. Its chains step one at a time
+(:meth:`GapJump.step_chain`: the lengths differ, so their forward passes do not batch), each from
+its own stream. :meth:`GapJump.move_matrices` gives each move's exact matrix on the union of
+lengths, for tiny models: the kernel's exactness is tested by enumeration.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from .._checks import check_temperature
-from ..models.distribution import MaskedLMDistribution
-from ..models.gaps import GapTemplate, LengthPrior
-from ..models.masked_lm import MaskedLM
+from ..models.gap_target import GapTarget
 from ..models.target import log_density
-from .base import proposal_log_probs
+from .base import acceptance_probability, proposal_log_probs
 from .exact import enumerate_states, state_index, transition_matrix
-from .registry import make_kernel
-from .spec import KernelBase
+from .mh import MetropolisHastings, MHState
+from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
-__all__ = ["GapJump", "JumpState", "MOVES"]
+__all__ = ["GapJump", "GapJumpOptions", "GapJumpState", "GapJumpInfo", "JumpState", "MOVES"]
 
 MOVES = ("update", "insert", "delete")
+"""The moves, in the order of their codes in a run's ``move`` statistic (0, 1, 2)."""
+
+
+def _probability(value: float, name: str) -> float:
+    if not (math.isfinite(value) and 0 < value < 1):
+        raise ValueError(f"{name} must be a probability > 0 and < 1, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class GapJumpOptions(Options):
+    p_update: float = option(
+        0.5, "probability of an update move (single-site MH at the current length)", check=_probability
+    )
+    p_insert: float = option(0.25, "probability of an insert move (a gap position added)", check=_probability)
+    p_delete: float = option(0.25, "probability of a delete move (a gap position removed)", check=_probability)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        probs = (self.p_update, self.p_insert, self.p_delete)
+        if not math.isclose(sum(probs), 1.0):
+            raise ValueError(f"the move probabilities p_update, p_insert, p_delete {probs} must sum to 1")
+
+
+class GapJumpState(NamedTuple):
+    """C chains as padded states of the :class:`~mlm_ppl.models.gap_target.GapTarget` (what
+    :meth:`GapTarget.evaluate` gives of them: the log-factor is ``log pi(L)``)."""
+
+    tokens: Tensor  # (C, T) long, padded
+    energy: Tensor  # (C,)
+    log_factor: Tensor  # (C,) log pi(L)
+    cond_logits: Tensor  # (C, F, V) conditionals of the free sites each chain has (zeros elsewhere)
+
+
+class GapJumpInfo(NamedTuple):
+    lp: Tensor  # (C,) log pi(L) - E/T after the step
+    is_accepted: Tensor  # (C,) bool
+    acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)) of the move made (0 for a move refused at a bound)
+    n_changed: Tensor  # (C,) positions the step changed (1 for an accepted insert or delete)
+    length: Tensor  # (C,) gap length after the step
+    move: Tensor  # (C,) 0 update, 1 insert, 2 delete (MOVES)
 
 
 class JumpState(NamedTuple):
-    """One chain: its gap length and its tokens ``(1, T_L)``, with the MH state of that length."""
+    """One chain: its gap length and the MH state of its length-``L`` target (tokens ``(1, T_L)``)."""
 
     length: int
-    mh: Any  # MHState of the length-L target (energy, log-factor and conditionals cached)
+    mh: MHState
 
 
-class GapJump:
-    """Trans-dimensional MH on ``pi(L) exp(-E/T)`` over the lengths of ``gap``.
+class GapJump(KernelBase[GapJumpOptions]):
+    """Trans-dimensional MH on ``pi(L) exp(-E/T)`` over the lengths of a variable gap (``gap-jump``).
 
-    Parameters
-    ----------
-    mlm : MaskedLM
-    gap : GapTemplate
-        From :func:`~mlm_ppl.models.gaps.parse_gap`; every length's template is checked by its target.
-    prior : LengthPrior
-        ``pi(L)`` over contiguous lengths of the gap (a hole is refused: no chain could cross it).
-    energy, temperature :
-        As :class:`~mlm_ppl.MaskedLMDistribution`'s.
-    p_update, p_insert, p_delete : float
-        Move probabilities, each > 0, summing to 1 (default 1/2, 1/4, 1/4).
+    ``GapJump(GapTarget(mlm, template, prior), p_update=..., p_insert=..., p_delete=...)``: the
+    move probabilities each in (0, 1), summing to 1 (default 1/2, 1/4, 1/4). The update move is
+    single-site MH with random scan on the current length's target.
     """
 
-    def __init__(
-        self,
-        mlm: MaskedLM,
-        gap: GapTemplate,
-        prior: LengthPrior,
-        *,
-        energy: str = "norm",
-        temperature: float = 1.0,
-        p_update: float = 0.5,
-        p_insert: float = 0.25,
-        p_delete: float = 0.25,
-    ) -> None:
-        probs = (p_update, p_insert, p_delete)
-        if not all(isinstance(p, (int, float)) and p > 0 for p in probs) or not math.isclose(sum(probs), 1.0):
-            raise ValueError(f"move probabilities {probs} must each be > 0 and sum to 1")
-        lengths = sorted(prior.weights)
-        if not set(lengths) <= set(gap.lengths):
-            raise ValueError(f"the prior names lengths outside the gap's {gap.lo}..{gap.hi}")
-        if lengths != list(range(lengths[0], lengths[-1] + 1)):
-            raise ValueError(
-                f"the prior's lengths {lengths} have a hole: a chain moves one length at a time and could never "
-                "cross it; give every length between the shortest and the longest a weight > 0"
-            )
-        self.mlm, self.gap, self.prior = mlm, gap, prior
-        self.energy, self.temperature = energy, check_temperature(temperature, "temperature")
-        self.p_update, self.p_insert, self.p_delete = (float(p) for p in probs)
-        self._targets: dict[int, MaskedLMDistribution] = {}
-        self._kernels: dict[int, KernelBase] = {}
-        self._gap_start = gap.before.count(gap.mask)  # the gap's first free site among every length's free sites
-        self.target(lengths[-1])  # the longest length's template checked now, not when a chain reaches it
+    name = "gap-jump"
+    Options = GapJumpOptions
+    State = GapJumpState
+    Info = GapJumpInfo
+    capabilities = Capabilities(log_factor=False, gibbs=False, complete_start=True, exact_matrix=False, lengths=True)
+    target: GapTarget
 
-    # -------------------------------------------------------------- targets of each length
-    def target(self, length: int) -> MaskedLMDistribution:
-        if length not in self._targets:
-            t = MaskedLMDistribution(
-                self.mlm, self.gap.template(length), energy=self.energy, temperature=self.temperature
-            )
-            self._targets[length] = t
-        return self._targets[length]
+    def bind_target(self, target: Any) -> None:
+        o = self.options
+        self.p_update, self.p_insert, self.p_delete = o.p_update, o.p_insert, o.p_delete
+        self._kernels: dict[int, MetropolisHastings] = {}
 
-    def kernel(self, length: int) -> KernelBase:
+    def kernel(self, length: int) -> MetropolisHastings:
         """The update move's kernel at ``length``: plain single-site MH, random scan."""
         if length not in self._kernels:
-            self._kernels[length] = make_kernel("mh", self.target(length), scan="random")
+            self._kernels[length] = MetropolisHastings(self.target.target(length), scan="random")
         return self._kernels[length]
 
-    def log_prior(self, length: int) -> float:
-        w = self.prior.weights.get(length, 0.0)
-        return math.log(w) if w > 0 else float("-inf")
+    def evaluations_per_step(self) -> float:
+        return 1.0 + self.p_insert + self.p_delete  # a jump: one evaluation and one masked copy for q
+
+    def log_density(self, length: int, energy: Tensor, log_factor: Tensor) -> Tensor:
+        """``log pi(L) - E/T + log_factor`` (float64), ``log_factor`` the length's own (0 here)."""
+        return self.target.log_prior(length) + log_density(energy, log_factor, self.target.temperature).double()
 
     def gap_position(self, length: int, j: int) -> int:
         """The token index of gap position ``j`` (0-based) of the length-``length`` template."""
-        target = self.target(length)
-        return int(target.free_positions[self._gap_start + j])
-
-    def log_density(self, length: int, energy: Tensor, log_factor: Tensor) -> Tensor:
-        """``log pi(L) - E/T + log_factor`` (float64)."""
-        return self.log_prior(length) + log_density(energy, log_factor, self.temperature).double()
+        return int(self.target.target(length).free_positions[self.target.gap_start + j])
 
     # -------------------------------------------------------------- the moves
     def _insert_log_q(self, y: Tensor, length: int, j: int) -> Tensor:
         """``(V,)`` log q(. | y_{-j}) at gap position ``j`` of ``y`` ``(1, T)`` of length ``length``."""
-        target = self.target(length)
-        pos = self.gap_position(length, j)
-        logits = target.site_logits(y, torch.tensor([[pos]]))[0, 0]  # (V,)
-        allowed = target.allowed[self._gap_start + j]
-        return proposal_log_probs(logits, allowed).double()
+        target = self.target.target(length)
+        logits = target.site_logits(y, torch.tensor([[self.gap_position(length, j)]]))[0, 0]  # (V,)
+        return proposal_log_probs(logits, target.allowed[self.target.gap_start + j]).double()
 
     def _insert(self, x: Tensor, length: int, j: int) -> Tensor:
         """``x`` ``(1, T)`` with a masked position at gap slot ``j`` (0..L): ``(1, T+1)``."""
         at = self.gap_position(length, j) if j < length else self.gap_position(length, length - 1) + 1
-        mask = torch.tensor([[self.mlm.mask_id]], dtype=x.dtype)
+        mask = torch.tensor([[self.target.mlm.mask_id]], dtype=x.dtype)
         return torch.cat([x[:, :at], mask, x[:, at:]], 1)
 
     def _delete(self, x: Tensor, length: int, j: int) -> Tensor:
@@ -163,32 +165,34 @@ class GapJump:
     def log_ratio(self, kind: str, lp_new: Tensor, lp_old: Tensor | float, logq: Tensor) -> Tensor:
         """The log Hastings ratio of an insert (``logq``: ``log q(t | y_{-j})`` of the new token) or a
         delete (``logq``: ``log q(x_j | x_{-j})`` of the removed one), from the log densities
-        (:meth:`log_density`) of the new and the old state; the one formula :meth:`step` and
+        (:meth:`log_density`) of the new and the old state; the one formula :meth:`step_chain` and
         :meth:`move_matrices` use."""
         if kind == "insert":
             return lp_new - lp_old + math.log(self.p_delete) - math.log(self.p_insert) - logq
         return lp_new - lp_old + math.log(self.p_insert) - math.log(self.p_delete) + logq
 
-    def init(self, length: int, tokens: Tensor) -> JumpState:
+    # -------------------------------------------------------------- one chain
+    def init_chain(self, length: int, tokens: Tensor) -> JumpState:
         """A chain at ``length`` with complete ``tokens`` ``(1, T_L)``."""
-        if self.log_prior(length) == float("-inf"):
+        if self.target.log_prior(length) == float("-inf"):
             raise ValueError(f"length {length} has prior weight 0")
         return JumpState(length, self.kernel(length).init(tokens))
 
     def lp(self, state: JumpState) -> float:
         return float(self.log_density(state.length, state.mh.energy, state.mh.log_factor)[0])
 
-    def step(self, state: JumpState, streams: ChainStreams) -> tuple[JumpState, str, bool]:
-        """One step of one chain (``streams`` of one chain): ``(new state, move, accepted)``."""
+    def step_chain(self, state: JumpState, streams: ChainStreams) -> tuple[JumpState, str, bool, float]:
+        """One step of one chain (``streams`` of one chain): ``(new state, move, accepted, acceptance
+        probability)``."""
         L, x = state.length, state.mh.tokens
         u = float(streams.rand((1,))[0])
         if u < self.p_update:
             new, info = self.kernel(L).step(state.mh, streams)
-            return JumpState(L, new), "update", bool(info.is_accepted[0])
+            return JumpState(L, new), "update", bool(info.is_accepted[0]), float(info.acceptance_rate[0])
         lp_x = self.lp(state)
         if u < self.p_update + self.p_insert:
-            if self.log_prior(L + 1) == float("-inf"):  # past the prior's longest (within the gap)
-                return state, "insert", False
+            if self.target.log_prior(L + 1) == float("-inf"):  # past the prior's longest
+                return state, "insert", False, 0.0
             j = int(streams.randint(L + 1)[0])
             y = self._insert(x, L, j)
             logq = self._insert_log_q(y, L + 1, j)
@@ -196,39 +200,83 @@ class GapJump:
             y[0, self.gap_position(L + 1, j)] = t
             new = self.kernel(L + 1).init(y)
             log_a = self.log_ratio("insert", self.log_density(L + 1, new.energy, new.log_factor)[0], lp_x, logq[t])
-            moved = JumpState(L + 1, new)
-            kind = "insert"
+            moved, kind = JumpState(L + 1, new), "insert"
         else:
-            if self.log_prior(L - 1) == float("-inf"):  # below the prior's shortest
-                return state, "delete", False
+            if self.target.log_prior(L - 1) == float("-inf"):  # below the prior's shortest
+                return state, "delete", False, 0.0
             j = int(streams.randint(L)[0])
             token = int(x[0, self.gap_position(L, j)])
             z = self._delete(x, L, j)
             logq = self._insert_log_q(self._insert(z, L - 1, j), L, j)  # the reverse insert's q(x_j | x_{-j})
             new = self.kernel(L - 1).init(z)
             log_a = self.log_ratio("delete", self.log_density(L - 1, new.energy, new.log_factor)[0], lp_x, logq[token])
-            moved = JumpState(L - 1, new)
-            kind = "delete"
+            moved, kind = JumpState(L - 1, new), "delete"
         accept = bool(torch.log(streams.rand((1,))[0].double()) < log_a)
-        return (moved if accept else state), kind, accept
+        return (moved if accept else state), kind, accept, float(acceptance_probability(log_a))
+
+    # -------------------------------------------------------------- C chains (the kernel contract)
+    def init(self, tokens: Tensor) -> GapJumpState:
+        """Padded starting states ``(C, T)`` (each at its own length; see :class:`GapTarget`)."""
+        self.target.validate_tokens(tokens)
+        ev = self.target.evaluate(tokens)
+        return GapJumpState(tokens.cpu(), ev.energy, ev.log_factor, ev.cond_logits)
+
+    def chain(self, state: GapJumpState, c: int) -> JumpState:
+        """Chain ``c`` of ``state`` as one chain's :class:`JumpState` (nothing recomputed)."""
+        target = self.target
+        L = int(target.length_of(state.tokens[c : c + 1])[0])
+        own = state.log_factor[c : c + 1].double() - target.log_prior(L)  # the length's own log-factor: 0
+        mh = MHState(
+            target.unpad(state.tokens[c : c + 1], L),
+            state.energy[c : c + 1],
+            own.to(state.log_factor.dtype),
+            state.cond_logits[c : c + 1, target.free_index(L)],
+            0,  # random scan: the step count only schedules annealing, which this kernel does not do
+            torch.empty(0, dtype=torch.long),
+        )
+        return JumpState(L, mh)
+
+    def step(self, state: GapJumpState, streams: ChainStreams) -> tuple[GapJumpState, GapJumpInfo]:
+        """One step of every chain, one chain at a time, chain ``c`` from its own stream."""
+        target = self.target
+        tokens, energy = state.tokens.clone(), state.energy.clone()
+        factor, cond = state.log_factor.clone(), state.cond_logits.clone()
+        C = tokens.shape[0]
+        lp, rate = torch.empty(C), torch.empty(C)
+        accepted = torch.zeros(C, dtype=torch.bool)
+        changed, length, move = (torch.zeros(C, dtype=torch.long) for _ in range(3))
+        for c in range(C):
+            old = self.chain(state, c)
+            new, kind, ok, prob = self.step_chain(old, streams.subset([c]))
+            L = new.length
+            if new is not old:
+                tokens[c] = target.pad(new.mh.tokens, L)[0]
+                energy[c] = new.mh.energy[0]
+                factor[c] = float(new.mh.log_factor[0].double() + target.log_prior(L))
+                cond[c] = 0.0
+                cond[c, target.free_index(L)] = new.mh.cond_logits[0]
+            lp[c] = self.lp(new)
+            accepted[c], rate[c], length[c], move[c] = ok, prob, L, MOVES.index(kind)
+            changed[c] = int((tokens[c] != state.tokens[c]).sum()) if kind == "update" else int(ok)
+        return GapJumpState(tokens, energy, factor, cond), GapJumpInfo(lp, accepted, rate, changed, length, move)
 
     # -------------------------------------------------------------- exact, for tiny models
     def states(self) -> list[tuple[int, Tensor]]:
         """Every ``(L, tokens (T_L,))`` of the lengths the prior weighs, in order of length, then as
         :func:`~mlm_ppl.inference.exact.enumerate_states` orders each length's."""
-        return [(L, s) for L in sorted(self.prior.weights) for s in enumerate_states(self.target(L))]
+        return [(L, s) for L in self.target.lengths for s in enumerate_states(self.target.target(L))]
 
     def exact_log_probs(self) -> Tensor:
         """``(S,)`` normalised log p(L, x) over :meth:`states`."""
         parts = []
-        for L in sorted(self.prior.weights):
-            target = self.target(L)
+        for L in self.target.lengths:
+            target = self.target.target(L)
             ev = target.evaluate(enumerate_states(target))
             parts.append(self.log_density(L, ev.energy, ev.log_factor))
         return torch.log_softmax(torch.cat(parts), 0)
 
-    def transition_matrix(self) -> Tensor:
-        """``(S, S)`` float64 exact matrix of one :meth:`step` over :meth:`states`:
+    def exact_matrix(self) -> Tensor:
+        """``(S, S)`` float64 exact matrix of one :meth:`step_chain` over :meth:`states`:
         ``p_update M_update + p_insert M_insert + p_delete M_delete`` (:meth:`move_matrices`)."""
         m = self.move_matrices()
         return self.p_update * m["update"] + self.p_insert * m["insert"] + self.p_delete * m["delete"]
@@ -237,14 +285,14 @@ class GapJump:
         """Each move's ``(S, S)`` float64 exact matrix over :meth:`states`, given that move is chosen:
         the update's from each length's MH kernel (:func:`~mlm_ppl.inference.exact.transition_matrix`),
         insert and delete built from the moves' own proposal and density code."""
-        lengths = sorted(self.prior.weights)
+        lengths = self.target.lengths
         offset, n = {}, 0
         for L in lengths:
             offset[L] = n
-            n += enumerate_states(self.target(L)).shape[0]
+            n += enumerate_states(self.target.target(L)).shape[0]
         M = {move: torch.zeros((n, n), dtype=torch.float64) for move in MOVES}
         for L in lengths:
-            target = self.target(L)
+            target = self.target.target(L)
             states = enumerate_states(target)
             ev = target.evaluate(states)
             lp = self.log_density(L, ev.energy, ev.log_factor)
@@ -257,7 +305,7 @@ class GapJump:
                     if Lnew not in offset:  # refused: a bound, or a length of prior weight 0
                         P[o + s, o + s] += 1.0
                         continue
-                    index = state_index(self.target(Lnew))
+                    index = state_index(self.target.target(Lnew))
                     for j in range(slots):
                         if kind == "insert":
                             y = self._insert(x, L, j)
@@ -272,7 +320,7 @@ class GapJump:
                             logq = self._insert_log_q(self._insert(ys, Lnew, j), L, j)
                             probs = torch.ones(1, dtype=torch.float64)
                             logq_move = logq[token].reshape(1)
-                        evy = self.target(Lnew).evaluate(ys)
+                        evy = self.target.target(Lnew).evaluate(ys)
                         log_a = self.log_ratio(
                             kind, self.log_density(Lnew, evy.energy, evy.log_factor), lp[s], logq_move
                         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from .._checks import check_choice
 from ..models.target import Target
+from .jump import GapJump
 from .mask_predict import MaskPredict
 from .mh import MetropolisHastings
 from .pseudo_gibbs import PseudoGibbs
@@ -87,5 +88,5 @@ def make_kernel(name: str, target: Target, **options: Any) -> KernelBase:
     return kernel_class(name)(target, **options)
 
 
-for _builtin in (MetropolisHastings, SurrogateMH, PseudoGibbs, MaskPredict):  # the registration line
+for _builtin in (MetropolisHastings, SurrogateMH, PseudoGibbs, MaskPredict, GapJump):  # the registration line
     register(_builtin)

@@ -29,6 +29,7 @@ from torch import Tensor
 from .._checks import check_choice, check_type
 from ..models.constraints import ConstraintTarget
 from ..models.distribution import MaskedLMDistribution
+from ..models.gap_target import GapTarget
 from ..models.target import ConstrainedTarget, Evaluation, ScaledTarget, Target
 from .annealing import annealing_record
 
@@ -57,12 +58,16 @@ class Capabilities:
         template (a decoder).
     exact_matrix : bool
         :meth:`KernelBase.transition_matrix` gives its exact transition matrix (tiny targets).
+    lengths : bool
+        It moves the length of a variable gap: it samples a
+        :class:`~mlm_ppl.models.gap_target.GapTarget` (which every other kernel refuses).
     """
 
     log_factor: bool
     gibbs: bool
     complete_start: bool
     exact_matrix: bool
+    lengths: bool = False
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,16 @@ class KernelBase(Generic[OptionsT]):
     def __init__(self, target: Target, **options: Any) -> None:
         self.target = target
         self.options: OptionsT = self.Options.from_dict(options, self.name)  # type: ignore[assignment]
+        if isinstance(target, GapTarget) != self.capabilities.lengths:
+            if self.capabilities.lengths:
+                raise ValueError(
+                    f"{self.name} samples the lengths of a variable gap: give it a GapTarget (a template with "
+                    "MASK{a,b}); for a fixed template use kernel='mh'"
+                )
+            raise ValueError(
+                f"{self.name} keeps every chain at its starting length and would not sample the variable gap's "
+                "lengths: use kernel='gap-jump' (or sample each length as its own target: --length-mode strata)"
+            )
         if _beyond_proposals(target) and not self.capabilities.log_factor:
             raise ValueError(
                 f"{self.name} would ignore the log-factor (constraints, likelihood terms, other sites of a Pyro "
