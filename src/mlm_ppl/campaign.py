@@ -31,11 +31,13 @@ from . import rundir
 from .diagnostics import stop_when_converged
 from .inference.annealing import annealing_note
 from .inference.distributed import run_chains_ray, run_tasks_ray, split_chains
+from .inference.jump import GapJump
 from .inference.registry import make_kernel
 from .inference.runner import Checkpoint, Run, run_chains
 from .inference.spec import KernelBase
 from .models.constraints import BoundConstraints, ConstraintTarget
 from .models.distribution import MaskedLMDistribution
+from .models.gap_target import GapTarget
 from .models.gaps import GapTemplate, LengthPrior, parse_gap
 from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
@@ -80,7 +82,15 @@ def build(settings: RunSettings) -> tuple[MaskedLM, Target, KernelBase]:
         mask = mlm.vocab[mlm.mask_id]
         length = int(settings.length or 0)
         template = (mask * length) if mlm.residue_level else " ".join([mask] * length)
-    target = build_target(mlm, template, settings)
+    if settings.kernel == GapJump.name:  # a variable gap: every length in one target
+        gap = parse_gap(template, mlm.vocab[mlm.mask_id])
+        if gap is None:
+            raise ValueError(f"template: no variable gap {mlm.vocab[mlm.mask_id]}{{a,b}} of this model's mask token")
+        target: Target = GapTarget(
+            mlm, gap, settings.length_prior_of(gap), energy=settings.energy, temperature=settings.temperature
+        )
+    else:
+        target = build_target(mlm, template, settings)
     return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_arguments())
 
 

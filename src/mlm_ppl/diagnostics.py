@@ -140,7 +140,9 @@ def to_inference_data(
     arviz.InferenceData
         ``posterior``: ``tokens`` (int, dims chain, draw, position), ``hamming_start`` (to each
         chain's own start: shows chains leaving their starts, but depends on the start, so it
-        is left out of convergence verdicts), ``hamming_reference`` and the other functionals;
+        is left out of convergence verdicts), ``hamming_reference``, ``length`` (a variable gap's:
+        the draw's gap length; its states are padded after the loop, so the Hamming distances
+        count a residue against a pad as a difference) and the other functionals;
         ``sample_stats``: ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed``,
         ``n_moves`` and a kernel's extras (surrogate-MH: ``inner_acceptance``,
         ``masked_copies``); attributes
@@ -157,6 +159,9 @@ def to_inference_data(
     # without one, chain 0's start serves.
     ref = _reference_ids(reference, mlm, L) if reference is not None else start[0]
     posterior["hamming_reference"] = _hamming(tokens, ref[None, None, :], free)
+    gap = _attr_list(run.attrs, "gap_positions")
+    if gap is not None:  # a variable gap: states padded after the loop (GapTarget)
+        posterior["length"] = (tokens[..., gap] != int(run.attrs["pad_id"])).sum(-1).double().numpy()
     for position, token in indicators:
         tok_id = _token_id(token, mlm)
         if not 0 <= int(position) < L:
@@ -318,6 +323,10 @@ class Summary:
     stopped : str or None
         Why a run with a stopping rule (:func:`stop_when_converged`) ended before its last draw,
         and where (the run's ``stopped`` attribute); None for a run that took every draw.
+    lengths : list of (int, float, int, float, float) or None
+        A variable gap's length marginal: per length of the prior, ``(length, prior pi(L),
+        draws, frequency, MCSE of the frequency)`` over every draw of every chain; None for a
+        run of one length.
     """
 
     table: "pandas.DataFrame"
@@ -330,6 +339,7 @@ class Summary:
     masked_copies_per_step: float | None = None
     annealing: str | None = None
     stopped: str | None = None
+    lengths: list[tuple[int, float, int, float, float]] | None = None
 
     @property
     def converged(self) -> bool:
@@ -339,6 +349,11 @@ class Summary:
         lines = [self.annealing, ""] if self.annealing is not None else []
         lines += [f"stopped early: {self.stopped}", ""] if self.stopped is not None else []
         lines += [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
+        if self.lengths is not None:
+            lines += ["gap length: prior, draws, frequency over all draws and its Monte Carlo standard error"]
+            lines += ["length   prior   draws  frequency   MCSE"]
+            lines += [f"{L:>6}  {w:.4f}  {n:>6}  {f:9.4f}  {m:.4f}" for L, w, n, f, m in self.lengths]
+            lines.append("")
         lines.append(
             f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}"
         )
@@ -471,7 +486,30 @@ def summary(
         masked_copies_per_step=mean_of("masked_copies"),
         annealing=note,
         stopped=idata.attrs.get("stopped"),
+        lengths=length_marginal(idata),
     )
+
+
+def length_marginal(idata: "arviz.InferenceData") -> list[tuple[int, float, int, float, float]] | None:
+    """A variable gap's length marginal (:attr:`Summary.lengths`), None for a run of one length."""
+    prior = _attr_list(idata.attrs, "length_prior")
+    if prior is None or "length" not in idata.posterior:
+        return None
+    lengths = np.asarray(idata.posterior["length"].values)  # (C, D)
+    rows = []
+    for key, weight in prior.items():
+        indicator = (lengths == int(key)).astype(float)
+        n = int(indicator.sum())
+        rows.append((int(key), float(weight), n, n / indicator.size, _frequency_mcse(indicator)))
+    return rows
+
+
+def _frequency_mcse(indicator: np.ndarray) -> float:
+    """ArviZ's MCSE of the mean of an indicator ``(C, D)``: nan where it cannot be estimated (fewer
+    than 4 draws per chain, or the same value in every draw, as in a stuck run)."""
+    if indicator.shape[1] < 4 or indicator.std() == 0:
+        return float("nan")
+    return float(_arviz().mcse(indicator))
 
 
 def stop_when_converged(
@@ -641,14 +679,15 @@ def loop_distribution(idata: "arviz.InferenceData", *, top: int = 10) -> LoopDis
     unique, inverse, counts = np.unique(flat, axis=0, return_inverse=True, return_counts=True)
     inverse = inverse.reshape(C, D)
     order = np.argsort(-counts, kind="stable")[:top]
-    az = _arviz()
-    sep = "" if vocab is not None and all(len(str(vocab[v])) == 1 for v in ids) else " "
+    pad = idata.attrs.get("pad_id")  # a variable gap's pads: no residue, left out of a loop's text
+    residues = [v for v in ids if pad is None or v != int(pad)]
+    sep = "" if vocab is not None and all(len(str(vocab[v])) == 1 for v in residues) else " "
     motifs = []
     for u in order:
-        loop = sep.join(str(vocab[v]) if vocab is not None else str(int(v)) for v in unique[u])
-        indicator = (inverse == u).astype(float)  # (C, D)
-        # nan where it cannot be estimated: too few draws, or the same in every draw (a stuck run)
-        mcse = float(az.mcse(indicator)) if D >= 4 and indicator.std() > 0 else float("nan")
+        loop = sep.join(
+            str(vocab[v]) if vocab is not None else str(int(v)) for v in unique[u] if pad is None or v != int(pad)
+        )
+        mcse = _frequency_mcse((inverse == u).astype(float))
         motifs.append((loop, int(counts[u]), float(counts[u]) / (C * D), mcse))
     return LoopDistribution(positions, names, frequencies, motifs, C * D)
 
@@ -659,8 +698,8 @@ def _save(fig, out_dir: str, name: str) -> str:
     return save_figure(fig, os.path.join(out_dir, name), dpi=100, bbox_inches="tight")
 
 
-def _attr_list(attrs: Mapping, name: str) -> list | None:
-    """A list attribute, stored as a list in a Run and as JSON text in InferenceData."""
+def _attr_list(attrs: Mapping, name: str) -> Any:
+    """A list (or mapping) attribute, stored as itself in a Run and as JSON text in InferenceData."""
     value = attrs.get(name)
     return json.loads(value) if isinstance(value, str) else value
 

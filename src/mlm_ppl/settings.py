@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,10 +19,12 @@ from typing import Any
 from ._checks import check_choice, check_count, check_seed, check_temperature, check_type
 from .inference.annealing import GeometricAnnealing, annealing_record, format_anneal, parse_anneal
 from .inference.base import INITS
+from .inference.jump import GapJump
 from .inference.registry import KERNELS, kernel_class
 from .inference.spec import OptionInfo
 from .models.constraints import ConstraintSpec
 from .models.energy import ENERGIES
+from .models.gaps import GapTemplate, LengthPrior, has_variable_gap
 from .models.loading import model_files
 
 __all__ = ["RunSettings", "MAX_CHAINS", "STOP_EVERY", "option_flags"]
@@ -34,7 +37,7 @@ STOP_EVERY = 10
 """Draws between two convergence checks of an ``until_converged`` run (fixed: where a run stops is
 part of its record, and a resumed run stops where the uninterrupted one would)."""
 
-_ADDED = frozenset({"constraints", "anneal", "until_converged"})
+_ADDED = frozenset({"constraints", "anneal", "until_converged", "length_prior"})
 """Settings a record written before them lacks (read as their defaults)."""
 
 _ADDED_OPTIONS = {"surrogate-mh": {"surrogate_context": None, "surrogate_frame": "crop"}}
@@ -67,7 +70,9 @@ class RunSettings:
     at the first multiple of :data:`STOP_EVERY` draws whose summary says every chain converged
     (:func:`~mlm_ppl.diagnostics.stop_when_converged`); ``draws`` is then the most it takes. Not
     with ``anneal`` (an annealed run's verdict is never converged) nor ``workers`` (the rule
-    needs every chain's draws in one process). A ``temperature_schedule`` in the
+    needs every chain's draws in one process). ``length_prior``: the kernel ``gap-jump``'s
+    ``pi(L)`` of a template with a variable gap ``MASK{a,b}`` (length as text -> weight; None:
+    uniform), which only that kernel samples (and it only such a template). A ``temperature_schedule`` in the
     kernel's options is refused (a callable cannot be recorded: give ``anneal``). A TypeError or
     ValueError names the setting to fix.
     """
@@ -97,6 +102,7 @@ class RunSettings:
     model_files: dict[str, str] | None = None
     constraints: dict[str, Any] | None = None
     until_converged: bool = False
+    length_prior: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         for name in ("model", "template", "dtype", "device"):
@@ -144,11 +150,53 @@ class RunSettings:
                 f"until_converged asks every {STOP_EVERY} draws, before the last: give draws > {STOP_EVERY} "
                 f"(got {self.draws})"
             )
+        self._check_gap()
         if self.until_converged and self.workers is not None:
             raise ValueError(
                 "until_converged: the convergence check needs every chain's draws in one process; "
                 "run without workers (--ray), or without until_converged (--until-converged)"
             )
+
+    def _check_gap(self) -> None:
+        """A variable gap goes with the kernel gap-jump, and the kernel with it; its prior is
+        lengths (as text) and weights summing to 1; no workers or constraints yet."""
+        gap, jump = has_variable_gap(self.template), self.kernel == GapJump.name
+        if gap and not jump:
+            raise ValueError(
+                f"template: its variable gap MASK{{a,b}} gives loops of several lengths, which kernel {self.kernel} "
+                f"does not sample; use kernel {GapJump.name} (--length-mode jump) or one run per length "
+                "(--length-mode strata)"
+            )
+        if jump and not gap:
+            raise ValueError(f"kernel {GapJump.name} samples a template with a variable gap MASK{{a,b}}; this has none")
+        if self.length_prior is not None:
+            if not jump:
+                raise ValueError(f"length_prior applies to kernel {GapJump.name} (--length-mode jump)")
+            prior = self.length_prior
+            if (
+                not isinstance(prior, Mapping)
+                or not prior
+                or not all(
+                    isinstance(k, str) and k.isdigit() and isinstance(w, (int, float)) and math.isfinite(w) and w > 0
+                    for k, w in prior.items()
+                )
+            ):
+                raise ValueError("length_prior must map each gap length (as text) to a weight > 0")
+            if not math.isclose(math.fsum(prior.values()), 1.0, rel_tol=1e-9):
+                raise ValueError(f"length_prior's weights sum to {math.fsum(prior.values())}, not 1")
+            ordered = sorted(prior.items(), key=lambda kv: int(kv[0]))
+            object.__setattr__(self, "length_prior", {str(int(k)): float(w) for k, w in ordered})
+        if jump and (self.workers is not None or self.constraints is not None):
+            raise ValueError(
+                f"kernel {GapJump.name} (--length-mode jump) runs in one process without constraints for now; "
+                "drop --ray and the constraints, or sample each length as its own run: --length-mode strata"
+            )
+
+    def length_prior_of(self, gap: GapTemplate) -> LengthPrior:
+        """The run's :class:`~mlm_ppl.models.gaps.LengthPrior` over ``gap`` (uniform when none is recorded)."""
+        if self.length_prior is None:
+            return LengthPrior.uniform(gap)
+        return LengthPrior({int(k): w for k, w in self.length_prior.items()}, "recorded")
 
     def _check_anneal(self) -> None:
         options = self.kernel_options

@@ -1,6 +1,10 @@
 """Checks the command-line tests share (imported by name: pytest puts this folder on sys.path)."""
 
 import json
+import os
+import time
+
+import torch
 
 from mlm_ppl.settings import RunSettings
 
@@ -17,3 +21,18 @@ def recorded_settings(directory):
     """The settings a run directory records (read, not locked)."""
     config = json.loads((directory / "config.json").read_text())
     return RunSettings.from_dict({k: v for k, v in config.items() if k != "format"})
+
+
+def wait_for_checkpoint(directory, proc, min_step, timeout=120):
+    """The step of the first checkpoint at ``min_step`` or later that a running ``proc`` writes in ``directory``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        try:
+            step = torch.load(os.path.join(directory, "checkpoint.pt"), weights_only=True)["step"]
+            if step >= min_step:
+                return step
+        except Exception:  # not written yet, or being replaced
+            pass
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")

@@ -6,11 +6,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import warnings
 
 import numpy as np
 import pytest
+from cli_checks import wait_for_checkpoint
 
 from mlm_ppl.cli import main
 from mlm_ppl.testing import save_tiny
@@ -48,22 +48,6 @@ def _tokens(directory):
     return az.from_netcdf(os.path.join(directory, "run.nc")).posterior["tokens"].values
 
 
-def _wait_for_checkpoint(directory, proc, min_step, timeout=120):
-    import torch
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert proc.poll() is None, "the run ended before it could be interrupted"
-        try:
-            step = torch.load(os.path.join(directory, "checkpoint.pt"), weights_only=True)["step"]
-            if step >= min_step:
-                return step
-        except Exception:  # not written yet, or being replaced
-            pass
-        time.sleep(0.05)
-    raise AssertionError("no checkpoint appeared")
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_a_killed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys, sig):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
@@ -79,7 +63,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, ca
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    step = _wait_for_checkpoint(cut, proc, min_step=40)
+    step = wait_for_checkpoint(cut, proc, min_step=40)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     if sig == signal.SIGKILL:

@@ -15,6 +15,7 @@ from ..diagnostics import CHAIN_RHAT_MAX, ESS_MIN_PER_CHAIN, RHAT_MAX
 from ..inference.annealing import annealing_note, format_anneal, parse_anneal
 from ..inference.base import INITS
 from ..inference.distributed import WorkersLostError
+from ..inference.jump import GapJump
 from ..inference.registry import KERNELS, kernel_class
 from ..inference.spec import KernelBase
 from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
@@ -27,7 +28,7 @@ from ._common import add_model_args, exists_message, split_lines
 _DEFAULTS = {
     f.name: f.default
     for f in dataclasses.fields(RunSettings)
-    if f.name not in ("kernel_options", "model_files", "constraints")
+    if f.name not in ("kernel_options", "model_files", "constraints", "length_prior")
 }
 _SETTINGS = tuple(_DEFAULTS)
 
@@ -108,8 +109,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     gaps.add_argument(
         "--length-mode",
         choices=("strata", "jump"),
-        help="strata: one run per gap length into DIR/L08 ..., combined as the mixture sum_L pi(L) p_L "
-        "(designs.tsv: each draw's length and weight)",
+        help="jump: one run whose chains move between lengths (kernel gap-jump: insert and delete moves on the "
+        "energy, target pi(L) exp(-E/T)); strata: one run per gap length into DIR/L08 ..., combined as the "
+        "mixture sum_L pi(L) p_L (designs.tsv: each draw's length and weight)",
     )
     gaps.add_argument(
         "--length-prior",
@@ -142,9 +144,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def config_from_flags(args: argparse.Namespace, template: str | None = None) -> RunSettings:
+def config_from_flags(
+    args: argparse.Namespace, template: str | None = None, extra: dict[str, Any] | None = None
+) -> RunSettings:
     """Settings of a new run from the flags, checked before any work (``template``: a batch's
-    first template, in place of ``--template``)."""
+    first template, in place of ``--template``; ``extra``: settings the flags imply, such as
+    ``--length-mode jump``'s kernel and length prior)."""
     if not args.out:
         raise ValueError("give --out DIR for the run directory")
     if args.workers is not None and not args.ray:
@@ -152,6 +157,7 @@ def config_from_flags(args: argparse.Namespace, template: str | None = None) -> 
     given = {k: getattr(args, k) for k in _SETTINGS if getattr(args, k) is not None}
     if template is not None:
         given["template"] = template
+    given.update(extra or {})
     if "template" not in given and "length" not in given:
         raise ValueError("give --template TEXT (mask tokens at the positions to sample) or --length N")
     kernel = given.get("kernel", _DEFAULTS["kernel"])
@@ -337,10 +343,17 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             mlm, _, kernel = campaign.build(settings)
             return _sample(run_dir, settings, checkpoint, mlm, kernel, args, out)
     if has_variable_gap(args.template) or args.length_mode or args.length_prior:
-        return _start_strata(args, out)
+        return _start_gap(args, out)
     if args.templates:
         return _start_batch(args, out, read_templates(args.templates))
-    settings = config_from_flags(args)
+    return _start_run(args, out)
+
+
+def _start_run(args: argparse.Namespace, out: TextIO, extra: dict[str, Any] | None = None) -> int:
+    """A new run of one template: every setting checked, the model loaded, the directory made."""
+    from .. import rundir
+
+    settings = config_from_flags(args, extra=extra)
     try:
         RunDirectory.check_new(args.out, "sample", overwrite=args.overwrite)  # before the model loads
         mlm, _, kernel = campaign.build(settings)  # loads the model and checks template and options first
@@ -383,25 +396,35 @@ def _check_resume_flags(args: argparse.Namespace, settings: RunSettings) -> None
         )
 
 
-def _start_strata(args: argparse.Namespace, out: TextIO) -> int:
-    """A batch of strata: one run per length of the template's variable gap, weighted by the prior."""
+def _start_gap(args: argparse.Namespace, out: TextIO) -> int:
+    """A template with a variable gap: one run of kernel gap-jump over every length (``jump``), or a
+    batch of strata, one run per length of the gap, weighted by the prior (``strata``)."""
     if args.templates or args.length is not None or not has_variable_gap(args.template):
         raise ValueError(
             "--length-mode and --length-prior apply to one --template with a variable gap, e.g. 'CAR[MASK]{10,16}WGQG'"
         )
     if args.length_mode is None:
         raise ValueError(
-            "the template's variable gap gives loops of several lengths: give --length-mode strata (one run per "
-            "length, weighted by --length-prior)"
-        )
-    if args.length_mode == "jump":
-        raise ValueError(
-            "--length-mode jump is not on the command line yet: use --length-mode strata, or sample the gap's "
-            "lengths together in Python with mlm_ppl.inference.jump.GapJump"
+            "the template's variable gap gives loops of several lengths: give --length-mode jump (one run whose "
+            "chains move between lengths, kernel gap-jump) or strata (one run per length), each weighted by "
+            "--length-prior"
         )
     gap = parse_gap(args.template, "<mask>" if "<mask>{" in args.template else "[MASK]")
     assert gap is not None
     prior = LengthPrior.read(args.length_prior or "uniform", gap)
+    if args.length_mode == "jump":
+        if args.kernel not in (None, GapJump.name):
+            raise ValueError(
+                f"--length-mode jump samples with kernel {GapJump.name} (update moves of single-site MH, insert and "
+                f"delete moves); drop --kernel {args.kernel}, or use --length-mode strata to run it on each length"
+            )
+        weights = {str(L): w for L, w in prior.weights.items()}
+        return _start_run(args, out, extra={"kernel": GapJump.name, "length_prior": weights})
+    if args.kernel == GapJump.name:
+        raise ValueError(
+            f"--length-mode strata runs each length as a fixed template, which kernel {GapJump.name} does not "
+            "sample; choose another --kernel, or --length-mode jump"
+        )
     templates, lengths = campaign.strata(args.template, gap, prior)
     return _start_batch(args, out, templates, lengths)
 

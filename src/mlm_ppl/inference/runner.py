@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_count, check_interval, check_seed
+from ..models.gap_target import GapTarget
 from ..models.target import Target
 from .base import Kernel, StepInfo, initial_tokens
 from .spec import STAT_NAMES
@@ -87,13 +88,18 @@ def state_consistent_lp(tokens: Tensor, lp: Tensor) -> Tensor:
 
 
 def target_attrs(target: Target) -> dict[str, Any]:
-    """What a run records about its target: energy, temperature, template, free positions."""
-    return dict(
+    """What a run records about its target: energy, temperature, template, free positions; for a
+    variable gap (:class:`~mlm_ppl.models.gap_target.GapTarget`) also its length prior, the padded
+    states' gap positions and the pad token."""
+    attrs = dict(
         energy=target.energy_name,
         temperature=target.temperature,
         template=target.template.tolist(),
         free_positions=target.free_positions.tolist(),
     )
+    if isinstance(target, GapTarget):
+        attrs.update(target.record)
+    return attrs
 
 
 def annealing_attrs(kernel: Kernel) -> dict[str, Any]:

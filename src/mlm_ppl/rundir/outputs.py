@@ -16,7 +16,8 @@ OUTPUTS = ("run.nc", "samples.txt", "summary.txt", *PLOTS)
 def write_outputs(run_dir: RunDirectory, run: Run, mlm: Any, constraints: Any = None) -> tuple[Any, list[str]]:
     """Write ``run.nc``, ``samples.txt``, ``summary.txt`` and the plots of a finished run
     (with ``constraints``, a run's ``BoundConstraints``: each rule's and expert's value per draw
-    in ``run.nc`` and the summary, and a ``feasible`` column in ``samples.txt``).
+    in ``run.nc`` and the summary, and a ``feasible`` column in ``samples.txt``; a variable gap's
+    run adds a ``length`` column).
 
     Returns the :class:`~mlm_ppl.diagnostics.Summary` (``str()`` of it is ``summary.txt``) and
     the paths written (``run.nc`` first).
@@ -27,12 +28,12 @@ def write_outputs(run_dir: RunDirectory, run: Run, mlm: Any, constraints: Any = 
     with run_dir.atomic("run.nc") as tmp:
         idata.to_netcdf(str(tmp))
     lp = run.stats["lp"]
-    feasible = idata.posterior["feasible"].values if "feasible" in idata.posterior else None
-    lines = ["chain\tdraw\tlp\t" + ("feasible\t" if feasible is not None else "") + "sequence"]
+    columns = {k: idata.posterior[k].values for k in ("feasible", "length") if k in idata.posterior}
+    lines = ["\t".join(["chain", "draw", "lp", *columns, "sequence"])]
     for c in range(run.num_chains):
         for d, seq in enumerate(mlm.decode(run.tokens[c])):
-            flag = f"{int(feasible[c, d])}\t" if feasible is not None else ""
-            lines.append(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{flag}{seq}")
+            flags = "".join(f"{int(v[c, d])}\t" for v in columns.values())
+            lines.append(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{flags}{seq}")
     run_dir.write_text("samples.txt", "\n".join(lines) + "\n")
     report = summary(idata)
     run_dir.write_text("summary.txt", str(report) + "\n")

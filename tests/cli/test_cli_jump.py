@@ -1,0 +1,128 @@
+"""mlm-ppl sample --length-mode jump: one run whose chains move between the lengths of a variable gap."""
+
+import signal
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from cli_checks import one_line_error, recorded_settings, wait_for_checkpoint
+
+from mlm_ppl import campaign
+from mlm_ppl.cli import main
+from mlm_ppl.diagnostics import loop_distribution, read_run, summary
+from mlm_ppl.inference.jump import MOVES
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)
+    import arviz as az
+
+GAP = "A[MASK]{1,3}C"
+
+
+def _args(model_dir, out, *extra):
+    args = ["sample", "--model", model_dir, "--template", GAP, "--length-mode", "jump", "--temperature", "2"]
+    return [*args, "--chains", "3", "--draws", "60", "--warmup", "10", "--seed", "4", "--out", str(out), *extra]
+
+
+def test_a_jump_run_records_every_draw_with_its_length_and_move(model_dir, tmp_path, capsys):
+    prior = tmp_path / "prior.tsv"
+    prior.write_text("1\t1\n2\t2\n3\t1\n")
+    out = tmp_path / "jump"
+    assert (
+        main(
+            _args(
+                model_dir,
+                out,
+                "--length-prior",
+                str(prior),
+                "--p-update",
+                "0.4",
+                "--p-insert",
+                "0.3",
+                "--p-delete",
+                "0.3",
+                "--no-progress",
+            )
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    settings = recorded_settings(out)
+    assert settings.kernel == "gap-jump" and settings.template == GAP
+    assert settings.length_prior == {"1": 0.25, "2": 0.5, "3": 0.25}
+    assert settings.kernel_options.p_update == 0.4
+    # run.nc: padded tokens (pads after the loop), the length as a functional, the move per draw
+    idata = read_run(str(out))
+    tokens = idata.posterior["tokens"].values  # (3, 60, 5): [CLS] A gap(3) C [SEP]
+    _, target, _ = campaign.build(settings)
+    lengths = target.length_of(torch.as_tensor(tokens.reshape(-1, tokens.shape[-1]))).reshape(3, 60).numpy()
+    np.testing.assert_array_equal(idata.posterior["length"].values, lengths)
+    np.testing.assert_array_equal(idata.sample_stats["length"].values, lengths)
+    assert set(np.unique(lengths)) == {1, 2, 3}
+    moves = idata.sample_stats["move"].values
+    accepted = idata.sample_stats["is_accepted"].values
+    assert set(np.unique(moves[accepted])) == {0, 1, 2} and len(MOVES) == 3
+    # an accepted insert lengthens the loop by one, an accepted delete shortens it, anything else keeps it
+    expected = np.where(accepted & (moves == 1), 1, np.where(accepted & (moves == 2), -1, 0))[:, 1:]
+    np.testing.assert_array_equal(np.diff(lengths, axis=1), expected)
+    # samples.txt: the length beside each decoded sequence
+    rows = [line.split("\t") for line in (out / "samples.txt").read_text().splitlines()]
+    assert rows[0] == ["chain", "draw", "lp", "length", "sequence"]
+    assert all(int(length) == len(seq) - 2 for *_, length, seq in rows[1:]) and len(rows) == 1 + 180
+    # the summary: the length marginal, with the prior, counted from the draws
+    report = summary(idata)
+    assert [(L, w, n) for L, w, n, _, _ in report.lengths] == [
+        (L, w, int((lengths == L).sum())) for L, w in ((1, 0.25), (2, 0.5), (3, 0.25))
+    ]
+    assert "gap length: prior, draws, frequency" in printed and "length" in report.table.index
+    # loops are read without their pads
+    motifs = [loop for loop, *_ in loop_distribution(idata).motifs]
+    assert all(1 <= len(loop) <= 3 and set(loop) <= set("ACDE") for loop in motifs)
+
+
+def test_a_killed_jump_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(_args(model_dir, whole, "--draws", "150", "--no-progress")) == 0
+    capsys.readouterr()
+    cmd = [sys.executable, "-m", "mlm_ppl.cli", *_args(model_dir, cut, "--draws", "150", "--checkpoint-seconds", "0")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    step = wait_for_checkpoint(cut, proc, min_step=40)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL and step < 160 and not (cut / "run.nc").exists()
+    assert main(["sample", "--resume", str(cut), "--no-progress"]) == 0
+    a, b = az.from_netcdf(cut / "run.nc"), az.from_netcdf(whole / "run.nc")
+    for group, name in (("posterior", "tokens"), ("sample_stats", "move"), ("sample_stats", "lp")):
+        np.testing.assert_array_equal(getattr(a, group)[name].values, getattr(b, group)[name].values)
+    assert (cut / "summary.txt").read_text() == (whole / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--kernel", "surrogate-mh"), "--length-mode jump samples with kernel gap-jump"),
+        (("--forbid", "DD"), "runs in one process without constraints for now"),
+        (("--p-insert", "0.6"), "must sum to 1"),
+        (("--p-delete", "0"), "p_delete must be a probability > 0"),
+        (("--anneal", "1:0.5"), "--anneal applies to --kernel"),
+    ],
+)
+def test_bad_jump_flags_are_one_line_errors_before_any_work(model_dir, tmp_path, capsys, extra, message):
+    out = tmp_path / "run"
+    assert main(_args(model_dir, out, *extra)) == 2
+    assert message in one_line_error(capsys) and not out.exists()
+
+
+def test_gap_jump_needs_a_variable_gap_and_a_variable_gap_needs_a_length_mode(model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    fixed = ["sample", "--model", model_dir, "--template", "A[MASK]C", "--out", str(out)]
+    assert main([*fixed, "--kernel", "gap-jump"]) == 2
+    assert "kernel gap-jump samples a template with a variable gap" in one_line_error(capsys)
+    assert main(["sample", "--model", model_dir, "--template", GAP, "--out", str(out)]) == 2
+    assert "give --length-mode jump" in one_line_error(capsys)
+    assert main(_args(model_dir, out, "--length-mode", "strata", "--kernel", "gap-jump")) == 2
+    assert "--length-mode strata runs each length as a fixed template" in one_line_error(capsys)
+    assert not out.exists()
