@@ -151,3 +151,16 @@ def test_run_chains_of_the_registered_kernel_is_the_one_chain_step_chain_by_chai
     lengths = set(run.stats["length"].flatten().tolist())
     moves = set(run.stats["move"][run.stats["is_accepted"]].flatten().tolist())
     assert lengths == {1, 2, 3} and moves == {0, 1, 2}  # the replay covered every length and move
+
+
+def test_sample_runs_a_variable_gap_with_gap_jump_and_refuses_it_otherwise(tiny4):
+    import mlm_ppl
+
+    prior = LengthPrior({1: 0.5, 2: 0.5}, "test")
+    run = mlm_ppl.sample(tiny4, GAP, kernel="gap-jump", length_prior=prior, num_chains=2, num_samples=5, seed=1)
+    assert run.attrs["length_prior"] == {"1": 0.5, "2": 0.5} and run.tokens.shape == (2, 5, 6)
+    assert set(run.stats["length"].flatten().tolist()) <= {1, 2}
+    with pytest.raises(ValueError, match="use kernel='gap-jump'"):
+        mlm_ppl.sample(tiny4, GAP, num_chains=1, num_samples=1)
+    with pytest.raises(ValueError, match="length_prior applies to a template with a variable gap"):
+        mlm_ppl.sample(tiny4, "A[MASK]C", length_prior=prior, num_chains=1, num_samples=1)

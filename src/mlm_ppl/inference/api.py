@@ -15,6 +15,8 @@ from torch import Tensor
 
 from .._checks import check_choice, check_count, check_seed
 from ..models.distribution import MaskedLMDistribution, register_sampler
+from ..models.gap_target import GapTarget
+from ..models.gaps import LengthPrior, has_variable_gap
 from ..models.masked_lm import MaskedLM
 from ..models.target import ConstrainedTarget, Target
 from .mh import MetropolisHastings
@@ -77,6 +79,7 @@ def sample(
     seed: int = 0,
     init: str | Tensor = "sample",
     log_factor: Callable[[Tensor], Tensor] | None = None,
+    length_prior: LengthPrior | None = None,
     progress: bool = False,
     backend: str = "local",
     workers: int | None = None,
@@ -90,6 +93,10 @@ def sample(
     ``**kernel_options``),
     and runs :func:`run_chains`. All arguments are checked before any forward pass.
 
+    A template with a variable gap ``MASK{a,b}`` builds the target over every length,
+    :class:`~mlm_ppl.models.gap_target.GapTarget` (``length_prior``: its ``pi(L)``, uniform by
+    default), which only ``kernel="gap-jump"`` samples; its draws are padded after the loop.
+
     ``backend="ray"`` splits the chains over ``workers`` Ray actors (the ``ray`` extra;
     :mod:`mlm_ppl.inference.distributed`), each holding a copy of the model: the result is the
     same run, since each chain draws from its own random stream.
@@ -101,8 +108,16 @@ def sample(
         check_count(workers, "workers", 1)
     elif workers is not None:
         raise ValueError("workers applies to backend='ray'")
-    dist = MaskedLMDistribution(mlm, template, energy=energy, temperature=temperature)
-    target: Target = dist if log_factor is None else ConstrainedTarget(dist, log_factor)
+    target: Target
+    if isinstance(template, str) and has_variable_gap(template):
+        if log_factor is not None:
+            raise ValueError("log_factor with a variable gap is not supported yet; sample each length on its own")
+        target = GapTarget(mlm, template, length_prior, energy=energy, temperature=temperature)
+    elif length_prior is not None:
+        raise ValueError("length_prior applies to a template with a variable gap MASK{a,b}")
+    else:
+        dist = MaskedLMDistribution(mlm, template, energy=energy, temperature=temperature)
+        target = dist if log_factor is None else ConstrainedTarget(dist, log_factor)
     k = make_kernel(kernel, target, **kernel_options)
     options: dict[str, Any] = dict(warmup_steps=warmup_steps, thin=thin, seed=seed, init=init, progress=progress)
     if backend == "ray":

@@ -56,9 +56,12 @@ __all__ = ["MLMKernel", "run_from_mcmc", "mcmc_kernels"]
 
 
 def mcmc_kernels() -> tuple[str, ...]:
-    """The kernels :class:`MLMKernel` runs: every registered one that moves complete states
-    (a decoder from the masked template, mask-predict, is not an MCMC kernel)."""
-    return tuple(name for name, cls in KERNELS.items() if cls.capabilities.complete_start)
+    """The kernels :class:`MLMKernel` runs: every registered one that moves complete states of a
+    fixed template (a decoder from the masked template, mask-predict, is not an MCMC kernel, and
+    gap-jump samples a variable gap, which no Pyro site holds)."""
+    return tuple(
+        name for name, cls in KERNELS.items() if cls.capabilities.complete_start and not cls.capabilities.lengths
+    )
 
 
 class MLMKernel(MCMCKernel):
@@ -115,6 +118,12 @@ class MLMKernel(MCMCKernel):
             raise ValueError(
                 f"{kernel!r} is a decoder from the masked template, not an MCMC kernel; use "
                 f"mlm_ppl.sample(kernel={kernel!r})"
+            )
+        if kernel in KERNELS and KERNELS[kernel].capabilities.lengths:
+            raise ValueError(
+                f"{kernel!r} samples the lengths of a variable gap MASK{{a,b}}, which a MaskedLMDistribution site "
+                "cannot hold (it refuses one); sample it with mlm-ppl sample --length-mode jump, or "
+                "mlm_ppl.sample(mlm, template, kernel='gap-jump')"
             )
         check_choice(kernel, "kernel", mcmc_kernels())
         check_kernel_options(kernel, kernel_options)  # unknown kernels and options fail here, not at mcmc.run()
