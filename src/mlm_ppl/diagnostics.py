@@ -598,7 +598,33 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
     ax.set(xlabel="token position (sampled positions)", ylabel="token", title="Token frequency over all draws")
     fig.colorbar(im, ax=ax, label="frequency")
     paths.append(_save(fig, out_dir, "token_frequency.png"))
+    rows = length_marginal(idata)
+    if rows is not None:
+        paths.append(_plot_lengths(idata, rows, out_dir))
     return paths
+
+
+def _plot_lengths(idata: "arviz.InferenceData", rows: list, out_dir: str) -> str:
+    """``length.png`` of a run over a variable gap's lengths: each chain's length at every draw (do
+    the chains visit the same lengths?) and the length marginal, +- 2 MCSE, beside the prior."""
+    from matplotlib.figure import Figure
+
+    lengths = np.asarray(idata.posterior["length"].values)  # (C, D)
+    fig = Figure(figsize=(10, 3.5))
+    trace, bars = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    for c in range(lengths.shape[0]):
+        trace.step(np.arange(lengths.shape[1]), lengths[c], where="post", lw=1, label=f"chain {c}")
+    trace.set(xlabel="draw", ylabel="gap length", title="Gap length of each chain")
+    trace.legend(fontsize="small")
+    L = np.array([r[0] for r in rows])
+    freq, mcse = np.array([r[3] for r in rows]), np.array([r[4] for r in rows])
+    bars.bar(L, freq, color="tab:blue", label="draws (+- 2 MCSE)")
+    bars.errorbar(L, freq, yerr=2 * np.nan_to_num(mcse), fmt="none", ecolor="black", capsize=2)
+    bars.plot(L, [r[1] for r in rows], "o", color="tab:orange", label="prior pi(L)")
+    bars.set(xlabel="gap length", ylabel="probability", title="Length marginal")
+    bars.set_xticks(L)
+    bars.legend(fontsize="small")
+    return _save(fig, out_dir, "length.png")
 
 
 @dataclass(frozen=True)

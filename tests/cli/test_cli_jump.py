@@ -78,6 +78,9 @@ def test_a_jump_run_records_every_draw_with_its_length_and_move(model_dir, tmp_p
         (L, w, int((lengths == L).sum())) for L, w in ((1, 0.25), (2, 0.5), (3, 0.25))
     ]
     assert "gap length: prior, draws, frequency" in printed and "length" in report.table.index
+    # the length plot beside the others, recorded as the run's own file
+    assert (out / "length.png").stat().st_size > 0 and "length.png" in (out / ".mlm-ppl").read_text()
+    assert main(["diagnose", str(out), "--loops", "3"]) == 0 and "length.png" in capsys.readouterr().out
     # loops are read without their pads
     motifs = [loop for loop, *_ in loop_distribution(idata).motifs]
     assert all(1 <= len(loop) <= 3 and set(loop) <= set("ACDE") for loop in motifs)

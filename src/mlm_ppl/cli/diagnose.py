@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .._checks import check_count
     from ..diagnostics import loop_distribution, plot_diagnostics, read_run, summary
-    from ..rundir import MARKER, PLOTS, RunDirectory
+    from ..rundir import MARKER, RunDirectory, plots_of
 
     if args.loops is not None:
         check_count(args.loops, "--loops")
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     plot_dir = args.plots or os.path.dirname(os.path.abspath(path))
     if os.path.isfile(os.path.join(plot_dir, MARKER)):  # a run directory: plot under its lock, as its files
         with RunDirectory.open(plot_dir, "sample") as run_dir:
-            for name in PLOTS:
+            for name in plots_of(idata):
                 run_dir.record(name)
             plots = plot_diagnostics(idata, plot_dir)
     else:

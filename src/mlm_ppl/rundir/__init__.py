@@ -31,7 +31,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .directory import CONFIG, LOCK, MARKER, RunDirectory, RunExistsError, RunLockedError, kind_of
-from .outputs import OUTPUTS, PLOTS, write_outputs
+from .outputs import OUTPUTS, PLOTS, plots_of, write_outputs
 
 __all__ = [
     "CONFIG",
@@ -40,6 +40,7 @@ __all__ = [
     "LOCK",
     "OUTPUTS",
     "PLOTS",
+    "plots_of",
     "RunDirectory",
     "kind_of",
     "RunExistsError",

@@ -7,10 +7,17 @@ from typing import Any
 from ..inference.runner import Run
 from .directory import RunDirectory
 
-__all__ = ["OUTPUTS", "PLOTS", "write_outputs"]
+__all__ = ["OUTPUTS", "PLOTS", "plots_of", "write_outputs"]
 
 PLOTS = ("trace_lp.png", "rank_lp.png", "acceptance.png", "token_frequency.png")
 OUTPUTS = ("run.nc", "samples.txt", "summary.txt", *PLOTS)
+LENGTH_PLOT = "length.png"
+
+
+def plots_of(idata: Any) -> tuple[str, ...]:
+    """The plots :func:`~mlm_ppl.diagnostics.plot_diagnostics` writes for a run: :data:`PLOTS`, and
+    ``length.png`` for a run over the lengths of a variable gap."""
+    return (*PLOTS, LENGTH_PLOT) if "length_prior" in idata.attrs else PLOTS
 
 
 def write_outputs(run_dir: RunDirectory, run: Run, mlm: Any, constraints: Any = None) -> tuple[Any, list[str]]:
@@ -37,7 +44,7 @@ def write_outputs(run_dir: RunDirectory, run: Run, mlm: Any, constraints: Any = 
     run_dir.write_text("samples.txt", "\n".join(lines) + "\n")
     report = summary(idata)
     run_dir.write_text("summary.txt", str(report) + "\n")
-    for name in PLOTS:  # recorded before plot_diagnostics writes them
+    for name in plots_of(idata):  # recorded before plot_diagnostics writes them
         run_dir.record(name)
     plots = plot_diagnostics(idata, str(run_dir.path), mlm=mlm)
     return report, [str(run_dir.path / name) for name in ("run.nc", "samples.txt", "summary.txt")] + plots
