@@ -28,7 +28,7 @@ import torch
 from . import rundir
 from ._checks import check_count
 from .campaign import batch_templates
-from .diagnostics import functional_name, read_run
+from .diagnostics import functional_name, length_log_prior, read_run
 from .models.constraints import recorded_expert_weights, weighted_expert_sum
 from .models.target import energy_from_log_density
 from .settings import RunSettings
@@ -90,8 +90,8 @@ class Design:
     """A picked design: its ``rank`` within its template (1 the best), the ``template`` (a batch's
     template name, or the run directory's name), the ``chain`` and ``draw`` of its best draw,
     ``count`` (feasible draws of this sequence), ``lp``, ``energy`` (the MLM energy ``E``:
-    ``-T (lp - sum_k w_k f_k)``), ``experts`` (each expert's unweighted value, by its
-    ``run.nc`` name ``expert_<name>``), ``min_hamming`` (to the nearest design ranked above it
+    ``-T (lp - sum_k w_k f_k)``, and ``log pi(L)`` taken out too for a variable gap's draw),
+    ``experts`` (each expert's unweighted value, by its ``run.nc`` name ``expert_<name>``), ``min_hamming`` (to the nearest design ranked above it
     in its template; None for the first) and the ``sequence`` as the run decoded it."""
 
     rank: int
@@ -250,6 +250,9 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str) -> _Draws:
         raise ValueError(f"{path}/run.nc lacks the expert functional {missing[0]!r} its settings name")
     values = {column: post[column].values.astype(np.float64).reshape(C * D) for column in names.values()}
     factor = weighted_expert_sum(weights, {e: torch.from_numpy(values[column]) for e, column in names.items()}, C * D)
+    prior = length_log_prior(idata)
+    if prior is not None:  # a variable gap: lp = log pi(L) - E/T, and the energy is the MLM's alone
+        factor = factor + torch.from_numpy(prior.reshape(C * D))
     energy = energy_from_log_density(torch.from_numpy(lp), factor, settings.temperature).numpy()
     sequences = _sequences(path / "samples.txt", C, D, resume)
     return _Draws(name, D, tokens.reshape(C * D, L), lp, feasible, energy, list(names.values()), values, sequences)

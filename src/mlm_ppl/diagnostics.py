@@ -9,6 +9,7 @@ sequence. ArviZ (``>=0.21,<1``) and matplotlib are imported lazily.
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -502,6 +503,16 @@ def length_marginal(idata: "arviz.InferenceData") -> list[tuple[int, float, int,
         n = int(indicator.sum())
         rows.append((int(key), float(weight), n, n / indicator.size, _frequency_mcse(indicator)))
     return rows
+
+
+def length_log_prior(idata: "arviz.InferenceData") -> np.ndarray | None:
+    """``(C, D)`` ``log pi(L)`` of each draw's gap length, the part of a variable gap's ``lp`` that is
+    not the MLM's (``lp = log pi(L) - E/T``); None for a run of one length."""
+    prior = _attr_list(idata.attrs, "length_prior")
+    if prior is None or "length" not in idata.posterior:
+        return None
+    table = {int(L): math.log(w) for L, w in prior.items()}
+    return np.vectorize(lambda L: table.get(int(L), -math.inf), otypes=[float])(idata.posterior["length"].values)
 
 
 def _frequency_mcse(indicator: np.ndarray) -> float:

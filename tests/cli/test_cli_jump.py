@@ -81,6 +81,15 @@ def test_a_jump_run_records_every_draw_with_its_length_and_move(model_dir, tmp_p
     # the length plot beside the others, recorded as the run's own file
     assert (out / "length.png").stat().st_size > 0 and "length.png" in (out / ".mlm-ppl").read_text()
     assert main(["diagnose", str(out), "--loops", "3"]) == 0 and "length.png" in capsys.readouterr().out
+    # designs give the MLM energy of each loop at its own length (lp less log pi(L), times -T)
+    assert main(["designs", str(out), "--top", "5"]) == 0
+    picked = [line.split("\t") for line in capsys.readouterr().out.splitlines()[1:]]
+    for row in picked:
+        sequence = row[-1]
+        L = len(sequence) - 2
+        ids = target.pad(torch.tensor([target.target(L).mlm.encode([sequence]).input_ids[0].tolist()]), L)
+        energy = float(target.evaluate(ids).energy[0])
+        assert float(row[6]) == pytest.approx(energy, abs=1e-3), (row, energy)
     # loops are read without their pads
     motifs = [loop for loop, *_ in loop_distribution(idata).motifs]
     assert all(1 <= len(loop) <= 3 and set(loop) <= set("ACDE") for loop in motifs)
