@@ -91,8 +91,9 @@ class Design:
     template name, or the run directory's name), the ``chain`` and ``draw`` of its best draw,
     ``count`` (feasible draws of this sequence), ``lp``, ``energy`` (the MLM energy ``E``:
     ``-T (lp - sum_k w_k f_k)``, and ``log pi(L)`` taken out too for a variable gap's draw),
-    ``experts`` (each expert's unweighted value, by its ``run.nc`` name ``expert_<name>``), ``min_hamming`` (to the nearest design ranked above it
-    in its template; None for the first) and the ``sequence`` as the run decoded it."""
+    ``experts`` (each expert's unweighted value, by its ``run.nc`` name ``expert_<name>``),
+    ``min_hamming`` (to the nearest design ranked above it in its template; None for the first)
+    and the ``sequence`` as the run decoded it."""
 
     rank: int
     template: str
