@@ -35,7 +35,7 @@ from .inference.jump import GapJump
 from .inference.registry import make_kernel
 from .inference.runner import Checkpoint, Run, run_chains
 from .inference.spec import KernelBase
-from .models.constraints import BoundConstraints, ConstraintTarget
+from .models.constraints import ConstraintTarget
 from .models.distribution import MaskedLMDistribution
 from .models.gap_target import GapTarget
 from .models.gaps import GapTemplate, LengthPrior, parse_gap
@@ -86,9 +86,11 @@ def build(settings: RunSettings) -> tuple[MaskedLM, Target, KernelBase]:
         gap = parse_gap(template, mlm.vocab[mlm.mask_id])
         if gap is None:
             raise ValueError(f"template: no variable gap {mlm.vocab[mlm.mask_id]}{{a,b}} of this model's mask token")
-        target: Target = GapTarget(
-            mlm, gap, settings.length_prior_of(gap), energy=settings.energy, temperature=settings.temperature
-        )
+        prior, spec = settings.length_prior_of(gap), settings.constraint_spec()
+        gapped = GapTarget(mlm, gap, prior, energy=settings.energy, temperature=settings.temperature, constraints=spec)
+        for L in gapped.lengths if spec is not None else ():
+            _dry_run(gapped.target(L))  # type: ignore[arg-type]  # each length's experts, once
+        target: Target = gapped
     else:
         target = build_target(mlm, template, settings)
     return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_arguments())
@@ -203,9 +205,10 @@ def execute(
     return result, report, paths
 
 
-def constraints_of(target: Any) -> BoundConstraints | None:
-    """The constraint spec a run's target was built with (bound to it), or None."""
-    return target.constraints if isinstance(target, ConstraintTarget) else None
+def constraints_of(target: Any) -> Any:
+    """The constraint spec a run's target was built with (bound to it: a ``BoundConstraints``, or a
+    variable gap's ``GapConstraints``), or None."""
+    return target.constraints if isinstance(target, (ConstraintTarget, GapTarget)) else None
 
 
 # ---------------------------------------------------------------------- batches of templates

@@ -159,7 +159,7 @@ class RunSettings:
 
     def _check_gap(self) -> None:
         """A variable gap goes with the kernel gap-jump, and the kernel with it; its prior is
-        lengths (as text) and weights summing to 1; no workers or constraints yet."""
+        lengths (as text) and weights summing to 1; no workers yet."""
         gap, jump = has_variable_gap(self.template), self.kernel == GapJump.name
         if gap and not jump:
             raise ValueError(
@@ -186,10 +186,10 @@ class RunSettings:
                 raise ValueError(f"length_prior's weights sum to {math.fsum(prior.values())}, not 1")
             ordered = sorted(prior.items(), key=lambda kv: int(kv[0]))
             object.__setattr__(self, "length_prior", {str(int(k)): float(w) for k, w in ordered})
-        if jump and (self.workers is not None or self.constraints is not None):
+        if jump and self.workers is not None:
             raise ValueError(
-                f"kernel {GapJump.name} (--length-mode jump) runs in one process without constraints for now; "
-                "drop --ray and the constraints, or sample each length as its own run: --length-mode strata"
+                f"kernel {GapJump.name} (--length-mode jump) runs in one process for now; drop --ray, or sample "
+                "each length as its own run: --length-mode strata (its runs go to Ray workers)"
             )
 
     def length_prior_of(self, gap: GapTemplate) -> LengthPrior:

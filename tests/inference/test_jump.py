@@ -164,3 +164,30 @@ def test_sample_runs_a_variable_gap_with_gap_jump_and_refuses_it_otherwise(tiny4
         mlm_ppl.sample(tiny4, GAP, num_chains=1, num_samples=1)
     with pytest.raises(ValueError, match="length_prior applies to a template with a variable gap"):
         mlm_ppl.sample(tiny4, "A[MASK]C", length_prior=prior, num_chains=1, num_samples=1)
+
+
+def test_a_constrained_variable_gap_is_exact_and_reads_each_state_at_its_length(tiny4_64):
+    """A spec bound to each length (a rule at the loop's last residue, counted from the end; a
+    forbidden pair; an expert on the sequence): the one-step matrix leaves pi(L) exp(-E/T + f_L)
+    invariant, forbidden states get no mass, and the rules read padded states at their own length."""
+    from mlm_ppl.inference.starts import rule_violations
+    from mlm_ppl.models.constraints import Allowed, ConstraintSpec, Expert, Forbid
+
+    spec = ConstraintSpec(
+        [Allowed("last", "CD", positions=(-1,)), Forbid("no-dd", "DD")],
+        [Expert("es", lambda seqs: [float(s.count("E")) for s in seqs], weight=0.5)],
+    )
+    prior = LengthPrior({1: 0.2, 2: 0.3, 3: 0.5}, "test")
+    target = GapTarget(tiny4_64, GAP, prior, temperature=2.0, constraints=spec)
+    jump = GapJump(target, p_update=0.2, p_insert=0.5, p_delete=0.3)
+    P, pi = jump.exact_matrix(), jump.exact_log_probs().exp()
+    assert float((pi @ P - pi).abs().max()) < 1e-10
+    padded = torch.cat([target.pad(s[None], L) for L, s in jump.states()])
+    loops = [tiny4_64.decode(s[None])[0][1:-1] for _, s in jump.states()]
+    broken = [loop[-1] not in "CD" or "DD" in loop for loop in loops]
+    assert torch.equal(pi == 0, torch.tensor(broken)) and sum(broken) < len(broken)
+    found = rule_violations(target, padded)
+    assert torch.equal(found["last"] | found["no-dd"], torch.tensor(broken))
+    assert torch.equal(target.constraints.feasible(padded), ~torch.tensor(broken))
+    es = target.constraints.expert_values(padded)["es"]
+    assert es.tolist() == [float(loop.count("E")) for loop in loops]

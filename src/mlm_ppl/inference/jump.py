@@ -49,7 +49,7 @@ from torch import Tensor
 
 from ..models.gap_target import GapTarget
 from ..models.target import log_density
-from .base import acceptance_probability, proposal_log_probs
+from .base import acceptance_probability, mh_log_ratio, proposal_log_probs
 from .exact import enumerate_states, state_index, transition_matrix
 from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, Options, option
@@ -166,10 +166,15 @@ class GapJump(KernelBase[GapJumpOptions]):
         """The log Hastings ratio of an insert (``logq``: ``log q(t | y_{-j})`` of the new token) or a
         delete (``logq``: ``log q(x_j | x_{-j})`` of the removed one), from the log densities
         (:meth:`log_density`) of the new and the old state; the one formula :meth:`step_chain` and
-        :meth:`move_matrices` use."""
+        :meth:`move_matrices` use. Where a state has density 0 (it breaks a hard rule), as every
+        kernel reads it (:func:`~mlm_ppl.inference.base.mh_log_ratio`): a move out of density 0 is
+        accepted, a move into it refused."""
         if kind == "insert":
-            return lp_new - lp_old + math.log(self.p_delete) - math.log(self.p_insert) - logq
-        return lp_new - lp_old + math.log(self.p_insert) - math.log(self.p_delete) + logq
+            correction = math.log(self.p_delete) - math.log(self.p_insert) - logq
+        else:
+            correction = math.log(self.p_insert) - math.log(self.p_delete) + logq
+        lp_old = torch.as_tensor(lp_old, dtype=torch.float64).expand_as(lp_new)
+        return mh_log_ratio(lp_new, lp_old, correction, torch.ones_like(lp_new, dtype=torch.bool))
 
     # -------------------------------------------------------------- one chain
     def init_chain(self, length: int, tokens: Tensor) -> JumpState:
@@ -324,7 +329,7 @@ class GapJump(KernelBase[GapJumpOptions]):
                         log_a = self.log_ratio(
                             kind, self.log_density(Lnew, evy.energy, evy.log_factor), lp[s], logq_move
                         )
-                        a = torch.exp(torch.clamp(log_a, max=0.0))
+                        a = acceptance_probability(log_a)
                         w = probs / slots
                         P[o + s].index_add_(0, offset[Lnew] + index(ys), w * a)
                         P[o + s, o + s] += float((w * (1 - a)).sum())

@@ -15,6 +15,7 @@ naming the chain and the rule, when it breaks one.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -22,6 +23,7 @@ from torch import Tensor
 from .._checks import check_count
 from ..models.constraints import BoundConstraints, ConstraintTarget
 from ..models.distribution import MaskedLMDistribution
+from ..models.gap_target import GapTarget
 from ..models.target import ConstrainedTarget, DerivedTarget, ScaledTarget, Target
 from .streams import ChainStreams
 
@@ -42,11 +44,16 @@ def _levels(target: Target) -> Iterator[Target]:
         yield level
         if not isinstance(level, DerivedTarget) or (isinstance(level, ScaledTarget) and level.scale == 0):
             return
+        if isinstance(level, GapTarget):  # its base is one length's: its rules read every length (_bound)
+            return
         level = level.base
 
 
-def _bound(level: Target) -> BoundConstraints | None:
-    """The constraint spec bound in one level: a ConstraintTarget's, or a constrained distribution's."""
+def _bound(level: Target) -> Any:
+    """The constraint spec bound in one level: a ConstraintTarget's, a constrained distribution's,
+    or a variable gap's (:class:`~mlm_ppl.models.gap_target.GapConstraints`: each state at its length)."""
+    if isinstance(level, GapTarget):
+        return level.constraints
     if isinstance(level, ConstraintTarget):
         return level.constraints
     if isinstance(level, MaskedLMDistribution):

@@ -15,7 +15,13 @@ model's own energy decides the lengths (up to ``pi``). :class:`GapTarget` writes
 
 Only a kernel that moves the length samples it (``capabilities.lengths``: the ``gap-jump``
 kernel, :mod:`mlm_ppl.inference.jump`); any other refuses it, since it would keep every chain
-at its starting length. Constraints are not defined on it yet.
+at its starting length.
+
+With a :class:`~mlm_ppl.models.constraints.ConstraintSpec`, each length's target is the spec
+bound to that length's template (as a batch of strata binds it: a rule's positions count free
+positions from the first mask, or from the last with negative numbers), so the target is
+``pi(L) exp(-E(x)/T + log_factor_L(x))``; :attr:`GapTarget.constraints` reads the rules and
+experts of padded states, each at its own length.
 """
 
 from __future__ import annotations
@@ -27,12 +33,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .constraints import ConstraintSpec
 from .distribution import MaskedLMDistribution
 from .gaps import GapTemplate, LengthPrior, parse_gap
 from .masked_lm import MaskedLM
-from .target import DerivedTarget, Evaluation
+from .target import DerivedTarget, Evaluation, Target
 
-__all__ = ["GapTarget"]
+__all__ = ["GapTarget", "GapConstraints"]
 
 
 class GapTarget(DerivedTarget):
@@ -48,6 +55,10 @@ class GapTarget(DerivedTarget):
         one length at a time and could never cross a hole.
     energy, temperature :
         As :class:`~mlm_ppl.MaskedLMDistribution`'s.
+    constraints : ConstraintSpec, optional
+        Bound to each length's template (:meth:`ConstraintSpec.constrain
+        <mlm_ppl.models.constraints.ConstraintSpec.constrain>`); a rule that does not fit a
+        length (a position past its end) is a ValueError naming the length.
 
     The base (:attr:`base`, what ``template``, ``free_positions`` and ``allowed`` describe) is
     the distribution of the prior's longest length; each length's own is :meth:`target`.
@@ -61,6 +72,7 @@ class GapTarget(DerivedTarget):
         *,
         energy: str = "norm",
         temperature: float = 1.0,
+        constraints: ConstraintSpec | None = None,
     ) -> None:
         gap = template if isinstance(template, GapTemplate) else parse_gap(template, mlm.vocab[mlm.mask_id])
         if gap is None:
@@ -80,9 +92,11 @@ class GapTarget(DerivedTarget):
         self.gap, self.prior, self.lengths = gap, prior, lengths
         self.shortest, self.longest = lengths[0], lengths[-1]
         self._mlm, self._energy, self._temperature = mlm, energy, temperature
-        self._targets: dict[int, MaskedLMDistribution] = {}
+        self.spec = constraints
+        self._targets: dict[int, Target] = {}
         super().__init__(self.target(self.longest))  # checks the longest template now
-        self.target(self.shortest)
+        for L in lengths:  # and each length's constraints
+            self.target(L)
         self.pad_id = int(mlm.pad_id)
         if bool((self.base.template == self.pad_id).any()):
             raise ValueError("the template holds the model's pad token, which marks a gap's absent positions")
@@ -90,13 +104,26 @@ class GapTarget(DerivedTarget):
         self.gap_slots = self.base.free_positions[self.gap_start : self.gap_start + self.longest]  # token indices
 
     # ------------------------------------------------------------------ each length
-    def target(self, length: int) -> MaskedLMDistribution:
-        """The fixed-length distribution of gap length ``length`` (``exp(-E/T)``, no prior)."""
+    def target(self, length: int) -> Target:
+        """The fixed-length target of gap length ``length`` (``exp(-E/T)``, constrained by the spec;
+        no prior)."""
         if length not in self._targets:
-            self._targets[length] = MaskedLMDistribution(
+            dist = MaskedLMDistribution(
                 self._mlm, self.gap.template(length), energy=self._energy, temperature=self._temperature
             )
+            if self.spec is None:
+                self._targets[length] = dist
+            else:
+                try:
+                    self._targets[length] = self.spec.constrain(dist)
+                except (TypeError, ValueError) as err:
+                    raise ValueError(f"constraints at gap length {length}: {err}") from None
         return self._targets[length]
+
+    @cached_property
+    def constraints(self) -> GapConstraints | None:
+        """The spec's rules and experts read on padded states (None without a spec)."""
+        return None if self.spec is None else GapConstraints(self)
 
     def log_prior(self, length: int) -> float:
         """``log pi(length)``; ``-inf`` for a length the prior does not weigh."""
@@ -129,7 +156,7 @@ class GapTarget(DerivedTarget):
         at = self._cut(length)
         return torch.cat([tokens[:, :at], tokens[:, at + self.longest - length :]], 1)
 
-    def _groups(self, tokens: Tensor) -> list[tuple[int, Tensor]]:
+    def groups(self, tokens: Tensor) -> list[tuple[int, Tensor]]:
         """``(length, rows)`` of padded states ``(N, T)``, one per length present."""
         lengths = self.length_of(tokens)
         return [(int(L), (lengths == L).nonzero().flatten()) for L in torch.unique(lengths)]
@@ -140,7 +167,7 @@ class GapTarget(DerivedTarget):
         conditionals of its free sites (zeros at the gap's absent positions)."""
         N = tokens.shape[0]
         out: Evaluation | None = None
-        for L, rows in self._groups(tokens):
+        for L, rows in self.groups(tokens):
             ev = self.target(L).evaluate(self.unpad(tokens[rows], L))
             if out is None:  # in the model's dtype, on the CPU
                 dtype = ev.energy.dtype
@@ -156,7 +183,7 @@ class GapTarget(DerivedTarget):
 
     def forbidden(self, tokens: Tensor) -> Tensor:
         out = torch.zeros(tokens.shape[0], dtype=torch.bool)
-        for L, rows in self._groups(tokens):
+        for L, rows in self.groups(tokens):
             out[rows] = self.target(L).forbidden(self.unpad(tokens[rows], L))
         return out
 
@@ -171,7 +198,7 @@ class GapTarget(DerivedTarget):
         pads = tokens[:, self.gap_slots] == self.pad_id
         if bool((pads[:, :-1] & ~pads[:, 1:]).any()):
             raise ValueError("a state's gap has a pad token before a residue; pads follow the loop's last position")
-        for L, rows in self._groups(tokens):
+        for L, rows in self.groups(tokens):
             if L not in self.prior.weights:
                 raise ValueError(f"a state has gap length {L}, outside the prior's {self.shortest}..{self.longest}")
             self.target(L).validate_tokens(self.unpad(tokens[rows], L))
@@ -189,3 +216,35 @@ class GapTarget(DerivedTarget):
 
     def __repr__(self) -> str:
         return f"GapTarget(lengths {self.shortest}..{self.longest}, prior {self.prior.source})"
+
+
+class GapConstraints:
+    """The rules and experts of a :class:`GapTarget`'s spec on padded states: each state read by
+    its own length's bound spec (``BoundConstraints``), what a run's record and its starts read."""
+
+    def __init__(self, target: GapTarget) -> None:
+        self.target = target
+        self.spec = target.spec
+
+    def _per_length(self, tokens: Tensor, read: str) -> dict[str, Tensor]:
+        out: dict[str, Tensor] = {}
+        for L, rows in self.target.groups(tokens):
+            bound = self.target.target(L).constraints  # type: ignore[attr-defined]
+            for name, values in getattr(bound, read)(self.target.unpad(tokens[rows], L)).items():
+                if name not in out:
+                    out[name] = torch.zeros(tokens.shape[0], dtype=values.dtype)
+                out[name][rows] = values
+        return out
+
+    def violations(self, tokens: Tensor) -> dict[str, Tensor]:
+        """``{rule name: (N,) bool}``, True where the state breaks the rule at its length."""
+        return self._per_length(tokens, "violations")
+
+    def feasible(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` bool, True where the state breaks no rule at its length."""
+        broken = self.violations(tokens)
+        return ~torch.stack(list(broken.values())).any(0) if broken else torch.ones(tokens.shape[0], dtype=torch.bool)
+
+    def expert_values(self, tokens: Tensor) -> dict[str, Tensor]:
+        """``{expert name: (N,) float64}``, each expert's value at the state's length."""
+        return self._per_length(tokens, "expert_values")
