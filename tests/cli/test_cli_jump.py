@@ -107,16 +107,16 @@ def test_a_killed_jump_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_pat
     assert proc.returncode == -signal.SIGKILL and step < 160 and not (cut / "run.nc").exists()
     assert main(["sample", "--resume", str(cut), "--no-progress"]) == 0
     a, b = az.from_netcdf(cut / "run.nc"), az.from_netcdf(whole / "run.nc")
-    for group, name in (("posterior", "tokens"), ("sample_stats", "move"), ("sample_stats", "lp")):
+    for group, name in (("posterior", "tokens"), ("sample_stats", "move"), ("sample_stats", "is_accepted")):
         np.testing.assert_array_equal(getattr(a, group)[name].values, getattr(b, group)[name].values)
-    assert (cut / "summary.txt").read_text() == (whole / "summary.txt").read_text()
+    # a float32 energy depends on the batch it was computed in to ~1e-6 (runner.state_consistent_lp)
+    np.testing.assert_allclose(a.sample_stats["lp"].values, b.sample_stats["lp"].values, rtol=1e-6)
 
 
 @pytest.mark.parametrize(
     "extra, message",
     [
         (("--kernel", "surrogate-mh"), "--length-mode jump samples with kernel gap-jump"),
-        (("--forbid", "DD"), "runs in one process without constraints for now"),
         (("--p-insert", "0.6"), "must sum to 1"),
         (("--p-delete", "0"), "p_delete must be a probability > 0"),
         (("--anneal", "1:0.5"), "--anneal applies to --kernel"),
@@ -138,3 +138,16 @@ def test_gap_jump_needs_a_variable_gap_and_a_variable_gap_needs_a_length_mode(mo
     assert main(_args(model_dir, out, "--length-mode", "strata", "--kernel", "gap-jump")) == 2
     assert "--length-mode strata runs each length as a fixed template" in one_line_error(capsys)
     assert not out.exists()
+
+
+def test_a_constrained_jump_run_starts_feasible_and_records_the_rules(model_dir, tmp_path, capsys):
+    """--forbid on a variable gap: every draw of every length breaks no rule (the start is repaired at
+    the longest length, the moves refuse states of density 0), and run.nc holds the rule per draw."""
+    out = tmp_path / "forbid"
+    assert main(_args(model_dir, out, "--forbid", "D", "--no-progress")) == 0
+    capsys.readouterr()
+    idata = read_run(str(out))
+    assert recorded_settings(out).constraints["rules"][0]["pattern"] == "D"
+    assert (idata.posterior["feasible"].values == 1).all() and (idata.posterior["rule_forbid_1"].values == 1).all()
+    rows = [line.split("\t") for line in (out / "samples.txt").read_text().splitlines()[1:]]
+    assert all("D" not in seq for *_, seq in rows) and {int(r[4]) for r in rows} >= {1, 2}
