@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo converge germlines test test-fast lint bench venv pairs reproductions notebooks
+.PHONY: demo converge lengths germlines test test-fast lint bench venv pairs reproductions notebooks
 
 venv: $(VENV)/.installed
 
@@ -46,6 +46,23 @@ converge: venv
 	mkdir -p docs/converge
 	$(VENV)/bin/mlm-ppl diagnose $(CONVERGE) --loops 20 --plots docs/converge > docs/converge/summary.md
 	cp $(CONVERGE)/config.json docs/converge/config.json
+
+# What AntiBERTy's energy says about CDR-H3 length (docs/reproductions.md, section 4): the main job's heavy
+# chain with a gap of 8 to 20 residues between its Cys and Trp, uniform prior, E_norm, sampled by gap-jump
+# (insert and delete moves on the energy itself); about 75 minutes on 2 cores, restartable like converge.
+LENGTHS := runs/lengths
+COMMA := ,
+LENGTHS_RUN := --model antiberty --template '$(subst $(subst x,[MASK],xxxxxxxxxxxxx),[MASK]{8$(COMMA)20},$(CDRH3_TEMPLATE))' \
+	--length-mode jump --energy norm --chains 4 --warmup 100 --draws 300 --seed 0
+lengths: venv
+	if [ -f $(LENGTHS)/config.json ]; then \
+		$(VENV)/bin/mlm-ppl sample --resume $(LENGTHS); \
+	else \
+		$(VENV)/bin/mlm-ppl sample $(LENGTHS_RUN) --out $(LENGTHS); \
+	fi
+	mkdir -p docs/lengths
+	$(VENV)/bin/mlm-ppl diagnose $(LENGTHS) --loops 10 --plots docs/lengths > docs/lengths/summary.md
+	cp $(LENGTHS)/config.json docs/lengths/config.json
 
 germlines: venv
 	$(VENV)/bin/mlm-ppl germlines --model antiberty --n 12
