@@ -47,9 +47,10 @@ converge: venv
 	$(VENV)/bin/mlm-ppl diagnose $(CONVERGE) --loops 20 --plots docs/converge > docs/converge/summary.md
 	cp $(CONVERGE)/config.json docs/converge/config.json
 
-# What AntiBERTy's energy says about CDR-H3 length (docs/reproductions.md, section 4): the main job's heavy
+# What AntiBERTy's energy says about CDR-H3 length (issue 25, part 4; for docs/reproductions.md): the main job's heavy
 # chain with a gap of 8 to 20 residues between its Cys and Trp, uniform prior, E_norm, sampled by gap-jump
-# (insert and delete moves on the energy itself); about 75 minutes on 2 cores, restartable like converge.
+# (insert and delete moves on the energy itself); about 80 minutes on 2 cores (12 s per step of its 4 chains),
+# restartable like converge.
 LENGTHS := runs/lengths
 COMMA := ,
 LENGTHS_RUN := --model antiberty --template '$(subst $(subst x,[MASK],xxxxxxxxxxxxx),[MASK]{8$(COMMA)20},$(CDRH3_TEMPLATE))' \
