@@ -118,7 +118,7 @@ def test_a_killed_jump_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_pat
     [
         (("--kernel", "surrogate-mh"), "--length-mode jump samples with kernel gap-jump"),
         (("--p-insert", "0.6"), "must sum to 1"),
-        (("--p-delete", "0"), "p_delete must be a probability > 0"),
+        (("--p-delete", "0"), "p_delete must lie in (0, 1]"),
         (("--anneal", "1:0.5"), "--anneal applies to --kernel"),
     ],
 )

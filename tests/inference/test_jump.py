@@ -75,7 +75,7 @@ def test_the_step_draws_each_move_from_its_matrix_row(tiny4_64):
 def test_bad_moves_and_priors_are_refused(tiny4_64):
     gap = parse_gap(GAP, "[MASK]")
     target = GapTarget(tiny4_64, gap)
-    with pytest.raises(ValueError, match="p_delete must be a probability > 0"):
+    with pytest.raises(ValueError, match=r"p_delete must lie in \(0, 1\]"):
         GapJump(target, p_update=0.5, p_insert=0.5, p_delete=0.0)
     with pytest.raises(ValueError, match="must sum to 1"):
         GapJump(target, p_update=0.5, p_insert=0.4, p_delete=0.4)

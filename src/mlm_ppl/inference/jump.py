@@ -4,7 +4,9 @@ The target is ``p(L, x) ∝ pi(L) exp(-E(x)/T)`` over every loop of a
 :class:`~mlm_ppl.models.gaps.GapTemplate` with length ``L`` in the prior's lengths (``x`` the
 whole sequence of the length-``L`` template), so that the model's own energy decides the lengths,
 up to the prior ``pi`` (:class:`~mlm_ppl.models.gaps.LengthPrior`; its lengths contiguous: a
-chain moves one length at a time). No constraints yet: ``p~`` below is ``exp(-E/T)``.
+chain moves one length at a time). With constraints (bound to each length by the
+:class:`~mlm_ppl.models.gap_target.GapTarget`), ``p~`` below is ``exp(-E/T + log_factor_L)``;
+without, ``exp(-E/T)``.
 One step picks a move:
 
 * **update** (probability ``p_update``): one step of plain MH (:class:`~.mh.MetropolisHastings`,
@@ -47,6 +49,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from .._checks import check_probability
 from ..models.gap_target import GapTarget
 from ..models.target import log_density
 from .base import acceptance_probability, mh_log_ratio, proposal_log_probs
@@ -61,19 +64,13 @@ MOVES = ("update", "insert", "delete")
 """The moves, in the order of their codes in a run's ``move`` statistic (0, 1, 2)."""
 
 
-def _probability(value: float, name: str) -> float:
-    if not (math.isfinite(value) and 0 < value < 1):
-        raise ValueError(f"{name} must be a probability > 0 and < 1, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class GapJumpOptions(Options):
     p_update: float = option(
-        0.5, "probability of an update move (single-site MH at the current length)", check=_probability
+        0.5, "probability of an update move (single-site MH at the current length)", check=check_probability
     )
-    p_insert: float = option(0.25, "probability of an insert move (a gap position added)", check=_probability)
-    p_delete: float = option(0.25, "probability of a delete move (a gap position removed)", check=_probability)
+    p_insert: float = option(0.25, "probability of an insert move (a gap position added)", check=check_probability)
+    p_delete: float = option(0.25, "probability of a delete move (a gap position removed)", check=check_probability)
 
     def __post_init__(self) -> None:
         super().__post_init__()
