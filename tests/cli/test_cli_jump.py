@@ -141,8 +141,8 @@ def test_gap_jump_needs_a_variable_gap_and_a_variable_gap_needs_a_length_mode(mo
 
 
 def test_a_constrained_jump_run_starts_feasible_and_records_the_rules(model_dir, tmp_path, capsys):
-    """--forbid on a variable gap: every draw of every length breaks no rule (the start is repaired at
-    the longest length, the moves refuse states of density 0), and run.nc holds the rule per draw."""
+    """--forbid on a variable gap: every draw of every length breaks no rule (each start is repaired at
+    its own length, the moves refuse states of density 0), and run.nc holds the rule per draw."""
     out = tmp_path / "forbid"
     assert main(_args(model_dir, out, "--forbid", "D", "--no-progress")) == 0
     capsys.readouterr()

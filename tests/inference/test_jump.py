@@ -138,7 +138,7 @@ def test_run_chains_of_the_registered_kernel_is_the_one_chain_step_chain_by_chai
     assert run.tokens.shape == (3, 40, target.base.template.numel())
     streams = ChainStreams(5, 3)
     start = initial_tokens(jump, 3, streams, "sample")
-    assert torch.equal(run.initial, start) and bool((target.length_of(start) == 3).all())  # the longest length
+    assert torch.equal(run.initial, start) and target.length_of(start).tolist() == [3, 2, 1]  # spread over lengths
     for c in range(3):
         state = jump.chain(jump.init(start[c : c + 1]), 0)
         own = streams.subset([c])
@@ -151,6 +151,23 @@ def test_run_chains_of_the_registered_kernel_is_the_one_chain_step_chain_by_chai
     lengths = set(run.stats["length"].flatten().tolist())
     moves = set(run.stats["move"][run.stats["is_accepted"]].flatten().tolist())
     assert lengths == {1, 2, 3} and moves == {0, 1, 2}  # the replay covered every length and move
+
+
+def test_chains_start_at_lengths_spread_from_the_longest_to_the_shortest(tiny4_64):
+    """Chain 0 at the longest length, the last at the shortest, the others evenly between (by hand:
+    gap 8..20 with 4 chains starts at 20, 16, 12, 8); each start is its length's own fill, padded."""
+    from mlm_ppl.inference.base import fill_gap, fill_template, start_lengths
+
+    wide = GapTarget(tiny4_64, "A[MASK]{8,20}C")
+    assert start_lengths(wide, 4) == [20, 16, 12, 8] and start_lengths(wide, 1) == [20]
+    assert start_lengths(wide, 2) == [20, 8] and start_lengths(wide, 13) == list(range(20, 7, -1))
+    target = GapTarget(tiny4_64, GAP, LengthPrior({1: 0.2, 2: 0.3, 3: 0.5}, "test"))
+    assert start_lengths(target, 5) == [3, 3, 2, 1, 1]
+    tokens = fill_gap(target, 3, ChainStreams(2, 3))
+    streams = ChainStreams(2, 3)
+    for c, L in enumerate([3, 2, 1]):
+        own = fill_template(target.target(L), 1, streams.subset([c]))
+        assert torch.equal(tokens[c : c + 1], target.pad(own, L))
 
 
 def test_sample_runs_a_variable_gap_with_gap_jump_and_refuses_it_otherwise(tiny4):

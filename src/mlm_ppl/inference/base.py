@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_count
+from ..models.gap_target import GapTarget
 from ..models.target import Target, log_density
 from .annealing import GeometricAnnealing
 from .spec import KernelBase
@@ -41,6 +42,8 @@ __all__ = [
     "check_states",
     "check_init",
     "fill_template",
+    "fill_gap",
+    "start_lengths",
     "initial_tokens",
     "geometric_annealing",
     "annealed_log_density",
@@ -260,7 +263,33 @@ def initial_tokens(kernel: Kernel, num_chains: int, streams: ChainStreams, init:
     if not kernel.capabilities.complete_start:
         check_init(init)
         return kernel.target.template.expand(C, -1).clone()
-    return repair_start(kernel.target, fill_template(kernel.target, C, streams, init), streams)
+    target = kernel.target
+    tokens = (
+        fill_gap(target, C, streams, init) if isinstance(target, GapTarget) else fill_template(target, C, streams, init)
+    )
+    return repair_start(target, tokens, streams)
+
+
+def start_lengths(target: GapTarget, num_chains: int) -> list[int]:
+    """The gap length each chain of a variable gap starts at: the prior's lengths spread evenly
+    from the longest (chain 0) to the shortest (the last chain; one chain starts at the longest), so
+    that the chains come to the length marginal from both ends and the R-hat of ``length`` shows
+    whether they met."""
+    lengths, C = target.lengths, check_count(num_chains, "num_chains")
+    if C == 1:
+        return [lengths[-1]]
+    return [lengths[round((len(lengths) - 1) * (1 - c / (C - 1)))] for c in range(C)]
+
+
+def fill_gap(target: GapTarget, num_chains: int, streams: ChainStreams, method: str = "sample") -> Tensor:
+    """Padded starting states ``(C, T)`` of a variable gap: chain ``c`` at its
+    :func:`start_lengths` length, that length's template filled by :func:`fill_template` from the
+    chain's own stream."""
+    rows = [
+        target.pad(fill_template(target.target(L), 1, streams.subset([c]), method), L)
+        for c, L in enumerate(start_lengths(target, num_chains))
+    ]
+    return torch.cat(rows)
 
 
 ANNEAL_TERMS = ("all", "mlm", "constraints")
