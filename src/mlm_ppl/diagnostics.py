@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .inference.runner import Run
     from .models.constraints import BoundConstraints
+    from .models.gaps import LengthReference
     from .models.masked_lm import MaskedLM
 
 __all__ = [
@@ -328,6 +329,9 @@ class Summary:
         A variable gap's length marginal: per length of the prior, ``(length, prior pi(L),
         draws, frequency, MCSE of the frequency)`` over every draw of every chain; None for a
         run of one length.
+    length_reference : LengthReference or None
+        A length distribution the marginal is compared with (``summary(...,
+        length_reference=)``), shown as a column beside it; None without one.
     """
 
     table: "pandas.DataFrame"
@@ -341,6 +345,7 @@ class Summary:
     annealing: str | None = None
     stopped: str | None = None
     lengths: list[tuple[int, float, int, float, float]] | None = None
+    length_reference: "LengthReference | None" = None
 
     @property
     def converged(self) -> bool:
@@ -351,9 +356,19 @@ class Summary:
         lines += [f"stopped early: {self.stopped}", ""] if self.stopped is not None else []
         lines += [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
         if self.lengths is not None:
+            ref = self.length_reference
             lines += ["gap length: prior, draws, frequency over all draws and its Monte Carlo standard error"]
-            lines += ["length   prior   draws  frequency   MCSE"]
-            lines += [f"{L:>6}  {w:.4f}  {n:>6}  {f:9.4f}  {m:.4f}" for L, w, n, f, m in self.lengths]
+            if ref is None:
+                lines += ["length   prior   draws  frequency   MCSE"]
+                lines += [f"{L:>6}  {w:.4f}  {n:>6}  {f:9.4f}  {m:.4f}" for L, w, n, f, m in self.lengths]
+            else:
+                lines[-1] += f", and the reference {ref.source} renormalised over these lengths"
+                lines += [f"(which hold {ref.inside:.1%} of its weight)"]
+                lines += ["length   prior   draws  frequency   MCSE  reference"]
+                lines += [
+                    f"{L:>6}  {w:.4f}  {n:>6}  {f:9.4f}  {m:.4f}  {ref.weights[L]:9.4f}"
+                    for L, w, n, f, m in self.lengths
+                ]
             lines.append("")
         lines.append(
             f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}"
@@ -384,6 +399,7 @@ def summary(
     rhat_max: float = RHAT_MAX,
     chain_rhat_max: float = CHAIN_RHAT_MAX,
     ess_min_per_chain: int = ESS_MIN_PER_CHAIN,
+    length_reference: "LengthReference | None" = None,
 ) -> Summary:
     """R-hat, ESS and MCSE of every scalar functional, acceptance rates, and a verdict per chain.
 
@@ -488,30 +504,65 @@ def summary(
         annealing=note,
         stopped=idata.attrs.get("stopped"),
         lengths=length_marginal(idata),
+        length_reference=_reference_for(idata, length_reference),
     )
+
+
+def _length_prior(idata: "arviz.InferenceData") -> dict[int, float] | None:
+    """A variable-gap run's prior ``{L: pi(L)}`` in order of length (its ``length_prior``
+    attribute); None for a run of one length."""
+    prior = _attr_list(idata.attrs, "length_prior")
+    if prior is None or "length" not in idata.posterior:
+        return None
+    return {int(L): float(w) for L, w in sorted(prior.items(), key=lambda kw: int(kw[0]))}
+
+
+def gap_lengths(idata: "arviz.InferenceData") -> list[int] | None:
+    """The gap lengths a variable-gap run's prior weighs, in order; None for a run of one length."""
+    prior = _length_prior(idata)
+    return None if prior is None else list(prior)
 
 
 def length_marginal(idata: "arviz.InferenceData") -> list[tuple[int, float, int, float, float]] | None:
     """A variable gap's length marginal (:attr:`Summary.lengths`), None for a run of one length."""
-    prior = _attr_list(idata.attrs, "length_prior")
-    if prior is None or "length" not in idata.posterior:
+    prior = _length_prior(idata)
+    if prior is None:
         return None
     lengths = np.asarray(idata.posterior["length"].values)  # (C, D)
     rows = []
-    for key, weight in prior.items():
-        indicator = (lengths == int(key)).astype(float)
+    for L, weight in prior.items():
+        indicator = (lengths == L).astype(float)
         n = int(indicator.sum())
-        rows.append((int(key), float(weight), n, n / indicator.size, _frequency_mcse(indicator)))
+        rows.append((L, weight, n, n / indicator.size, _frequency_mcse(indicator)))
     return rows
+
+
+def _reference_for(idata: "arviz.InferenceData", reference: "LengthReference | None") -> "LengthReference | None":
+    """``reference`` when it covers the run's lengths; a ValueError for a run of one length or a
+    reference read over other lengths."""
+    if reference is None:
+        return None
+    lengths = gap_lengths(idata)
+    if lengths is None:
+        raise ValueError(
+            "a length reference applies to a run over a variable gap's lengths (--length-mode jump); "
+            "this run has one length"
+        )
+    if list(reference.weights) != lengths:
+        raise ValueError(
+            f"the length reference covers lengths {list(reference.weights)}, the run {lengths}: read it over the "
+            "run's lengths (LengthReference.read(path, gap_lengths(idata)))"
+        )
+    return reference
 
 
 def length_log_prior(idata: "arviz.InferenceData") -> np.ndarray | None:
     """``(C, D)`` ``log pi(L)`` of each draw's gap length, the part of a variable gap's ``lp`` that is
     not the MLM's (``lp = log pi(L) - E/T``); None for a run of one length."""
-    prior = _attr_list(idata.attrs, "length_prior")
-    if prior is None or "length" not in idata.posterior:
+    prior = _length_prior(idata)
+    if prior is None:
         return None
-    table = {int(L): math.log(w) for L, w in prior.items()}
+    table = {L: math.log(w) for L, w in prior.items()}
     return np.vectorize(lambda L: table.get(int(L), -math.inf), otypes=[float])(idata.posterior["length"].values)
 
 
@@ -558,8 +609,15 @@ def _empty_table():
     return pandas.DataFrame()
 
 
-def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "MaskedLM | None" = None) -> list[str]:
-    """Save PNGs: trace and rank plots of ``lp``, running acceptance, token-frequency heatmap.
+def plot_diagnostics(
+    idata: "arviz.InferenceData",
+    out_dir: str,
+    *,
+    mlm: "MaskedLM | None" = None,
+    length_reference: "LengthReference | None" = None,
+) -> list[str]:
+    """Save PNGs: trace and rank plots of ``lp``, running acceptance, token-frequency heatmap, and
+    for a variable gap ``length.png`` (with ``length_reference`` beside the marginal when given).
 
     Returns the paths written.
     """
@@ -610,14 +668,18 @@ def plot_diagnostics(idata: "arviz.InferenceData", out_dir: str, *, mlm: "Masked
     fig.colorbar(im, ax=ax, label="frequency")
     paths.append(_save(fig, out_dir, "token_frequency.png"))
     rows = length_marginal(idata)
+    reference = _reference_for(idata, length_reference)
     if rows is not None:
-        paths.append(_plot_lengths(idata, rows, out_dir))
+        paths.append(_plot_lengths(idata, rows, out_dir, reference))
     return paths
 
 
-def _plot_lengths(idata: "arviz.InferenceData", rows: list, out_dir: str) -> str:
+def _plot_lengths(idata: "arviz.InferenceData", rows: list, out_dir: str, reference: "LengthReference | None") -> str:
     """``length.png`` of a run over a variable gap's lengths: each chain's length at every draw (do
-    the chains visit the same lengths?) and the length marginal, +- 2 MCSE, beside the prior."""
+    the chains visit the same lengths?) and the length marginal, +- 2 MCSE, beside the prior (and
+    the reference, when given)."""
+    import os
+
     from matplotlib.figure import Figure
 
     lengths = np.asarray(idata.posterior["length"].values)  # (C, D)
@@ -632,6 +694,9 @@ def _plot_lengths(idata: "arviz.InferenceData", rows: list, out_dir: str) -> str
     bars.bar(L, freq, color="tab:blue", label="draws (+- 2 MCSE)")
     bars.errorbar(L, freq, yerr=2 * np.nan_to_num(mcse), fmt="none", ecolor="black", capsize=2)
     bars.plot(L, [r[1] for r in rows], "o", color="tab:orange", label="prior pi(L)")
+    if reference is not None:
+        label = f"reference ({os.path.basename(reference.source)}, renormalised)"
+        bars.plot(L, [reference.weights[int(x)] for x in L], "s-", color="tab:green", ms=4, lw=1, label=label)
     bars.set(xlabel="gap length", ylabel="probability", title="Length marginal")
     bars.set_xticks(L)
     bars.legend(fontsize="small")

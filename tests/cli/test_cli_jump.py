@@ -151,3 +151,33 @@ def test_a_constrained_jump_run_starts_feasible_and_records_the_rules(model_dir,
     assert (idata.posterior["feasible"].values == 1).all() and (idata.posterior["rule_forbid_1"].values == 1).all()
     rows = [line.split("\t") for line in (out / "samples.txt").read_text().splitlines()[1:]]
     assert all("D" not in seq for *_, seq in rows) and {int(r[4]) for r in rows} >= {1, 2}
+
+
+def test_diagnose_compares_the_length_marginal_with_a_reference(model_dir, tmp_path, capsys):
+    """diagnose --length-reference: the reference renormalised over the run's lengths as a column of
+    the length table (by hand: weights 1, 2, 4 at lengths 1..3 and 1 at length 4 give 1/7, 2/7, 4/7 over
+    1..3, which hold 7/8 of them) and a series of length.png; refused for a run of one length, before any output."""
+    out = tmp_path / "jump"
+    assert main(_args(model_dir, out, "--no-progress")) == 0
+    reference = tmp_path / "repertoire.tsv"
+    reference.write_text("# a repertoire's lengths\n4\t1\n1\t1\n2\t2\n3\t4\n")
+    capsys.readouterr()
+    plots = tmp_path / "plots"
+    assert main(["diagnose", str(out), "--length-reference", str(reference), "--plots", str(plots)]) == 0
+    printed = capsys.readouterr().out
+    assert f"and the reference {reference} renormalised over these lengths" in printed
+    assert "(which hold 87.5% of its weight)" in printed
+    rows = printed.split("length   prior   draws  frequency   MCSE  reference\n")[1].splitlines()[:3]
+    assert [(int(r.split()[0]), float(r.split()[-1])) for r in rows] == [(1, 0.1429), (2, 0.2857), (3, 0.5714)]
+    idata = read_run(str(out))
+    counts = [int((idata.posterior["length"].values == L).sum()) for L in (1, 2, 3)]
+    assert [int(r.split()[2]) for r in rows] == counts
+    assert (plots / "length.png").stat().st_size > 0
+    fixed = tmp_path / "fixed"
+    assert main(["sample", "--model", model_dir, "--template", "A[MASK]C", "--draws", "4", "--out", str(fixed)]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", str(fixed), "--length-reference", str(reference)]) == 2
+    assert "is a run of one length; it applies to a run over a variable gap" in one_line_error(capsys)
+    reference.write_text("9\t1\n")
+    assert main(["diagnose", str(out), "--length-reference", str(reference)]) == 2
+    assert "it gives no weight to the run's lengths 1..3" in one_line_error(capsys)

@@ -4,7 +4,15 @@ import pytest
 import torch
 
 from mlm_ppl import MaskedLMDistribution
-from mlm_ppl.models.gaps import GapTemplate, LengthPrior, expand_counts, has_counts, has_variable_gap, parse_gap
+from mlm_ppl.models.gaps import (
+    GapTemplate,
+    LengthPrior,
+    LengthReference,
+    expand_counts,
+    has_counts,
+    has_variable_gap,
+    parse_gap,
+)
 
 M = "[MASK]"
 
@@ -105,3 +113,20 @@ def test_bad_length_priors_are_one_line_errors(tmp_path, text, match):
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="cannot read it"):
         LengthPrior.read(str(tmp_path / "missing.tsv"), gap)
+
+
+def test_a_length_reference_is_renormalised_over_the_run_lengths(tmp_path):
+    """A repertoire's table (any lengths >= 1, comments) compared over a run's lengths 2..4: by hand,
+    weights 1, 2, 3, 4 at lengths 1..4 give 2/9, 3/9, 4/9 over 2..4, which hold 9/10 of the weight."""
+    table = tmp_path / "reference.tsv"
+    table.write_text("# a repertoire\n1\t1\n2\t2\n3\t3\n4\t4\n")
+    ref = LengthReference.read(str(table), [2, 3, 4])
+    assert ref.weights == pytest.approx({2: 2 / 9, 3: 3 / 9, 4: 4 / 9}) and list(ref.weights) == [2, 3, 4]
+    assert ref.inside == pytest.approx(0.9) and ref.source == str(table)
+    with pytest.raises(ValueError, match=r"length reference .*: it gives no weight to the run's lengths 5..6"):
+        LengthReference.read(str(table), [5, 6])
+    table.write_text("0\t1\n")
+    with pytest.raises(ValueError, match=r"line 1: '0\\t1': a length is an integer >= 1"):
+        LengthReference.read(str(table), [2, 3])
+    with pytest.raises(ValueError, match="cannot read it .*give a file of lines LENGTH<TAB>WEIGHT"):
+        LengthReference.read(str(tmp_path / "missing.tsv"), [2, 3])

@@ -17,18 +17,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="also print the token frequencies at the sampled positions and the N most frequent loops",
     )
+    diag.add_argument(
+        "--length-reference",
+        metavar="FILE",
+        help="a run over a variable gap: a length distribution to compare its length marginal with (lines "
+        "LENGTH<TAB>WEIGHT, as --length-prior's; renormalised over the run's lengths), as a column of the "
+        "summary's length table and a series of length.png",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .._checks import check_count
-    from ..diagnostics import loop_distribution, plot_diagnostics, read_run, summary
+    from ..diagnostics import gap_lengths, loop_distribution, plot_diagnostics, read_run, summary
+    from ..models.gaps import LengthReference
     from ..rundir import MARKER, RunDirectory, plots_of
 
     if args.loops is not None:
         check_count(args.loops, "--loops")
     idata = read_run(args.path)
+    reference = None
+    if args.length_reference is not None:
+        lengths = gap_lengths(idata)
+        if lengths is None:
+            raise ValueError(
+                f"--length-reference: {args.path} is a run of one length; it applies to a run over a variable gap "
+                "(--length-mode jump)"
+            )
+        reference = LengthReference.read(args.length_reference, lengths)
     path = os.path.join(args.path, "run.nc") if os.path.isdir(args.path) else args.path
-    out.write(str(summary(idata)) + "\n")
+    out.write(str(summary(idata, length_reference=reference)) + "\n")
     if args.loops is not None:
         out.write("\n" + str(loop_distribution(idata, top=args.loops)) + "\n\n")
     out.flush()
@@ -37,8 +54,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         with RunDirectory.open(plot_dir, "sample") as run_dir:
             for name in plots_of(idata):
                 run_dir.record(name)
-            plots = plot_diagnostics(idata, plot_dir)
+            plots = plot_diagnostics(idata, plot_dir, length_reference=reference)
     else:
-        plots = plot_diagnostics(idata, plot_dir)
+        plots = plot_diagnostics(idata, plot_dir, length_reference=reference)
     out.write(f"plots: {', '.join(plots)}\n")
     return 0

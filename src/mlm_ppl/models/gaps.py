@@ -19,7 +19,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GapTemplate", "LengthPrior", "expand_counts", "parse_gap", "has_counts", "has_variable_gap"]
+__all__ = [
+    "GapTemplate",
+    "LengthPrior",
+    "LengthReference",
+    "read_length_table",
+    "expand_counts",
+    "parse_gap",
+    "has_counts",
+    "has_variable_gap",
+]
 
 _COUNT = re.compile(r"\{([^{}]*)\}")
 _FIXED = re.compile(r"\s*(\d+)\s*")
@@ -140,6 +149,72 @@ def parse_gap(text: str, mask: str) -> GapTemplate | None:
     return GapTemplate(expand_counts(text[:start], mask), expand_counts(text[end:], mask), lo, hi, mask)
 
 
+def read_length_table(spec: str, what: str, gap: GapTemplate | None = None) -> dict[int, float]:
+    """A file of lines ``L<TAB>weight`` (``#`` comments and blank lines skipped) as weights
+    normalised to sum to 1, in order of length: each ``L`` once (inside ``gap`` when given, else
+    >= 1), weights finite and >= 0, summing to more than 0. A ValueError names the file (as
+    ``what``), the line and what to fix."""
+    path = Path(spec)
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        hint = "give 'uniform' or a file" if gap is not None else "give a file of lines LENGTH<TAB>WEIGHT"
+        raise ValueError(f"{what} {spec!r}: cannot read it ({err}); {hint}") from None
+    weights: dict[int, float] = {}
+    for i, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        fields = text.split()
+        where = f"{what} {spec}, line {i}: {line.strip()!r}"
+        if len(fields) != 2:
+            raise ValueError(f"{where} is not LENGTH<TAB>WEIGHT")
+        try:
+            L, w = int(fields[0]), float(fields[1])
+        except ValueError:
+            raise ValueError(f"{where} is not LENGTH<TAB>WEIGHT (an integer and a number)") from None
+        if gap is not None and L not in gap.lengths:
+            raise ValueError(f"{where}: length {L} is outside the gap's {gap.lo}..{gap.hi}")
+        if L < 1:
+            raise ValueError(f"{where}: a length is an integer >= 1")
+        if L in weights:
+            raise ValueError(f"{where}: length {L} is given twice")
+        if not (math.isfinite(w) and w >= 0):
+            raise ValueError(f"{where}: the weight must be a finite number >= 0")
+        weights[L] = w
+    total = math.fsum(weights.values())
+    if not total > 0:
+        raise ValueError(f"{what} {spec}: its weights sum to {total:g}; they must sum to a positive number")
+    return {L: w / total for L, w in sorted(weights.items())}
+
+
+@dataclass(frozen=True)
+class LengthReference:
+    """A length distribution to compare a run's length marginal with (e.g. a repertoire's), read
+    from a file in the length prior's format and renormalised over the run's lengths.
+
+    ``weights``: per length of the run, its share of the reference's weight inside the run's
+    lengths (summing to 1); ``inside``: the fraction of the reference's whole weight that lies
+    inside them; ``source``: the file."""
+
+    weights: dict[int, float]
+    inside: float
+    source: str
+
+    @classmethod
+    def read(cls, spec: str, lengths: list[int]) -> LengthReference:
+        """The reference in file ``spec`` (lines ``L<TAB>weight``, any lengths >= 1) over
+        ``lengths``; a ValueError when the file is bad (:func:`read_length_table`) or weighs none
+        of ``lengths``."""
+        table = read_length_table(spec, "length reference")
+        inside = math.fsum(table.get(L, 0.0) for L in lengths)
+        if not inside > 0:
+            raise ValueError(
+                f"length reference {spec}: it gives no weight to the run's lengths {lengths[0]}..{lengths[-1]}"
+            )
+        return cls({L: table.get(L, 0.0) / inside for L in lengths}, inside, spec)
+
+
 @dataclass(frozen=True)
 class LengthPrior:
     """Weights ``pi(L)`` of the gap lengths, normalised to sum to 1 over the gap's lengths (a length
@@ -160,35 +235,8 @@ class LengthPrior:
         0. A ValueError names the file, the line and what to fix."""
         if spec == "uniform":
             return cls.uniform(gap)
-        path = Path(spec)
-        try:
-            lines = path.read_text().splitlines()
-        except (OSError, UnicodeDecodeError) as err:
-            raise ValueError(f"length prior {spec!r}: cannot read it ({err}); give 'uniform' or a file") from None
-        weights: dict[int, float] = {}
-        for i, line in enumerate(lines, 1):
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            fields = text.split()
-            where = f"length prior {spec}, line {i}: {line.strip()!r}"
-            if len(fields) != 2:
-                raise ValueError(f"{where} is not LENGTH<TAB>WEIGHT")
-            try:
-                L, w = int(fields[0]), float(fields[1])
-            except ValueError:
-                raise ValueError(f"{where} is not LENGTH<TAB>WEIGHT (an integer and a number)") from None
-            if L not in gap.lengths:
-                raise ValueError(f"{where}: length {L} is outside the gap's {gap.lo}..{gap.hi}")
-            if L in weights:
-                raise ValueError(f"{where}: length {L} is given twice")
-            if not (math.isfinite(w) and w >= 0):
-                raise ValueError(f"{where}: the weight must be a finite number >= 0")
-            weights[L] = w
-        total = math.fsum(weights.values())
-        if not total > 0:
-            raise ValueError(f"length prior {spec}: its weights sum to {total:g}; they must sum to a positive number")
-        return cls({L: w / total for L, w in sorted(weights.items()) if w > 0}, str(path))
+        weights = read_length_table(spec, "length prior", gap)
+        return cls({L: w for L, w in weights.items() if w > 0}, str(Path(spec)))
 
     def draw_weights(self, draws_per_length: dict[int, int]) -> dict[int, float]:
         """The weight of one draw of each length in the mixture ``sum_L pi(L) p_L``: ``pi(L) / N_L``
