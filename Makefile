@@ -51,7 +51,8 @@ converge: venv
 # chain with a gap of 8 to 20 residues between its Cys and Trp, uniform prior, E_norm, sampled by gap-jump
 # (insert and delete moves on the energy itself, 4 in 5 steps: every move costs one evaluation of E_norm and the
 # lengths are what mixes slowly); the chains start at 20, 16, 12 and 8 residues; about 80 minutes on 2 cores,
-# restartable like converge.
+# restartable like converge. Its length marginal is shown beside human CDR-H3 lengths (docs/lengths/human_cdrh3_olga.tsv
+# says where they come from).
 LENGTHS := runs/lengths
 COMMA := ,
 LENGTHS_RUN := --model antiberty --template '$(subst $(subst x,[MASK],xxxxxxxxxxxxx),[MASK]{8$(COMMA)20},$(CDRH3_TEMPLATE))' \
@@ -64,7 +65,8 @@ lengths: venv
 		$(VENV)/bin/mlm-ppl sample $(LENGTHS_RUN) --out $(LENGTHS); \
 	fi
 	mkdir -p docs/lengths
-	$(VENV)/bin/mlm-ppl diagnose $(LENGTHS) --loops 10 --plots docs/lengths > docs/lengths/summary.md
+	$(VENV)/bin/mlm-ppl diagnose $(LENGTHS) --loops 10 --plots docs/lengths \
+		--length-reference docs/lengths/human_cdrh3_olga.tsv > docs/lengths/summary.md
 	cp $(LENGTHS)/config.json docs/lengths/config.json
 
 germlines: venv
