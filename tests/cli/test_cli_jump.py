@@ -181,3 +181,31 @@ def test_diagnose_compares_the_length_marginal_with_a_reference(model_dir, tmp_p
     reference.write_text("9\t1\n")
     assert main(["diagnose", str(out), "--length-reference", str(reference)]) == 2
     assert "it gives no weight to the run's lengths 1..3" in one_line_error(capsys)
+
+
+def test_the_time_estimate_of_a_jump_run_counts_its_chains_one_at_a_time(model_dir, monkeypatch):
+    """gap-jump steps its chains one at a time: its estimate times one chain's evaluation and counts C
+    of them per step (1 s each: 4 chains x 30,000 steps x its 1.5 evaluations per step is 50 h, past a
+    day), where a batched kernel times its C chains once per step (8.3 h)."""
+    import io
+
+    from mlm_ppl.cli import sample as cli_sample
+
+    timed = []
+    monkeypatch.setattr(cli_sample, "_time_per_evaluation", lambda kernel, chains: timed.append(chains) or 1.0)
+    for length_mode, kernel in (("jump", "gap-jump"), (None, "mh")):
+        template = GAP if length_mode else "A[MASK][MASK]C"
+        extra = {"length_prior": {"1": 1 / 3, "2": 1 / 3, "3": 1 / 3}} if length_mode else {}
+        settings = campaign.RunSettings(
+            model=model_dir, template=template, kernel=kernel, chains=4, draws=30000, warmup=0, **extra
+        )
+        built = campaign.build(settings)[2]
+        err = io.StringIO()
+        if kernel == "gap-jump":
+            with pytest.raises(ValueError, match=r"4 chains x 30000 steps x 1.5 evaluations per step: .*about 50.0 h \(timed: one evaluation "
+                               r"of one chain; its chains step one at a time\): more than a day"):  # fmt: skip
+                cli_sample.check_size(settings, built, force=False, err=err)
+        else:
+            cli_sample.check_size(settings, built, force=False, err=err)
+            assert "about 8.3 h (timed: one evaluation of 4 chains)" in err.getvalue()
+    assert timed == [1, 4]

@@ -244,8 +244,9 @@ def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: T
 
     Memory: the draws and statistics kept in memory (and again while ``run.nc`` is written).
     Time: the run's work in full evaluations of the target (chains x steps x the kernel's
-    evaluations per step, from its options), times one timed evaluation of up to 8 chains; timed
-    for runs of 100,000 chain-evaluations or more, without running a step (a step may be huge).
+    evaluations per step, from its options), times one timed evaluation of up to 8 chains (of one
+    chain for a kernel whose chains step one at a time: ``capabilities.batched``); timed for runs of
+    100,000 chain-evaluations or more, without running a step (a step may be huge).
     """
     C, steps = settings.chains, settings.total_steps
     L = kernel.target.template.numel()
@@ -254,8 +255,9 @@ def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: T
     available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     per_step = kernel.evaluations_per_step()
     seconds = None
+    batch = min(C, 8) if kernel.capabilities.batched else 1
     if runs * C * steps * per_step >= 100_000 and memory <= available // 2:
-        seconds = runs * _time_per_evaluation(kernel, min(C, 8)) * -(-C // 8) * steps * per_step
+        seconds = runs * _time_per_evaluation(kernel, batch) * -(-C // batch) * steps * per_step
     big = memory > 2**30 or (seconds is not None and seconds > 3600)
     if not big:
         return
@@ -266,7 +268,8 @@ def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: T
         text += f" x {runs} templates"
     text += f": about {memory / 2**30:.1f} GiB of draws in memory"
     if seconds is not None:
-        text += f", about {seconds / 3600:,.1f} h (timed: one evaluation of {min(C, 8)} chains)"
+        timed = f"{batch} chains" if kernel.capabilities.batched else "one chain; its chains step one at a time"
+        text += f", about {seconds / 3600:,.1f} h (timed: one evaluation of {timed})"
     if not force and memory > available // 2:
         raise ValueError(
             f"{text}: more than half of this machine's {available / 2**30:.0f} GiB; "

@@ -117,7 +117,9 @@ class GapJump(KernelBase[GapJumpOptions]):
     Options = GapJumpOptions
     State = GapJumpState
     Info = GapJumpInfo
-    capabilities = Capabilities(log_factor=False, gibbs=False, complete_start=True, exact_matrix=False, lengths=True)
+    capabilities = Capabilities(
+        log_factor=False, gibbs=False, complete_start=True, exact_matrix=False, lengths=True, batched=False
+    )
     target: GapTarget
 
     def bind_target(self, target: Any) -> None:

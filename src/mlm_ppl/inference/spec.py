@@ -61,6 +61,9 @@ class Capabilities:
     lengths : bool
         It moves the length of a variable gap: it samples a
         :class:`~mlm_ppl.models.gap_target.GapTarget` (which every other kernel refuses).
+    batched : bool
+        Its chains advance in one batched forward pass; False: one chain at a time (what a run's
+        time estimate assumes).
     """
 
     log_factor: bool
@@ -68,6 +71,7 @@ class Capabilities:
     complete_start: bool
     exact_matrix: bool
     lengths: bool = False
+    batched: bool = True
 
 
 @dataclass(frozen=True)
