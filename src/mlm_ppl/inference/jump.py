@@ -51,7 +51,7 @@ from torch import Tensor
 
 from .._checks import check_probability
 from ..models.gap_target import GapTarget
-from ..models.target import log_density
+from ..models.target import Evaluation, log_density
 from .base import acceptance_probability, mh_log_ratio, proposal_log_probs
 from .exact import enumerate_states, state_index, transition_matrix
 from .mh import MetropolisHastings, MHState
@@ -255,10 +255,8 @@ class GapJump(KernelBase[GapJumpOptions]):
             L = new.length
             if new is not old:
                 tokens[c] = target.pad(new.mh.tokens, L)[0]
-                energy[c] = new.mh.energy[0]
-                factor[c] = float(new.mh.log_factor[0].double() + target.log_prior(L))
-                cond[c] = 0.0
-                cond[c, target.free_index(L)] = new.mh.cond_logits[0]
+                ev = target.pad_evaluation(L, Evaluation(new.mh.energy, new.mh.log_factor, new.mh.cond_logits))
+                energy[c], factor[c], cond[c] = ev.energy[0], ev.log_factor[0], ev.cond_logits[0]
             lp[c] = self.lp(new)
             accepted[c], rate[c], length[c], move[c] = ok, prob, L, MOVES.index(kind)
             changed[c] = int((tokens[c] != state.tokens[c]).sum()) if kind == "update" else int(ok)

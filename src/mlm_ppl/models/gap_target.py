@@ -168,18 +168,24 @@ class GapTarget(DerivedTarget):
         N = tokens.shape[0]
         out: Evaluation | None = None
         for L, rows in self.groups(tokens):
-            ev = self.target(L).evaluate(self.unpad(tokens[rows], L))
+            ev = self.pad_evaluation(L, self.target(L).evaluate(self.unpad(tokens[rows], L)))
             if out is None:  # in the model's dtype, on the CPU
-                dtype = ev.energy.dtype
                 out = Evaluation(
-                    torch.empty(N, dtype=dtype),
+                    torch.empty(N, dtype=ev.energy.dtype),
                     torch.empty(N, dtype=ev.log_factor.dtype),
-                    torch.zeros((N, self.num_free, self.vocab_size), dtype=ev.cond_logits.dtype),
+                    torch.empty((N, *ev.cond_logits.shape[1:]), dtype=ev.cond_logits.dtype),
                 )
-            out.energy[rows] = ev.energy.cpu()
-            out.log_factor[rows] = (ev.log_factor.cpu().double() + self.log_prior(L)).to(out.log_factor.dtype)
-            out.cond_logits[rows[:, None], self.free_index(L)[None, :]] = ev.cond_logits.cpu()
+            out.energy[rows], out.log_factor[rows], out.cond_logits[rows] = ev
         return self.base.evaluate(tokens) if out is None else out  # None: no states
+
+    def pad_evaluation(self, length: int, ev: Evaluation) -> Evaluation:
+        """An evaluation of length-``length`` states ``(N, T_L)`` as their padded states': ``log
+        pi(L)`` added to the log-factor, the conditionals at the padded state's free sites (zeros at
+        the gap's absent positions), on the CPU."""
+        cond = torch.zeros((ev.energy.shape[0], self.num_free, self.vocab_size), dtype=ev.cond_logits.dtype)
+        cond[:, self.free_index(length)] = ev.cond_logits.cpu()
+        factor = (ev.log_factor.cpu().double() + self.log_prior(length)).to(ev.log_factor.dtype)
+        return Evaluation(ev.energy.cpu(), factor, cond)
 
     def forbidden(self, tokens: Tensor) -> Tensor:
         out = torch.zeros(tokens.shape[0], dtype=torch.bool)
