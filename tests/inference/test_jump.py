@@ -155,7 +155,8 @@ def test_run_chains_of_the_registered_kernel_is_the_one_chain_step_chain_by_chai
 
 def test_chains_start_at_lengths_spread_from_the_longest_to_the_shortest(tiny4_64):
     """Chain 0 at the longest length, the last at the shortest, the others evenly between (by hand:
-    gap 8..20 with 4 chains starts at 20, 16, 12, 8); each start is its length's own fill, padded."""
+    gap 8..20 with 4 chains starts at 20, 16, 12, 8); each start is its length's own fill, padded
+    (the constrained case is tests/cli/test_cli_jump.py's: starts repaired at their lengths)."""
     from mlm_ppl.inference.base import fill_gap, fill_template, start_lengths
 
     wide = GapTarget(tiny4_64, "A[MASK]{8,20}C")

@@ -263,11 +263,9 @@ def initial_tokens(kernel: Kernel, num_chains: int, streams: ChainStreams, init:
     if not kernel.capabilities.complete_start:
         check_init(init)
         return kernel.target.template.expand(C, -1).clone()
-    target = kernel.target
-    tokens = (
-        fill_gap(target, C, streams, init) if isinstance(target, GapTarget) else fill_template(target, C, streams, init)
-    )
-    return repair_start(target, tokens, streams)
+    if isinstance(kernel.target, GapTarget):
+        return fill_gap(kernel.target, C, streams, init)
+    return repair_start(kernel.target, fill_template(kernel.target, C, streams, init), streams)
 
 
 def start_lengths(target: GapTarget, num_chains: int) -> list[int]:
@@ -282,13 +280,14 @@ def start_lengths(target: GapTarget, num_chains: int) -> list[int]:
 
 
 def fill_gap(target: GapTarget, num_chains: int, streams: ChainStreams, method: str = "sample") -> Tensor:
-    """Padded starting states ``(C, T)`` of a variable gap: chain ``c`` at its
-    :func:`start_lengths` length, that length's template filled by :func:`fill_template` from the
-    chain's own stream."""
-    rows = [
-        target.pad(fill_template(target.target(L), 1, streams.subset([c]), method), L)
-        for c, L in enumerate(start_lengths(target, num_chains))
-    ]
+    """Padded starting states ``(C, T)`` of a variable gap that break no hard rule: chain ``c`` at
+    its :func:`start_lengths` length ``L``, the length-``L`` target's template filled by
+    :func:`fill_template` and repaired by :func:`~mlm_ppl.inference.starts.repair_start` at that
+    length (so the search never writes a residue into a pad), from the chain's own stream."""
+    rows = []
+    for c, L in enumerate(start_lengths(target, num_chains)):
+        own, stream = target.target(L), streams.subset([c])
+        rows.append(target.pad(repair_start(own, fill_template(own, 1, stream, method), stream), L))
     return torch.cat(rows)
 
 
