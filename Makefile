@@ -50,7 +50,7 @@ converge: venv
 # What AntiBERTy's energy says about CDR-H3 length (issue 25, part 4; for docs/reproductions.md): the main job's heavy
 # chain with a gap of 8 to 20 residues between its Cys and Trp, uniform prior, E_norm, sampled by gap-jump
 # (insert and delete moves on the energy itself, 4 in 5 steps: every move costs one evaluation of E_norm and the
-# lengths are what mixes slowly); the chains start at 20, 16, 12 and 8 residues; about 80 minutes on 2 cores (19 s per step),
+# lengths are what mixes slowly); the chains start at 20, 16, 12 and 8 residues; about 95 minutes on 2 cores (23 s per step),
 # restartable like converge. Its length marginal is shown beside human CDR-H3 lengths (docs/lengths/human_cdrh3_olga.tsv
 # says where they come from).
 LENGTHS := runs/lengths
