@@ -21,10 +21,11 @@ $(VENV)/.installed: pyproject.toml Makefile
 # IGHV3-23 + IGHJ4 human heavy chain (mlm_ppl.data.example_heavy_chain) with its 13-residue CDR-H3 masked
 CDRH3_TEMPLATE := EVQLLESGGGLVQPGGSLRLSCAASGFTFSSYAMSWVRQAPGKGLEWVSAISGSGGSTYYADSVKGRFTISRDNSKNTLYLQMNSLRAEDTAVYYC$(subst x,[MASK],xxxxxxxxxxxxx)WGQGTLVTVSS
 
-# The main job: surrogate-MH, exact for E_norm in float32; its inner chain (52 steps) runs on the 13 loop positions'
-# own terms scored by a bfloat16 copy of the model (docs/performance.md measures the choices).
+# The main job: surrogate-MH, exact for E_norm in float32; its inner chain (26 steps, half of them whole-loop proposals
+# by unmasking the loop one residue at a time, half single-site MH) runs on the 13 loop positions' own terms, read by
+# a bfloat16 copy of the model beside the frozen rest of the chain (docs/performance.md measures the choices).
 MAIN_JOB := --model antiberty --template '$(CDRH3_TEMPLATE)' --kernel surrogate-mh --surrogate-dtype bfloat16 \
-	--energy norm --seed 0
+	--surrogate-frame frozen --inner-steps 26 --p-unmask 0.5 --energy norm --seed 0
 
 # about 7 minutes on 2 cores; not converged (8 draws), and its summary says so
 demo: venv

@@ -109,6 +109,14 @@ def check_probability(value: Any, name: str) -> float:
     return float(value)
 
 
+def check_share(value: Any, name: str) -> float:
+    """A number in ``[0, 1]`` (a probability that may be 0: a move left out)."""
+    value = check_type(value, name, float)
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+    return float(value)
+
+
 def check_seed(seed: Any) -> int:
     """Seeds are plain ints (not bools, floats or None) that ``torch.Generator.manual_seed`` takes."""
     if isinstance(seed, bool) or not isinstance(seed, int):

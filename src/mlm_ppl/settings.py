@@ -40,7 +40,16 @@ part of its record, and a resumed run stops where the uninterrupted one would)."
 _ADDED = frozenset({"constraints", "anneal", "until_converged", "length_prior"})
 """Settings a record written before them lacks (read as their defaults)."""
 
-_ADDED_OPTIONS = {"surrogate-mh": {"surrogate_context": None, "surrogate_frame": "crop"}}
+_ADDED_OPTIONS = {
+    "surrogate-mh": {
+        "surrogate_context": None,
+        "surrogate_frame": "crop",
+        "block_size": 1,
+        "p_unmask": 0.0,
+        "unmask_size": None,
+    },
+    "mh": {"p_unmask": 0.0, "unmask_size": None},
+}
 """Kernel options a record written before them lacks, with the value that is what its runs did."""
 
 

@@ -8,6 +8,7 @@ proposed state in one batched pass, and accepts with :func:`~mlm_ppl.inference.b
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .._checks import check_probability, check_schedule, check_temperature, count_at_least
+from .._checks import check_probability, check_schedule, check_share, check_temperature, count_at_least
 from ..models.target import Evaluation, Target
 from .base import (
     ANNEAL_TERMS,
@@ -60,6 +61,15 @@ class MHOptions(Options):
     proposal_temperature: float = option(1.0, "temperature of the MLM proposals", check=check_temperature)
     top_k: int | None = option(None, "truncate proposals to the k most likely tokens", check=count_at_least(1))
     top_p: float | None = option(None, "nucleus truncation of proposals", check=check_probability)
+    p_unmask: float = option(
+        0.0,
+        "probability that a step proposes a run of unmask_size free positions by unmasking them one by one "
+        "in a random order (needs scan random)",
+        check=check_share,
+    )
+    unmask_size: int | None = option(
+        None, "free positions an unmask proposal redraws, a run of neighbours (default: all)", check=count_at_least(1)
+    )
     temperature_schedule: Callable[[int], float] | None = option(
         None, "step -> annealing temperature tau (mode seeking; Python only)", check=check_schedule, cli=False
     )
@@ -162,7 +172,21 @@ class MetropolisHastings(KernelBase[MHOptions]):
                 f"block_size={self.options.block_size} is larger than the {target.num_free} free positions "
                 "of the template"
             )
-        if self.options.top_k is not None or self.options.top_p is not None:
+        o = self.options
+        if o.p_unmask > 0 and o.scan != "random":
+            raise ValueError(
+                f"p_unmask={o.p_unmask} needs scan='random' (each step then chooses a block or an unmask proposal "
+                f"at random, independently of the state); got scan={o.scan!r}"
+            )
+        if o.unmask_size is not None and o.p_unmask == 0:
+            raise ValueError(f"unmask_size={o.unmask_size} does nothing without p_unmask > 0: give p_unmask too")
+        if o.unmask_size is not None and o.unmask_size > target.num_free:
+            raise ValueError(
+                f"unmask_size={o.unmask_size} is larger than the {target.num_free} free positions of the template"
+            )
+        self.unmask_size = target.num_free if o.unmask_size is None else o.unmask_size
+        self.proposal_copies = torch.zeros(0, dtype=torch.long)  # (C,) of the last step: see proposal_cost
+        if o.top_k is not None or o.top_p is not None:
             warnings.warn(TruncatedProposalWarning(TRUNCATION_MESSAGE), stacklevel=3)
 
     # -- state
@@ -196,22 +220,94 @@ class MetropolisHastings(KernelBase[MHOptions]):
             return cond_logits.gather(1, sites[:, :, None].expand(-1, -1, cond_logits.shape[-1]))
         return self.target.site_logits(tokens, self.target.free_positions[sites])
 
+    def proposal_cost(self) -> float:
+        """Masked copies one step's proposal reads per chain, on average (its evaluation aside): one
+        for a block of several positions (single sites read the cached conditionals), ``2 b`` for
+        an unmask proposal of ``b`` positions. After a step, ``proposal_copies`` ``(C,)`` holds what
+        each chain's proposal read (surrogate-MH counts its inner chain's copies from it)."""
+        o = self.options
+        return (1 - o.p_unmask) * int(o.block_size > 1) + o.p_unmask * 2 * self.unmask_size
+
+    def _block_proposal(
+        self, tokens: Tensor, cond_logits: Tensor, step: int, order: Tensor, streams: ChainStreams
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """A block proposal in each chain: the proposed states ``(C, L)``, ``log q(x_B | x_\\B) -
+        log q(x'_B | x_\\B)`` ``(C,)`` and the sweep order to keep."""
+        o = self.options
+        sites, order = select_sites(o.scan, step, order, tokens.shape[0], self.target.num_free, o.block_size, streams)
+        pos = self.target.free_positions[sites]  # (C, b)
+        logq = self._proposal(self._block_logits(tokens, cond_logits, sites), sites)  # (C, b, V)
+        new = sample_tokens(logq, streams)  # (C, b)
+        log_fwd = logq.gather(-1, new[..., None]).sum((-1, -2))  # (C,) log q(x'_B | x_\B)
+        log_rev = logq.gather(-1, tokens.gather(1, pos)[..., None]).sum((-1, -2))  # (C,) log q(x_B | x_\B)
+        return tokens.scatter(1, pos, new), log_rev - log_fwd, order
+
+    def unmask_orders(self, streams: ChainStreams) -> Tensor:
+        """``(C, b)`` free indices, in the order an unmask proposal draws them: a run of ``b =
+        unmask_size`` neighbouring free positions starting uniformly at random, in a uniformly random
+        order (both independent of the state, so each step is a random choice among MH kernels, each
+        reversible)."""
+        C, F, b = len(streams), self.target.num_free, self.unmask_size
+        first = streams.randint(F - b + 1) if b < F else torch.zeros(C, dtype=torch.long)
+        return first[:, None] + streams.rand((C, b)).argsort(-1)
+
+    def unmask(self, tokens: Tensor, order: Tensor, streams: ChainStreams | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Sequential unmasking of the free indices ``order`` ``(N, b)`` of states ``tokens`` ``(N, L)``:
+        step ``i`` masks ``order[:, i:]`` and draws ``order[:, i]`` from the proposal there (the MLM's
+        conditional, within the alphabet, at ``proposal_temperature``, ``top_k``, ``top_p``).
+
+        Returns the proposed states (``tokens`` when ``streams`` is None), ``log q(proposed)`` and
+        ``log q(tokens)`` ``(N,)``: each the sum of its tokens' proposal log-probabilities along the
+        same order, the reverse read with the current tokens in place of the drawn ones (one batched
+        pass for both per step: ``b`` passes in all)."""
+        N, b = order.shape
+        pos = self.target.free_positions[order]  # (N, b)
+        new = tokens.clone()
+        log_fwd = log_rev = torch.zeros(N)
+        for i in range(b):
+            rows = torch.cat([new, tokens]) if streams is not None else tokens
+            at = pos[:, i:].repeat(rows.shape[0] // N, 1)
+            logq = self._proposal(
+                self.target.site_logits(rows, at)[:, :1], order[:, i : i + 1].repeat(at.shape[0] // N, 1)
+            )
+            logq = logq[:, 0]  # (rows, V) log q at order[:, i]
+            site = pos[:, i : i + 1]
+            if streams is not None:
+                new.scatter_(1, site, sample_tokens(logq[:N], streams)[:, None])
+                log_fwd = log_fwd + logq[:N].gather(-1, new.gather(1, site)).squeeze(-1)
+            log_rev = log_rev + logq[-N:].gather(-1, tokens.gather(1, site)).squeeze(-1)
+        return new, (log_rev if streams is None else log_fwd), log_rev
+
+    def _propose(self, state: MHState, streams: ChainStreams) -> tuple[Tensor, Tensor, Tensor]:
+        """Each chain's proposal: a block (:meth:`_block_proposal`) or, with probability ``p_unmask``,
+        an unmask proposal (:meth:`unmask`); the proposed states, the Hastings correction ``log q(x|.) -
+        log q(x'|.)`` and the sweep order to keep. Without ``p_unmask`` every chain draws as plain MH."""
+        tokens = state.tokens
+        self.proposal_copies = torch.full((tokens.shape[0],), int(self.options.block_size > 1))
+        if self.options.p_unmask == 0:
+            return self._block_proposal(tokens, state.cond_logits, state.step, state.order, streams)
+        use = streams.rand((len(streams),)) < self.options.p_unmask  # (C,) each chain from its own stream
+        proposed, correction = tokens.clone(), torch.zeros(tokens.shape[0], dtype=torch.float64)
+        blocks, unmasks = (~use).nonzero().flatten(), use.nonzero().flatten()
+        if blocks.numel():
+            prop, corr, _ = self._block_proposal(
+                tokens[blocks], state.cond_logits[blocks], state.step, state.order, streams.subset(blocks.tolist())
+            )
+            proposed[blocks], correction[blocks] = prop, corr.double()
+        if unmasks.numel():
+            sub = streams.subset(unmasks.tolist())
+            prop, log_fwd, log_rev = self.unmask(tokens[unmasks], self.unmask_orders(sub), sub)
+            proposed[unmasks], correction[unmasks] = prop, (log_rev - log_fwd).double()
+            self.proposal_copies[unmasks] = 2 * self.unmask_size  # each step's draw and its reverse
+        return proposed, correction, state.order
+
     # -- one step
     def step(self, state: MHState, streams: ChainStreams) -> tuple[MHState, MHInfo]:
-        """One MH update of one block in every chain."""
+        """One MH update of every chain: a block, or (``p_unmask``) a run of free positions unmasked one by one."""
         tokens = state.tokens
         C = tokens.shape[0]
-        sites, order = select_sites(
-            self.options.scan, state.step, state.order, C, self.target.num_free, self.options.block_size, streams
-        )
-        pos = self.target.free_positions[sites]  # (C, b)
-        logq = self._proposal(self._block_logits(tokens, state.cond_logits, sites), sites)  # (C, b, V)
-        new = sample_tokens(logq, streams)  # (C, b)
-        old = tokens.gather(1, pos)  # (C, b)
-        log_fwd = logq.gather(-1, new[..., None]).sum((-1, -2))  # (C,) log q(x'_B | x_\B)
-        log_rev = logq.gather(-1, old[..., None]).sum((-1, -2))  # (C,) log q(x_B | x_\B)
-        proposed = tokens.scatter(1, pos, new)  # (C, L)
-        changed = (new != old).any(-1)  # (C,) a proposal equal to the state is a no-op: no forward
+        proposed, correction, order = self._propose(state, streams)
+        changed = (proposed != tokens).any(-1)  # (C,) a proposal equal to the state is a no-op: no forward
         forbidden = torch.zeros(C, dtype=torch.bool)  # a rule is broken: log-factor -inf, rejected unrun
         if changed.any():
             forbidden[changed] = self.target.forbidden(proposed[changed])
@@ -223,7 +319,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
         if run.any():
             ev = self.target.evaluate(proposed[run])  # the step's one batched pass
             lp_new[run] = self.log_density(ev.energy, ev.log_factor, state.step)
-        log_ratio = mh_log_ratio(lp_new, lp_old, torch.where(changed, log_rev - log_fwd, 0.0), changed)
+        log_ratio = mh_log_ratio(lp_new, lp_old, torch.where(changed, correction, 0.0), changed)
         accepted = accept(log_ratio, streams)
         take = accepted & run
         energy, factor, cond = state.energy.clone(), state.log_factor.clone(), state.cond_logits.clone()
@@ -235,7 +331,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
             lp=self.log_density(new_state.energy, new_state.log_factor),
             is_accepted=accepted,
             acceptance_rate=acceptance_probability(log_ratio),
-            n_changed=torch.where(take, (new != old).sum(-1), torch.zeros(C, dtype=torch.long)),
+            n_changed=torch.where(take, (proposed != tokens).sum(-1), torch.zeros(C, dtype=torch.long)),
             evaluated=run,
         )
         return new_state, info
@@ -264,12 +360,44 @@ class MetropolisHastings(KernelBase[MHOptions]):
             P.index_put_((rows, rows), q * (1 - a), accumulate=True)
         return P
 
+    def unmask_matrix(self, states: Tensor, evaluation: Evaluation, order: tuple[int, ...], index) -> Tensor:
+        """``(S, S)`` transition matrix of an unmask proposal along the free indices ``order``: the
+        proposal of a state ``y`` that agrees with ``x`` off the run is ``q(y)`` of :meth:`unmask` (it
+        depends on ``x`` only through the tokens it keeps), so one pass over the states scores every
+        move. Uses the same proposal code as :meth:`step`."""
+        S = states.shape[0]
+        order_t = torch.tensor(order).expand(S, -1)
+        _, logq, _ = self.unmask(states, order_t, None)  # (S,) log q(z_run | z off the run) of every state z
+        logq = logq.double()
+        lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
+        pos = self.target.free_positions[order_t]
+        ordinary = self.target.ordinary_mask.nonzero().flatten().tolist()
+        P = torch.zeros((S, S), dtype=torch.float64)
+        rows = torch.arange(S)
+        for combo in itertools.product(ordinary, repeat=len(order)):
+            dest = index(states.scatter(1, pos, torch.tensor(combo).expand(S, -1)))
+            q = logq[dest].exp()
+            a = acceptance_probability(mh_log_ratio(lp[dest], lp, logq - logq[dest], dest != rows))
+            a = torch.where(dest == rows, torch.ones_like(a), a)
+            P.index_put_((rows, dest), q * a, accumulate=True)
+            P.index_put_((rows, rows), q * (1 - a), accumulate=True)
+        return P
+
     def transition_matrix(self, states: Tensor, evaluation: Evaluation, index) -> Tensor:
-        """``(S, S)``: one step (``scan="random"``) or one sweep (the other scans) of :meth:`block_matrix`."""
+        """``(S, S)``: one step (``scan="random"``) or one sweep (the other scans) of :meth:`block_matrix`;
+        with ``p_unmask``, the mixture with :meth:`unmask_matrix` over every run and order."""
         o = self.options
-        return scan_matrix(
+        P = scan_matrix(
             o.scan,
             self.target.num_free,
             o.block_size,
             lambda block: self.block_matrix(states, evaluation, block, index),
         )
+        if o.p_unmask == 0:
+            return P
+        F, b = self.target.num_free, self.unmask_size
+        orders = [
+            tuple(first + j for j in perm) for first in range(F - b + 1) for perm in itertools.permutations(range(b))
+        ]
+        U = sum(self.unmask_matrix(states, evaluation, order, index) for order in orders) / len(orders)
+        return (1 - o.p_unmask) * P + o.p_unmask * U

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from .._checks import check_probability, check_schedule, check_temperature, count_at_least
+from .._checks import check_probability, check_schedule, check_share, check_temperature, count_at_least
 from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget
 from .base import ANNEAL_TERMS, accept, acceptance_probability, check_states, mh_log_ratio, scheduled_log_density
 from .exact import transition_matrix
@@ -83,6 +83,18 @@ class SurrogateOptions(Options):
         "crop",
         "what those copies see of the other tokens: nothing (crop), or a fixed reference's, frozen (frozen)",
         choices=SURROGATE_FRAMES,
+    )
+    block_size: int = option(1, "free positions each inner MH step proposes together", check=count_at_least(1))
+    p_unmask: float = option(
+        0.0,
+        "probability that an inner step proposes a run of unmask_size free positions by unmasking them one by "
+        "one in a random order, from the surrogate's own copies",
+        check=check_share,
+    )
+    unmask_size: int | None = option(
+        None,
+        "free positions an inner unmask proposal redraws, a run of neighbours (default: all)",
+        check=count_at_least(1),
     )
     proposal_temperature: float = option(1.0, "temperature of the inner MLM proposals", check=check_temperature)
     top_k: int | None = option(None, "truncate inner proposals to the k most likely tokens", check=count_at_least(1))
@@ -143,6 +155,16 @@ class SurrogateTarget(DerivedTarget):
         if self.frame is not None:
             extra["frame"] = self.frame
         return self.base.evaluate(tokens, self.positions, dtype=self.dtype, **extra)  # type: ignore[call-arg]
+
+    def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
+        """Logits at blocks read from the surrogate's own copies (its dtype, crop and frozen frame):
+        what the inner chain's block and unmask proposals cost is a surrogate evaluation's, not the
+        target's. Any proposal is exact for the inner chain, as long as it reads its reverse the same way."""
+        if self.dtype is None and self.context is None:
+            return self.base.site_logits(tokens, positions, masked=masked)
+        return self.base.site_logits(  # type: ignore[call-arg]
+            tokens, positions, masked=masked, dtype=self.dtype, context=self.context, frame=self.frame
+        )
 
     def __repr__(self) -> str:
         return (
@@ -251,6 +273,9 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         self.inner = MetropolisHastings(
             self.surrogate,
             scan="random",
+            block_size=o.block_size,
+            p_unmask=o.p_unmask,
+            unmask_size=o.unmask_size,
             proposal_temperature=o.proposal_temperature,
             top_k=o.top_k,
             top_p=o.top_p,
@@ -265,7 +290,8 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         """``inner_steps`` passes over the window's copies (each as long as the cropped context)
         and one over the whole sequence's, in full evaluations."""
         crop = self.surrogate.columns.numel() / self.target.template.numel()
-        return (self.inner_steps * self._window_copies * crop + self._full_copies) / self._full_copies
+        inner = self.inner_steps * (self._window_copies + self.inner.proposal_cost()) * crop
+        return (inner + self._full_copies) / self._full_copies
 
     # -- state
     def init(self, tokens: Tensor) -> SurrogateState:
@@ -300,6 +326,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
             moves += inner_info.n_changed
             accepted_inner += inner_info.is_accepted.float()
             copies += inner_info.evaluated.long() * self._window_copies  # the window's copies ran
+            copies += self.inner.proposal_copies  # and those the proposal read (blocks, unmasking)
         moved = (inner.tokens != state.tokens).any(-1)  # (C,)
 
         t = state.step

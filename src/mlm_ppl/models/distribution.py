@@ -32,6 +32,7 @@ from .energy import check_energy, token_scores
 from .gaps import expand_counts, has_counts
 from .masked_lm import FrozenFrame, MaskedLM
 from .target import Evaluation, log_density
+from .tokens import Encoding
 
 __all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler"]
 
@@ -254,6 +255,41 @@ class MaskedLMDistribution(TorchDistribution):
         mlm._frozen_layers()  # refuses an architecture it cannot freeze, before the reference's pass
         return mlm.frozen_frame(self.frozen_reference(), self.context_columns(context))
 
+    def _copies(
+        self,
+        tokens: Tensor,
+        dtype: torch.dtype | None,
+        context: int | None,
+        frame: FrozenFrame | None,
+        wanted: Tensor | None,
+    ) -> tuple[MaskedLM, Encoding, Tensor]:
+        """The model in ``dtype``, the encoding of ``tokens`` ``(N, L)`` its copies are made from (cropped
+        to ``context`` and beside ``frame`` where given) and the columns it keeps: the one place a
+        surrogate's copies are set up, for :meth:`evaluate` and :meth:`site_logits`. ``wanted``: the
+        columns that will be read (they must lie in the crop)."""
+        N = tokens.shape[0]
+        mlm = self.mlm if dtype is None else self.mlm.cast(dtype)
+        if context is None:
+            if frame is not None:
+                raise ValueError("a frozen frame goes with the context it was made for; give context too")
+            return mlm, mlm.encoding_from_ids(tokens), torch.arange(tokens.shape[1])
+        columns = self.context_columns(context)
+        if frame is not None and not (
+            torch.equal(frame.columns, columns) and frame.length == tokens.shape[1] and frame.dtype == mlm.dtype
+        ):
+            raise ValueError(
+                f"the frozen frame was made for another template, context or dtype than this one's, {context} and "
+                f"{mlm.dtype}: make it with frozen_frame(context, dtype)"
+            )
+        enc = mlm.encoding_from_ids(tokens[:, columns])
+        enc = dataclasses.replace(enc, position_ids=mlm.position_ids(columns).expand(N, -1), frame=frame)
+        if wanted is not None and not bool(torch.isin(wanted, columns).all()):
+            raise ValueError(
+                f"positions outside the context of {context} columns around the free positions: widen the "
+                "context to cover every scored position"
+            )
+        return mlm, enc, columns
+
     def _evaluate_mlm(
         self,
         tokens: Tensor,
@@ -264,31 +300,10 @@ class MaskedLMDistribution(TorchDistribution):
     ) -> Evaluation:
         """:meth:`evaluate` without the constraints: the MLM's pass, log-factor zeros."""
         N = tokens.shape[0]
-        mlm = self.mlm if dtype is None else self.mlm.cast(dtype)
         if positions is not None and not bool(torch.isin(self.free_positions, positions).all()):
             raise ValueError("positions must include every free position (their conditionals are the proposals)")
-        if context is None:
-            if frame is not None:
-                raise ValueError("a frozen frame goes with the context it was made for; give context too")
-            columns = torch.arange(tokens.shape[1])
-            enc = mlm.encoding_from_ids(tokens)
-        else:
-            columns = self.context_columns(context)
-            if frame is not None and not (
-                torch.equal(frame.columns, columns) and frame.length == tokens.shape[1] and frame.dtype == mlm.dtype
-            ):
-                raise ValueError(
-                    f"the frozen frame was made for another template, context or dtype than this one's, {context} and "
-                    f"{mlm.dtype}: make it with frozen_frame(context, dtype)"
-                )
-            enc = mlm.encoding_from_ids(tokens[:, columns])
-            enc = dataclasses.replace(enc, position_ids=mlm.position_ids(columns).expand(N, -1), frame=frame)
-            wanted = self.scored_positions if positions is None else positions
-            if not bool(torch.isin(wanted, columns).all()):
-                raise ValueError(
-                    f"positions outside the context of {context} columns around the free positions: widen the "
-                    "context to cover every scored position"
-                )
+        wanted = self.scored_positions if positions is None else positions
+        mlm, enc, columns = self._copies(tokens, dtype, context, frame, wanted)
         # every scorable position (or the chosen ones), rows ordered by (n, position), as columns of the copies
         read = None if positions is None else torch.searchsorted(columns, positions).tolist()
         cond = mlm.masked_log_probs(enc, read)
@@ -332,12 +347,33 @@ class MaskedLMDistribution(TorchDistribution):
             return torch.zeros(tokens.shape[0], dtype=torch.float64)
         return self.constraints.log_factor(tokens)
 
-    def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
+    def site_logits(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        *,
+        masked: bool = True,
+        dtype: torch.dtype | None = None,
+        context: int | None = None,
+        frame: FrozenFrame | None = None,
+    ) -> Tensor:
         """``(N, k, V)`` MLM logits at ``positions`` (N, k) of ``tokens`` (N, L): all k masked together
-        (one copy per row), or with ``masked=False`` read from one forward pass of each row as it is."""
+        (one copy per row), or with ``masked=False`` read from one forward pass of each row as it is.
+        ``dtype``, ``context`` and ``frame`` read the copies as :meth:`evaluate` does (a surrogate's
+        proposals); the defaults give the model itself."""
+        if dtype is None and context is None and frame is None:
+            if masked:
+                return self.mlm.block_logits(tokens, positions)
+            return self.mlm.masked_logits(tokens, torch.zeros(tokens.shape, dtype=torch.bool), positions)
+        pos = torch.as_tensor(positions, dtype=torch.long).cpu()
+        mlm, enc, columns = self._copies(tokens, dtype, context, frame, pos.unique())
+        query = torch.searchsorted(columns, pos)  # (N, k) the positions' columns in the (cropped) copies
+        masks = torch.zeros(enc.input_ids.shape, dtype=torch.bool)
         if masked:
-            return self.mlm.block_logits(tokens, positions)
-        return self.mlm.masked_logits(tokens, torch.zeros(tokens.shape, dtype=torch.bool), positions)
+            masks.scatter_(1, query, True)
+        N = tokens.shape[0]
+        out = mlm.masked_reduce(enc, torch.arange(N), masks, query, lambda lg, tgt: lg)
+        return out.reshape(N, pos.shape[1], mlm.vocab_size)
 
     def log_prob(self, value: Tensor) -> Tensor:
         """Unnormalised ``-E(value) / T + log_factor(value)`` (:meth:`log_factor`: 0 without

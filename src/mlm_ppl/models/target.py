@@ -178,6 +178,20 @@ class WindowedTarget(Target, Protocol):
         frozen: :meth:`frozen_frame`); the defaults give the energy itself."""
         ...
 
+    def site_logits(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        *,
+        masked: bool = True,
+        dtype: torch.dtype | None = None,
+        context: int | None = None,
+        frame: FrozenFrame | None = None,
+    ) -> Tensor:
+        """:meth:`Target.site_logits` with the copies read as :meth:`evaluate` reads them in ``dtype``,
+        cropped to ``context`` and beside ``frame`` (a surrogate's own proposals)."""
+        ...
+
     def context_columns(self, context: int) -> Tensor:
         """``(K,)`` the columns a copy cropped to ``context`` keeps (ValueError if the model cannot
         read a crop at its columns' own positions)."""
@@ -249,8 +263,23 @@ class DerivedTarget:
         """The base's (a :class:`WindowedTarget` capability)."""
         return self.base.frozen_frame(context, dtype)  # type: ignore[attr-defined]
 
-    def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
-        return self.base.site_logits(tokens, positions, masked=masked)
+    def site_logits(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        *,
+        masked: bool = True,
+        dtype: torch.dtype | None = None,
+        context: int | None = None,
+        frame: FrozenFrame | None = None,
+    ) -> Tensor:
+        """The base's; ``dtype``, ``context`` and ``frame`` go to a base that reads copies as a
+        surrogate (:class:`WindowedTarget`)."""
+        if dtype is None and context is None and frame is None:
+            return self.base.site_logits(tokens, positions, masked=masked)
+        return self.base.site_logits(  # type: ignore[call-arg]
+            tokens, positions, masked=masked, dtype=dtype, context=context, frame=frame
+        )
 
     def validate_tokens(self, tokens: Tensor) -> None:
         self.base.validate_tokens(tokens)
