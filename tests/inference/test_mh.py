@@ -156,3 +156,86 @@ def test_truncated_proposals_warn_that_the_chain_may_be_reducible():
         assert float((pi @ P5000 - pi).abs().max()) < 1e-10  # invariant all the same
     with pytest.warns(TruncatedProposalWarning):
         make_kernel("surrogate-mh", d, top_k=3)  # its inner chain's proposal
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(p_unmask=1.0),
+        dict(p_unmask=0.4, unmask_size=2),
+        dict(p_unmask=0.5, unmask_size=1, block_size=2, top_k=2),
+        dict(p_unmask=0.3, proposal_temperature=1.5, top_p=0.8),
+    ],
+    ids=["whole", "runs_of_2", "with_blocks", "tempered"],
+)
+@pytest.mark.parametrize("with_factor", [False, True], ids=["bare", "factor"])
+def test_unmask_proposals_leave_the_target_invariant(tiny4_64, options, with_factor):
+    """A run of free positions drawn one by one in a random order (every run and order enumerated),
+    mixed with block proposals, leaves the target invariant to rounding; also with a log-factor."""
+    dist = MaskedLMDistribution(tiny4_64, TEMPLATE, temperature=0.7)
+    a = tiny4_64.vocab.index("A")
+    target = ConstrainedTarget(dist, lambda x: torch.where(x[:, 4] == a, 0.0, -3.0)) if with_factor else dist
+    pi = exact.exact_log_probs(target).exp()
+    assert invariance_error(MetropolisHastings(target, **options), pi) < 1e-10
+
+
+def test_the_unmask_check_has_power(tiny4_64, monkeypatch):
+    """Without its Hastings correction the unmask proposal samples something else, and the same check sees it."""
+    import mlm_ppl.inference.mh as mh_module
+
+    dist = MaskedLMDistribution(tiny4_64, TEMPLATE, temperature=0.7)
+    pi = exact.exact_log_probs(dist).exp()
+    real = mh_module.mh_log_ratio
+    monkeypatch.setattr(mh_module, "mh_log_ratio", lambda new, old, corr, changed: real(new, old, 0 * corr, changed))
+    assert invariance_error(MetropolisHastings(dist, p_unmask=1.0), pi) > 1e-3
+
+
+def test_unmask_draws_follow_the_exact_matrix_and_each_chain_its_own_stream(tiny4):
+    """3000 independent chains, 2 steps from uniform starts, follow p0 P^2 (P by enumeration, from the
+    kernel's own code); a chain run alone draws what it draws beside others."""
+    dist = MaskedLMDistribution(tiny4, TEMPLATE, temperature=1.0)
+    kernel = MetropolisHastings(dist, p_unmask=0.5, unmask_size=2)
+    p2 = after(kernel, 2)
+    run = run_chains(kernel, 3000, 1, warmup_steps=1, seed=3, init="uniform")
+    check_fit(p2, empirical(dist, run.tokens[:, 0]))
+    start = run.tokens[:4, 0]
+    together, alone = kernel.init(start), kernel.init(start[2:3])
+    s4, s1 = ChainStreams(9, 4), ChainStreams(9, [2])
+    for _ in range(6):
+        together, _ = kernel.step(together, s4)
+        alone, _ = kernel.step(alone, s1)
+    assert torch.equal(together.tokens[2], alone.tokens[0])
+
+
+def test_an_unmask_proposal_reads_two_copies_per_position(tiny4, monkeypatch):
+    """b passes, each of the proposal's copy and the current state's (its reverse), then the usual
+    evaluation of the proposal; proposal_copies says so."""
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+    kernel = MetropolisHastings(dist, p_unmask=1.0, unmask_size=2)
+    state = kernel.init(run_chains(kernel, 3, 1, seed=0).tokens[:, 0])
+    rows = []
+    real = tiny4.logits_at
+    monkeypatch.setattr(tiny4, "logits_at", lambda ids, attn, q: rows.append(ids.shape[0]) or real(ids, attn, q))
+    state, info = kernel.step(state, ChainStreams(1, 3))
+    assert kernel.proposal_copies.tolist() == [4, 4, 4] and kernel.proposal_cost() == 4
+    per_state = dist.scored_positions.numel()  # 5: one copy per scored position
+    assert sum(rows) == 12 + per_state * int(info.evaluated.sum())  # 2 x 2 x 3 reads, then each evaluated state
+
+
+def test_bad_unmask_options_fail_before_any_work(tiny4):
+    dist = MaskedLMDistribution(tiny4, TEMPLATE)
+    for value, kind, message in [
+        (-0.1, ValueError, r"p_unmask must lie in \[0, 1\], got -0.1"),
+        (1.5, ValueError, r"p_unmask must lie in \[0, 1\], got 1.5"),
+        ("x", TypeError, "p_unmask must be a number"),
+    ]:
+        with pytest.raises(kind, match=message):
+            MetropolisHastings(dist, p_unmask=value)
+    with pytest.raises(ValueError, match="unmask_size must be an integer >= 1, got 0"):
+        MetropolisHastings(dist, p_unmask=0.5, unmask_size=0)
+    with pytest.raises(ValueError, match="unmask_size=4 is larger than the 3 free positions"):
+        MetropolisHastings(dist, p_unmask=0.5, unmask_size=4)
+    with pytest.raises(ValueError, match="unmask_size=2 does nothing without p_unmask > 0"):
+        MetropolisHastings(dist, unmask_size=2)
+    with pytest.raises(ValueError, match="p_unmask=0.5 needs scan='random'.*got scan='random_sweep'"):
+        MetropolisHastings(dist, p_unmask=0.5, scan="random_sweep")

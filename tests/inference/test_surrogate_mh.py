@@ -55,6 +55,62 @@ def test_surrogate_mh_leaves_the_target_invariant(tiny4_64, window, context, fra
     assert invariance_error(kernel, pi) < 1e-10
 
 
+@pytest.mark.parametrize(
+    "context, frame, surrogate_dtype",
+    [(None, "crop", None), (0, "crop", "float32"), (0, "frozen", None), (1, "frozen", "bfloat16")],
+)
+@pytest.mark.parametrize(
+    "inner",
+    [dict(p_unmask=1.0), dict(p_unmask=0.5, unmask_size=2, block_size=2)],
+    ids=["unmask", "unmask_runs_and_blocks"],
+)
+@pytest.mark.parametrize("with_factor", [False, True], ids=["bare", "factor"])
+def test_surrogate_mh_with_unmask_and_block_moves_leaves_the_target_invariant(
+    tiny4_64, context, frame, surrogate_dtype, inner, with_factor
+):
+    """An inner chain of unmask proposals (and blocks), read from the surrogate's own copies (cropped,
+    frozen, in another dtype), is reversible for the surrogate, so the corrected step is exact."""
+    dist = MaskedLMDistribution(tiny4_64, LONG, temperature=0.8)
+    target = ConstrainedTarget(dist, _factor(tiny4_64, dist)) if with_factor else dist
+    kernel = SurrogateMH(
+        target,
+        surrogate_context=context,
+        surrogate_frame=frame,
+        surrogate_dtype=surrogate_dtype,
+        inner_steps=2,
+        **inner,
+    )
+    pi = exact.exact_log_probs(target).exp()
+    # a block proposal read from a float32/bfloat16 copy sums to 1 over its fills only to float32 rounding
+    # (the unmask proposal is normalised in float64), so its matrix rows are off by ~1e-8
+    rounding = 1e-7 if surrogate_dtype is not None and inner.get("block_size", 1) > 1 else 1e-10
+    assert invariance_error(kernel, pi) < rounding
+    sur = exact.exact_log_probs(kernel.surrogate).exp()
+    Q = exact.transition_matrix(kernel.inner)
+    assert float((sur @ Q - sur).abs().max()) < rounding  # the inner chain is exact for the surrogate
+    flow = sur[:, None] * Q
+    assert float((flow - flow.T).abs().max()) < rounding  # and reversible: what the outer step needs
+
+
+@pytest.mark.parametrize("context, frame", [(None, "crop"), (0, "crop"), (1, "frozen")])
+def test_the_surrogate_reads_its_proposals_from_its_own_copies(tiny4, context, frame):
+    """site_logits of the surrogate target: one free position masked, it gives the conditionals its
+    evaluation gives there (the same crop, frame and dtype); a block masks its positions together."""
+    dist = MaskedLMDistribution(tiny4, LONG)
+    kernel = SurrogateMH(dist, surrogate_context=context, surrogate_frame=frame, surrogate_dtype="bfloat16")
+    sur = kernel.surrogate
+    tokens = run_chains(MetropolisHastings(dist), 3, 1, seed=0).tokens[:, 0]
+    ev = sur.evaluate(tokens)
+    for j, p in enumerate(dist.free_positions.tolist()):
+        single = sur.site_logits(tokens, torch.full((3, 1), p))[:, 0]
+        assert torch.allclose(single, ev.cond_logits[:, j], atol=1e-5)
+    block = sur.site_logits(tokens, dist.free_positions.expand(3, -1))
+    assert not torch.allclose(block, ev.cond_logits, atol=1e-3)  # the others masked too: other conditionals
+    if context is None:  # the whole copy: the model's own block read, in the surrogate's dtype
+        whole = tiny4.cast(torch.bfloat16).block_logits(tokens, dist.free_positions.expand(3, -1))
+        assert torch.allclose(block, whole, atol=1e-5)
+
+
 def test_a_cropped_copy_reads_each_token_at_its_own_position(tiny_models):
     """The crop keeps the columns within R of a free position and the special tokens, and reads them
     at the ids the model gives them in the whole sequence (BERT: the column; RoBERTa, ESM: past the
@@ -112,11 +168,12 @@ def test_the_sampling_code_follows_the_exact_matrix_before_and_after_mixing(tiny
     check_fit(pi, empirical(dist, run.tokens[:, 0]), offset=exact.total_variation(p12, pi))
 
 
-def test_statistics_and_cost(tiny4, monkeypatch):
-    """masked_copies counts the copies really run; n_moves counts an accepted move's inner changes;
-    plain MH reports n_moves = n_changed."""
+@pytest.mark.parametrize("inner", [{}, dict(p_unmask=0.5, block_size=2)], ids=["single_sites", "unmask_and_blocks"])
+def test_statistics_and_cost(tiny4, monkeypatch, inner):
+    """masked_copies counts the copies really run (the inner proposals' own reads included);
+    n_moves counts an accepted move's inner changes; plain MH reports n_moves = n_changed."""
     dist = MaskedLMDistribution(tiny4, LONG)
-    kernel = SurrogateMH(dist, surrogate_window=0, inner_steps=4)
+    kernel = SurrogateMH(dist, surrogate_window=0, inner_steps=4, **inner)
     state = kernel.init(run_chains(MetropolisHastings(dist), 5, 1, seed=0).tokens[:, 0])
     rows = []
     real = tiny4.logits_at
@@ -179,6 +236,14 @@ def test_bad_options_fail_before_any_work(tiny4):
     with pytest.raises(ValueError, match=r"surrogate_context \(1\) must be at least surrogate_window \(2\)"):
         SurrogateMH(dist, surrogate_window=2, surrogate_context=1)
     assert SurrogateMH(dist).inner_steps == 4 * dist.num_free
+    with pytest.raises(ValueError, match=r"p_unmask must lie in \[0, 1\], got 2.0"):
+        SurrogateMH(dist, p_unmask=2.0)
+    with pytest.raises(ValueError, match="unmask_size=4 is larger than the 3 free positions"):
+        SurrogateMH(dist, p_unmask=0.5, unmask_size=4)
+    with pytest.raises(ValueError, match="unmask_size=2 does nothing without p_unmask > 0"):
+        SurrogateMH(dist, unmask_size=2)
+    with pytest.raises(ValueError, match="block_size=4 is larger than the 3 free positions"):
+        SurrogateMH(dist, block_size=4)
 
 
 def test_a_model_without_position_ids_refuses_a_cropped_context(tiny4, monkeypatch):

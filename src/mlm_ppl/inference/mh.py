@@ -259,18 +259,18 @@ class MetropolisHastings(KernelBase[MHOptions]):
         Returns the proposed states (``tokens`` when ``streams`` is None), ``log q(proposed)`` and
         ``log q(tokens)`` ``(N,)``: each the sum of its tokens' proposal log-probabilities along the
         same order, the reverse read with the current tokens in place of the drawn ones (one batched
-        pass for both per step: ``b`` passes in all)."""
+        pass for both per step: ``b`` passes in all). The proposal is normalised in float64, so the
+        product of its ``b`` factors sums to 1 over the run's fills to rounding whatever the model's
+        dtype (the exact matrix relies on it)."""
         N, b = order.shape
         pos = self.target.free_positions[order]  # (N, b)
         new = tokens.clone()
-        log_fwd = log_rev = torch.zeros(N)
+        log_fwd = log_rev = torch.zeros(N, dtype=torch.float64)
         for i in range(b):
             rows = torch.cat([new, tokens]) if streams is not None else tokens
-            at = pos[:, i:].repeat(rows.shape[0] // N, 1)
-            logq = self._proposal(
-                self.target.site_logits(rows, at)[:, :1], order[:, i : i + 1].repeat(at.shape[0] // N, 1)
-            )
-            logq = logq[:, 0]  # (rows, V) log q at order[:, i]
+            copies = rows.shape[0] // N
+            logits = self.target.site_logits(rows, pos[:, i:].repeat(copies, 1))[:, :1].double()
+            logq = self._proposal(logits, order[:, i : i + 1].repeat(copies, 1))[:, 0]  # (rows, V) at order[:, i]
             site = pos[:, i : i + 1]
             if streams is not None:
                 new.scatter_(1, site, sample_tokens(logq[:N], streams)[:, None])

@@ -367,7 +367,7 @@ class MaskedLMDistribution(TorchDistribution):
             return self.mlm.masked_logits(tokens, torch.zeros(tokens.shape, dtype=torch.bool), positions)
         pos = torch.as_tensor(positions, dtype=torch.long).cpu()
         mlm, enc, columns = self._copies(tokens, dtype, context, frame, pos.unique())
-        query = torch.searchsorted(columns, pos)  # (N, k) the positions' columns in the (cropped) copies
+        query = torch.searchsorted(columns, pos.contiguous())  # (N, k) the positions' columns in the (cropped) copies
         masks = torch.zeros(enc.input_ids.shape, dtype=torch.bool)
         if masked:
             masks.scatter_(1, query, True)
