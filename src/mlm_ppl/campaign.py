@@ -31,14 +31,13 @@ from . import rundir
 from .diagnostics import stop_when_converged
 from .inference.annealing import annealing_note
 from .inference.distributed import run_chains_ray, run_tasks_ray, split_chains
-from .inference.jump import GapJump
 from .inference.registry import make_kernel
 from .inference.runner import Checkpoint, Run, run_chains
 from .inference.spec import KernelBase
 from .models.constraints import ConstraintTarget
 from .models.distribution import MaskedLMDistribution
 from .models.gap_target import GapTarget
-from .models.gaps import GapTemplate, LengthPrior, parse_gap
+from .models.gaps import GapTemplate, LengthPrior, has_variable_gap, parse_gap
 from .models.loading import check_model_files, load_mlm
 from .models.masked_lm import MaskedLM
 from .models.target import Target, energy_from_log_density
@@ -82,7 +81,7 @@ def build(settings: RunSettings) -> tuple[MaskedLM, Target, KernelBase]:
         mask = mlm.vocab[mlm.mask_id]
         length = int(settings.length or 0)
         template = (mask * length) if mlm.residue_level else " ".join([mask] * length)
-    if settings.kernel == GapJump.name:  # a variable gap: every length in one target
+    if has_variable_gap(template):  # every length in one target (settings: a kernel that moves lengths)
         gap = parse_gap(template, mlm.vocab[mlm.mask_id])
         if gap is None:
             raise ValueError(f"template: no variable gap {mlm.vocab[mlm.mask_id]}{{a,b}} of this model's mask token")

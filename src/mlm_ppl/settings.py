@@ -22,6 +22,7 @@ from .inference.base import INITS
 from .inference.jump import GapJump
 from .inference.registry import KERNELS, kernel_class
 from .inference.spec import OptionInfo
+from .inference.surrogate_mh import SurrogateMH
 from .models.constraints import ConstraintSpec
 from .models.energy import ENERGIES
 from .models.gaps import GapTemplate, LengthPrior, has_variable_gap
@@ -40,7 +41,7 @@ part of its record, and a resumed run stops where the uninterrupted one would)."
 _ADDED = frozenset({"constraints", "anneal", "until_converged", "length_prior"})
 """Settings a record written before them lacks (read as their defaults)."""
 
-_ADDED_OPTIONS = {
+_ADDED_OPTIONS: dict[str, dict[str, Any]] = {
     "surrogate-mh": {
         "surrogate_context": None,
         "surrogate_frame": "crop",
@@ -167,20 +168,21 @@ class RunSettings:
             )
 
     def _check_gap(self) -> None:
-        """A variable gap goes with the kernel gap-jump, and the kernel with it; its prior is
-        lengths (as text) and weights summing to 1; no workers yet."""
-        gap, jump = has_variable_gap(self.template), self.kernel == GapJump.name
-        if gap and not jump:
+        """A variable gap goes with a kernel that moves lengths (``capabilities.lengths``: gap-jump,
+        surrogate-MH around its moves), and a kernel that samples nothing else (gap-jump) with a
+        variable gap; its prior is lengths (as text) and weights summing to 1; no workers yet."""
+        gap, abilities = has_variable_gap(self.template), kernel_class(self.kernel).capabilities
+        if gap and not abilities.lengths:
             raise ValueError(
                 f"template: its variable gap MASK{{a,b}} gives loops of several lengths, which kernel {self.kernel} "
-                f"does not sample; use kernel {GapJump.name} (--length-mode jump) or one run per length "
-                "(--length-mode strata)"
+                f"does not sample; use kernel {GapJump.name} or {SurrogateMH.name} (--length-mode jump) or one run "
+                "per length (--length-mode strata)"
             )
-        if jump and not gap:
-            raise ValueError(f"kernel {GapJump.name} samples a template with a variable gap MASK{{a,b}}; this has none")
+        if not gap and not abilities.fixed:
+            raise ValueError(f"kernel {self.kernel} samples a template with a variable gap MASK{{a,b}}; this has none")
         if self.length_prior is not None:
-            if not jump:
-                raise ValueError(f"length_prior applies to kernel {GapJump.name} (--length-mode jump)")
+            if not gap:
+                raise ValueError("length_prior applies to a template with a variable gap (--length-mode jump)")
             prior = self.length_prior
             if (
                 not isinstance(prior, Mapping)
@@ -195,9 +197,9 @@ class RunSettings:
                 raise ValueError(f"length_prior's weights sum to {math.fsum(prior.values())}, not 1")
             ordered = sorted(prior.items(), key=lambda kv: int(kv[0]))
             object.__setattr__(self, "length_prior", {str(int(k)): float(w) for k, w in ordered})
-        if jump and self.workers is not None:
+        if gap and self.workers is not None:
             raise ValueError(
-                f"kernel {GapJump.name} (--length-mode jump) runs in one process for now; drop --ray, or sample "
+                "a variable gap's run (--length-mode jump) runs in one process for now; drop --ray, or sample "
                 "each length as its own run: --length-mode strata (its runs go to Ray workers)"
             )
 

@@ -113,10 +113,32 @@ def test_a_killed_jump_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_pat
     np.testing.assert_allclose(a.sample_stats["lp"].values, b.sample_stats["lp"].values, rtol=1e-6)
 
 
+def test_a_jump_run_of_surrogate_mh_moves_lengths_inside_its_inner_chain(model_dir, tmp_path, capsys):
+    """--kernel surrogate-mh with --length-mode jump: gap-jump's moves on the surrogate, one exact
+    evaluation per step; the run records lengths as gap-jump's does, and its copies."""
+    out = tmp_path / "sur"
+    extra = ("--kernel", "surrogate-mh", "--inner-steps", "4", "--p-unmask", "0.3", "--no-progress")
+    assert main(_args(model_dir, out, *extra)) == 0
+    capsys.readouterr()
+    settings = recorded_settings(out)
+    assert settings.kernel == "surrogate-mh" and settings.length_prior == {"1": 1 / 3, "2": 1 / 3, "3": 1 / 3}
+    idata = read_run(str(out))
+    lengths = idata.posterior["length"].values
+    assert set(np.unique(lengths)) == {1, 2, 3}
+    stats = idata.sample_stats
+    assert (stats["masked_copies"].values > 0).any() and "inner_acceptance" in stats
+    changed = np.diff(lengths, axis=1) != 0
+    assert (stats["is_accepted"].values[:, 1:][changed]).all()  # a length changes only by an accepted move
+    assert "gap length: prior, draws, frequency" in str(summary(idata))
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (("--kernel", "surrogate-mh"), "--length-mode jump samples with kernel gap-jump"),
+        (("--kernel", "pseudo-gibbs"), "--length-mode jump samples with a kernel that moves lengths"),
+        (("--kernel", "surrogate-mh", "--block-size", "2"), "which take no block_size"),
+        (("--kernel", "surrogate-mh", "--anneal", "1:0.5"), "which take no annealing schedule"),
+        (("--kernel", "surrogate-mh", "--p-unmask", "1.5"), "p_unmask must lie in [0, 1]"),
         (("--p-insert", "0.6"), "must sum to 1"),
         (("--p-delete", "0"), "p_delete must lie in (0, 1]"),
         (("--anneal", "1:0.5"), "--anneal applies to --kernel"),

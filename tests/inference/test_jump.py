@@ -89,15 +89,16 @@ def test_bad_moves_and_priors_are_refused(tiny4_64):
         GapTarget(tiny4_64, "A[MASK]C")
 
 
-def test_other_kernels_refuse_a_variable_gap_and_gap_jump_a_fixed_template(tiny4_64):
+def test_kernels_that_keep_the_length_refuse_a_variable_gap_and_gap_jump_a_fixed_template(tiny4_64):
     from mlm_ppl import MaskedLMDistribution
     from mlm_ppl.inference.registry import KERNELS, make_kernel
 
     target = GapTarget(tiny4_64, GAP)
-    for name in KERNELS:
-        if name != "gap-jump":
-            with pytest.raises(ValueError, match="use kernel='gap-jump'"):
-                make_kernel(name, target)
+    movers = {name for name, cls in KERNELS.items() if cls.capabilities.lengths}
+    assert movers == {"gap-jump", "surrogate-mh"}  # surrogate-MH around gap-jump's moves
+    for name in set(KERNELS) - movers:
+        with pytest.raises(ValueError, match="use kernel='gap-jump', or 'surrogate-mh' around its moves"):
+            make_kernel(name, target)
     with pytest.raises(ValueError, match="give it a GapTarget"):
         make_kernel("gap-jump", MaskedLMDistribution(tiny4_64, "A[MASK]C"))
 

@@ -18,6 +18,7 @@ from ..inference.distributed import WorkersLostError
 from ..inference.jump import GapJump
 from ..inference.registry import KERNELS, kernel_class
 from ..inference.spec import KernelBase
+from ..inference.surrogate_mh import SurrogateMH
 from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
 from ..models.energy import ENERGIES
 from ..models.gaps import LengthPrior, has_variable_gap, parse_gap
@@ -416,16 +417,18 @@ def _start_gap(args: argparse.Namespace, out: TextIO) -> int:
     assert gap is not None
     prior = LengthPrior.read(args.length_prior or "uniform", gap)
     if args.length_mode == "jump":
-        if args.kernel not in (None, GapJump.name):
+        kernel = args.kernel or GapJump.name
+        if not kernel_class(kernel).capabilities.lengths:
             raise ValueError(
-                f"--length-mode jump samples with kernel {GapJump.name} (update moves of single-site MH, insert and "
-                f"delete moves); drop --kernel {args.kernel}, or use --length-mode strata to run it on each length"
+                f"--length-mode jump samples with a kernel that moves lengths: {GapJump.name} (update moves of "
+                f"single-site MH, insert and delete moves) or {SurrogateMH.name} (its inner chain makes those moves "
+                f"on a surrogate); drop --kernel {args.kernel}, or use --length-mode strata to run it on each length"
             )
         weights = {str(L): w for L, w in prior.weights.items()}
-        return _start_run(args, out, extra={"kernel": GapJump.name, "length_prior": weights})
-    if args.kernel == GapJump.name:
+        return _start_run(args, out, extra={"kernel": kernel, "length_prior": weights})
+    if args.kernel is not None and not kernel_class(args.kernel).capabilities.fixed:
         raise ValueError(
-            f"--length-mode strata runs each length as a fixed template, which kernel {GapJump.name} does not "
+            f"--length-mode strata runs each length as a fixed template, which kernel {args.kernel} does not "
             "sample; choose another --kernel, or --length-mode jump"
         )
     templates, lengths = campaign.strata(args.template, gap, prior)

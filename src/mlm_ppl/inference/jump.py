@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from .._checks import check_probability
+from .._checks import check_probability, check_share, count_at_least
 from ..models.gap_target import GapTarget
 from ..models.target import Evaluation, log_density
 from .base import acceptance_probability, mh_log_ratio, proposal_log_probs
@@ -64,19 +64,43 @@ MOVES = ("update", "insert", "delete")
 """The moves, in the order of their codes in a run's ``move`` statistic (0, 1, 2)."""
 
 
+def move_options() -> tuple[Any, Any, Any]:
+    """The fields ``p_update``, ``p_insert``, ``p_delete`` of an Options class whose kernel makes
+    gap-jump's moves (gap-jump's own, surrogate-MH's inner chain on a variable gap)."""
+    return (
+        option(0.5, "probability of an update move (MH at the current length)", check=check_probability),
+        option(0.25, "probability of an insert move (a gap position added)", check=check_probability),
+        option(0.25, "probability of a delete move (a gap position removed)", check=check_probability),
+    )
+
+
+def check_moves(options: Any) -> None:
+    """The move probabilities of ``options`` sum to 1 (a ValueError naming them otherwise)."""
+    probs = (options.p_update, options.p_insert, options.p_delete)
+    if not math.isclose(sum(probs), 1.0):
+        raise ValueError(f"the move probabilities p_update, p_insert, p_delete {probs} must sum to 1")
+
+
+_UPDATE, _INSERT, _DELETE = move_options()
+
+
 @dataclass(frozen=True)
 class GapJumpOptions(Options):
-    p_update: float = option(
-        0.5, "probability of an update move (single-site MH at the current length)", check=check_probability
+    p_update: float = _UPDATE
+    p_insert: float = _INSERT
+    p_delete: float = _DELETE
+    p_unmask: float = option(
+        0.0,
+        "probability that an update move proposes a run of unmask_size free positions by unmasking them one by one",
+        check=check_share,
     )
-    p_insert: float = option(0.25, "probability of an insert move (a gap position added)", check=check_probability)
-    p_delete: float = option(0.25, "probability of a delete move (a gap position removed)", check=check_probability)
+    unmask_size: int | None = option(
+        None, "free positions an update's unmask proposal redraws (default: all)", check=count_at_least(1)
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        probs = (self.p_update, self.p_insert, self.p_delete)
-        if not math.isclose(sum(probs), 1.0):
-            raise ValueError(f"the move probabilities p_update, p_insert, p_delete {probs} must sum to 1")
+        check_moves(self)
 
 
 class GapJumpState(NamedTuple):
@@ -110,7 +134,10 @@ class GapJump(KernelBase[GapJumpOptions]):
 
     ``GapJump(GapTarget(mlm, template, prior), p_update=..., p_insert=..., p_delete=...)``: the
     move probabilities each in (0, 1), summing to 1 (default 1/2, 1/4, 1/4). The update move is
-    single-site MH with random scan on the current length's target.
+    MH with random scan on the current length's target: single sites, and with probability
+    ``p_unmask`` a run of ``unmask_size`` free positions unmasked one by one
+    (:class:`~mlm_ppl.inference.MetropolisHastings`). It is reversible for its target (every move
+    is an MH step, chosen independently of the state), so surrogate-MH may run it as its inner chain.
     """
 
     name = "gap-jump"
@@ -118,7 +145,7 @@ class GapJump(KernelBase[GapJumpOptions]):
     State = GapJumpState
     Info = GapJumpInfo
     capabilities = Capabilities(
-        log_factor=False, gibbs=False, complete_start=True, exact_matrix=False, lengths=True, batched=False
+        log_factor=False, gibbs=False, complete_start=True, exact_matrix=False, lengths=True, batched=False, fixed=False
     )
     target: GapTarget
 
@@ -126,15 +153,28 @@ class GapJump(KernelBase[GapJumpOptions]):
         o = self.options
         self.p_update, self.p_insert, self.p_delete = o.p_update, o.p_insert, o.p_delete
         self._kernels: dict[int, MetropolisHastings] = {}
+        try:  # the update's options checked against the fewest free positions
+            self.kernel(target.shortest)
+        except ValueError as err:
+            raise ValueError(f"at the gap's shortest length, {target.shortest}: {err}") from None
 
     def kernel(self, length: int) -> MetropolisHastings:
-        """The update move's kernel at ``length``: plain single-site MH, random scan."""
+        """The update move's kernel at ``length``: MH with random scan, single sites (and unmask
+        proposals with ``p_unmask``)."""
         if length not in self._kernels:
-            self._kernels[length] = MetropolisHastings(self.target.target(length), scan="random")
+            o = self.options
+            self._kernels[length] = MetropolisHastings(
+                self.target.target(length), scan="random", p_unmask=o.p_unmask, unmask_size=o.unmask_size
+            )
         return self._kernels[length]
 
     def evaluations_per_step(self) -> float:
-        return 1.0 + self.p_insert + self.p_delete  # a jump: one evaluation and one masked copy for q
+        """One evaluation, plus a jump's masked copy for ``q`` and an update's unmask reads (at the
+        longest length, in evaluations of it)."""
+        longest = self.target.target(self.target.longest)
+        copies = getattr(longest, "scored_positions", longest.free_positions).numel()
+        reads = self.p_update * self.kernel(self.target.longest).proposal_cost()
+        return 1.0 + self.p_insert + self.p_delete + reads / copies
 
     def log_density(self, length: int, energy: Tensor, log_factor: Tensor) -> Tensor:
         """``log pi(L) - E/T + log_factor`` (float64), ``log_factor`` the length's own (0 here)."""

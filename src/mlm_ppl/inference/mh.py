@@ -150,6 +150,16 @@ class MetropolisHastings(KernelBase[MHOptions]):
     proposal_temperature : float
     top_k : int, optional
     top_p : float in (0, 1], optional
+    p_unmask : float in [0, 1]
+        Probability that a step proposes by sequential unmasking instead of a block: a run of
+        ``unmask_size`` neighbouring free positions (default all), starting uniformly at random, is
+        masked and redrawn one position at a time in a uniformly random order, each from the MLM's
+        conditional given those already drawn; ``log q`` is the sum along the order, and its
+        reverse reads the current tokens along the same order (:meth:`unmask`). Run and order are
+        drawn independently of the state, so each is an MH kernel of its own and the mixture is
+        exact and reversible (surrogate-MH's inner chain needs the latter). Needs ``scan="random"``.
+        Cost: ``2b`` masked copies for a run of ``b`` (in ``b`` passes), then the proposal's evaluation.
+    unmask_size : int, optional
     temperature_schedule : callable, optional
         ``step -> tau``: anneal for mode seeking (Goyal et al. section 7): the step's acceptance
         uses the log density divided by ``tau`` (``anneal_terms="all"``: the MLM term and the

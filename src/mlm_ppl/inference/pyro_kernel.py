@@ -59,9 +59,7 @@ def mcmc_kernels() -> tuple[str, ...]:
     """The kernels :class:`MLMKernel` runs: every registered one that moves complete states of a
     fixed template (a decoder from the masked template, mask-predict, is not an MCMC kernel, and
     gap-jump samples a variable gap, which no Pyro site holds)."""
-    return tuple(
-        name for name, cls in KERNELS.items() if cls.capabilities.complete_start and not cls.capabilities.lengths
-    )
+    return tuple(name for name, cls in KERNELS.items() if cls.capabilities.complete_start and cls.capabilities.fixed)
 
 
 class MLMKernel(MCMCKernel):
@@ -119,7 +117,7 @@ class MLMKernel(MCMCKernel):
                 f"{kernel!r} is a decoder from the masked template, not an MCMC kernel; use "
                 f"mlm_ppl.sample(kernel={kernel!r})"
             )
-        if kernel in KERNELS and KERNELS[kernel].capabilities.lengths:
+        if kernel in KERNELS and not KERNELS[kernel].capabilities.fixed:
             raise ValueError(
                 f"{kernel!r} samples the lengths of a variable gap MASK{{a,b}}, which a MaskedLMDistribution site "
                 "cannot hold (it refuses one); sample it with mlm-ppl sample --length-mode jump, or "

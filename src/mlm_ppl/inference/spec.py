@@ -61,6 +61,8 @@ class Capabilities:
     lengths : bool
         It moves the length of a variable gap: it samples a
         :class:`~mlm_ppl.models.gap_target.GapTarget` (which every other kernel refuses).
+    fixed : bool
+        It samples a fixed template (False: only a variable gap, as gap-jump).
     batched : bool
         Its chains advance in one batched forward pass; False: one chain at a time (what a run's
         time estimate assumes).
@@ -72,6 +74,7 @@ class Capabilities:
     exact_matrix: bool
     lengths: bool = False
     batched: bool = True
+    fixed: bool = True
 
 
 @dataclass(frozen=True)
@@ -194,15 +197,17 @@ class KernelBase(Generic[OptionsT]):
     def __init__(self, target: Target, **options: Any) -> None:
         self.target = target
         self.options: OptionsT = self.Options.from_dict(options, self.name)  # type: ignore[assignment]
-        if isinstance(target, GapTarget) != self.capabilities.lengths:
-            if self.capabilities.lengths:
-                raise ValueError(
-                    f"{self.name} samples the lengths of a variable gap: give it a GapTarget (a template with "
-                    "MASK{a,b}); for a fixed template use kernel='mh'"
-                )
+        gap = isinstance(target, GapTarget)
+        if not gap and not self.capabilities.fixed:
+            raise ValueError(
+                f"{self.name} samples the lengths of a variable gap: give it a GapTarget (a template with "
+                "MASK{a,b}); for a fixed template use kernel='mh'"
+            )
+        if gap and not self.capabilities.lengths:
             raise ValueError(
                 f"{self.name} keeps every chain at its starting length and would not sample the variable gap's "
-                "lengths: use kernel='gap-jump' (or sample each length as its own target: --length-mode strata)"
+                "lengths: use kernel='gap-jump', or 'surrogate-mh' around its moves (or sample each length as its own "
+                "target: --length-mode strata)"
             )
         if _beyond_proposals(target) and not self.capabilities.log_factor:
             raise ValueError(

@@ -17,13 +17,16 @@ chain leaves ``p`` invariant whatever the surrogate; a good surrogate only makes
 with the model in ``surrogate_dtype`` and its copies cropped to the tokens within
 ``surrogate_context`` of a free position (read at their own position ids; with
 ``surrogate_frame="frozen"`` beside the rest of a fixed reference sequence, frozen); ``Q`` is
-``inner_steps`` steps of single-site
-:class:`~mlm_ppl.inference.MetropolisHastings` on ``p~`` with random scan. Each single-site MH
-step is reversible for ``p~`` (detailed balance), a random-scan step is a fixed mixture of
-them and so reversible, and a power of a reversible kernel is reversible. Each inner proposal
-costs one pass over the window's masked copies (13 for the 13 free positions of a CDR-H3)
-instead of the whole sequence's (120), and the move is corrected with one evaluation of the
-full energy.
+``inner_steps`` steps of :class:`~mlm_ppl.inference.MetropolisHastings` on ``p~`` with random
+scan: single sites or ``block_size`` blocks, and with probability ``p_unmask`` unmask
+proposals (a run of free positions redrawn one at a time in a random order), every proposal
+read from the surrogate's own copies. Each MH step with a given block, or a given run and
+order, is reversible for ``p~`` (detailed balance); a random-scan step chooses among them
+independently of the state, so it is a fixed mixture of reversible kernels and reversible; and
+a power of a reversible kernel is reversible. Each inner proposal costs one pass over the
+window's masked copies (13 for the 13 free positions of a CDR-H3) instead of the whole
+sequence's (120), plus what its proposal reads (an unmask proposal of ``b`` positions: ``2b``
+surrogate copies), and the move is corrected with one evaluation of the full energy.
 """
 
 from __future__ import annotations
@@ -36,9 +39,12 @@ import torch
 from torch import Tensor
 
 from .._checks import check_probability, check_schedule, check_share, check_temperature, count_at_least
+from ..models.gap_target import GapTarget
+from ..models.masked_lm import FrozenFrame
 from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget
 from .base import ANNEAL_TERMS, accept, acceptance_probability, check_states, mh_log_ratio, scheduled_log_density
-from .exact import transition_matrix
+from .exact import enumerate_states, transition_matrix
+from .jump import GapJump, check_moves, move_options
 from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
@@ -58,6 +64,9 @@ SURROGATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float
 
 SURROGATE_FRAMES = ("crop", "frozen")
 """What the surrogate's copies see outside ``surrogate_context`` (``surrogate_frame``)."""
+
+
+_UPDATE, _INSERT, _DELETE = move_options()  # the inner chain's moves on a variable gap
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,9 @@ class SurrogateOptions(Options):
         check=count_at_least(1),
     )
     proposal_temperature: float = option(1.0, "temperature of the inner MLM proposals", check=check_temperature)
+    p_update: float = _UPDATE
+    p_insert: float = _INSERT
+    p_delete: float = _DELETE
     top_k: int | None = option(None, "truncate inner proposals to the k most likely tokens", check=count_at_least(1))
     top_p: float | None = option(None, "nucleus truncation of inner proposals", check=check_probability)
     temperature_schedule: Callable[[int], float] | None = option(
@@ -110,6 +122,7 @@ class SurrogateOptions(Options):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_moves(self)
         if self.surrogate_context is not None and self.surrogate_context < self.surrogate_window:
             raise ValueError(
                 f"surrogate_context ({self.surrogate_context}) must be at least surrogate_window "
@@ -148,18 +161,32 @@ class SurrogateTarget(DerivedTarget):
         # (K,) the columns each copy runs (checks that the model can read a crop in place)
         self.columns = torch.arange(base.template.numel()) if context is None else base.context_columns(context)
         self.frame = None if frame == "crop" or context is None else base.frozen_frame(context, dtype)
+        self.copies = 0  # masked copies run so far (evaluations and proposal reads): what a step counts
 
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """``E~``, the log-factor and the free positions' conditionals (from the window's copies)."""
         extra: dict[str, Any] = {} if self.context is None else {"context": self.context}  # a WindowedTarget of before
         if self.frame is not None:
             extra["frame"] = self.frame
+        self.copies += tokens.shape[0] * self.positions.numel()
         return self.base.evaluate(tokens, self.positions, dtype=self.dtype, **extra)  # type: ignore[call-arg]
 
-    def site_logits(self, tokens: Tensor, positions: Tensor, *, masked: bool = True) -> Tensor:
+    def site_logits(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        *,
+        masked: bool = True,
+        dtype: torch.dtype | None = None,
+        context: int | None = None,
+        frame: FrozenFrame | None = None,
+    ) -> Tensor:
         """Logits at blocks read from the surrogate's own copies (its dtype, crop and frozen frame):
         what the inner chain's block and unmask proposals cost is a surrogate evaluation's, not the
         target's. Any proposal is exact for the inner chain, as long as it reads its reverse the same way."""
+        if dtype is not None or context is not None or frame is not None:
+            raise ValueError("a surrogate reads its copies in its own dtype, crop and frame; give none of them")
+        self.copies += tokens.shape[0]
         if self.dtype is None and self.context is None:
             return self.base.site_logits(tokens, positions, masked=masked)
         return self.base.site_logits(  # type: ignore[call-arg]
@@ -204,10 +231,12 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
     :class:`~mlm_ppl.MaskedLMDistribution`, optionally a
     :class:`~mlm_ppl.models.ConstrainedTarget` over one).
 
-    **One step**: ``inner_steps`` random-scan single-site MH steps on the surrogate
+    **One step**: ``inner_steps`` random-scan MH steps on the surrogate
     ``p~(x) ∝ exp(-E~(x)/T + log_factor(x))``, with the proposals of
     :class:`~mlm_ppl.inference.MetropolisHastings` (MLM conditionals at ``proposal_temperature``,
-    ``top_k``, ``top_p``); then the whole move ``x -> y`` is accepted with
+    ``top_k``, ``top_p``; single sites, ``block_size`` blocks and, with probability
+    ``p_unmask``, runs of ``unmask_size`` free positions unmasked one by one) read from the
+    surrogate's copies; then the whole move ``x -> y`` is accepted with
     ``log a = [log p(y) - log p(x)] - [log p~(y) - log p~(x)]``. See the module docstring for
     why this is exact whatever the surrogate (tests check the transition matrix by enumeration).
     The surrogate has the target's log-factor, so the same states have density 0 under both; from
@@ -239,35 +268,42 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         layer, the keys and values of a fixed reference sequence's other tokens
         (``"frozen"``; :meth:`~mlm_ppl.MaskedLMDistribution.frozen_reference`, BERT-like models):
         nearly the whole copy's conditionals at the crop's cost.
-    proposal_temperature, top_k, top_p
-        The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings`.
+    block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p
+        The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings` (random scan).
     """
 
     name = "surrogate-mh"
     Options = SurrogateOptions
     State = SurrogateState
     Info = SurrogateInfo
-    capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True)
+    capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True, lengths=True)
     options: SurrogateOptions
+    surrogate: Any  # SurrogateTarget, or a GapTarget of them (a variable gap)
+    inner: Any  # MetropolisHastings, or GapJump (a variable gap)
 
     def bind_target(self, target: Target) -> None:
-        try:  # a WindowedTarget; checked by use, as a Protocol check may not evaluate properties
-            scored: Tensor = target.scored_positions  # type: ignore[attr-defined]
-        except AttributeError:
+        if not hasattr(target, "scored_positions"):  # a WindowedTarget (a Protocol check may not evaluate properties)
             raise TypeError(
                 "SurrogateMH needs a target whose energy is a sum of per-position terms that it can restrict "
                 f"(a MaskedLMDistribution, or a ConstrainedTarget over one); got {type(target).__name__}"
-            ) from None
+            )
         o = self.options
         dtype = None if o.surrogate_dtype is None else SURROGATE_DTYPES[o.surrogate_dtype]
         self.inner_steps = 4 * target.num_free if o.inner_steps is None else o.inner_steps
-        self.surrogate = SurrogateTarget(
-            target,  # type: ignore[arg-type]
-            o.surrogate_window,
-            dtype,
-            o.surrogate_context,
-            o.surrogate_frame,
-        )
+
+        def surrogate_of(base: Target) -> SurrogateTarget:
+            return SurrogateTarget(base, o.surrogate_window, dtype, o.surrogate_context, o.surrogate_frame)  # type: ignore[arg-type]
+
+        if isinstance(target, GapTarget):
+            self._bind_gap(target, surrogate_of)
+            return
+        moves = {name: getattr(o, name) for name in ("p_update", "p_insert", "p_delete")}
+        if moves != {"p_update": 0.5, "p_insert": 0.25, "p_delete": 0.25}:
+            raise ValueError(
+                "p_update, p_insert and p_delete are the inner chain's moves over a variable gap's lengths; this "
+                "template has no variable gap MASK{a,b}: leave them out"
+            )
+        self.surrogate = surrogate_of(target)
         schedule = o.temperature_schedule
         inner_steps = self.inner_steps
         self.inner = MetropolisHastings(
@@ -283,15 +319,57 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
             temperature_schedule=None if schedule is None else (lambda s: schedule(s // inner_steps)),
             anneal_terms=o.anneal_terms,
         )
-        self._full_copies = int(scored.numel())
-        self._window_copies = int(self.surrogate.positions.numel())
+
+    def _bind_gap(self, target: GapTarget, surrogate_of: Callable[[Target], SurrogateTarget]) -> None:
+        """On a variable gap: the surrogate of each length's target, and gap-jump's moves on them as
+        the inner chain (reversible for the surrogate: each move is an MH step, chosen independently
+        of the state), so one exact evaluation per outer step pays for every length change inside."""
+        o = self.options
+        given = [name for name in ("block_size", "proposal_temperature", "top_k", "top_p") if o.given().get(name)]
+        if given or o.temperature_schedule is not None:
+            raise ValueError(
+                f"on a variable gap surrogate-MH's inner chain makes gap-jump's moves (single sites, unmask "
+                f"proposals, inserts, deletes), which take no {', '.join(given) or 'annealing schedule'}; leave "
+                "it out, or sample each length as a fixed template (--length-mode strata)"
+            )
+        self.surrogate = target.map_targets(surrogate_of)
+        self.inner = GapJump(
+            self.surrogate,
+            p_update=o.p_update,
+            p_insert=o.p_insert,
+            p_delete=o.p_delete,
+            p_unmask=o.p_unmask,
+            unmask_size=o.unmask_size,
+        )
+
+    def _surrogates(self) -> list[SurrogateTarget]:
+        """The surrogate targets: one, or one per length of a variable gap."""
+        if isinstance(self.surrogate, GapTarget):
+            return [self.surrogate.target(L) for L in self.surrogate.lengths]  # type: ignore[misc]
+        return [self.surrogate]
+
+    def _full_copies(self, tokens: Tensor) -> Tensor:
+        """``(N,)`` masked copies of one exact evaluation of each state: its length's scored positions."""
+        target = self.target
+        if not isinstance(target, GapTarget):
+            return torch.full((tokens.shape[0],), target.scored_positions.numel())  # type: ignore[attr-defined]
+        copies = torch.empty(tokens.shape[0], dtype=torch.long)
+        for L, rows in target.groups(tokens):
+            copies[rows] = target.target(L).scored_positions.numel()  # type: ignore[attr-defined]
+        return copies
 
     def evaluations_per_step(self) -> float:
-        """``inner_steps`` passes over the window's copies (each as long as the cropped context)
-        and one over the whole sequence's, in full evaluations."""
-        crop = self.surrogate.columns.numel() / self.target.template.numel()
-        inner = self.inner_steps * (self._window_copies + self.inner.proposal_cost()) * crop
-        return (inner + self._full_copies) / self._full_copies
+        """``inner_steps`` inner steps, each a pass over the window's copies (as long as the cropped
+        context) and what its proposal reads, and one pass over the whole sequence's, in full
+        evaluations (of the longest length, for a variable gap)."""
+        surrogate = self._surrogates()[-1]
+        full = int(surrogate.base.scored_positions.numel())  # type: ignore[attr-defined]
+        crop = surrogate.columns.numel() / surrogate.template.numel()
+        if isinstance(self.inner, GapJump):
+            per_step = self.inner.evaluations_per_step() * surrogate.positions.numel()
+        else:
+            per_step = surrogate.positions.numel() + self.inner.proposal_cost()
+        return (self.inner_steps * per_step * crop + full) / full
 
     # -- state
     def init(self, tokens: Tensor) -> SurrogateState:
@@ -313,20 +391,40 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         )
 
     # -- one step
+    def _run_inner(self, start: Any, streams: ChainStreams) -> tuple[Any, Tensor, Tensor, Tensor]:
+        """``inner_steps`` of the inner chain from ``start``: its end, and per chain the accepted
+        single-site changes, the fraction of inner proposals accepted and the masked copies run."""
+        C = start.tokens.shape[0]
+        moves = torch.zeros(C, dtype=torch.long)
+        accepted = torch.zeros(C)
+        copies = torch.zeros(C, dtype=torch.long)
+        if isinstance(self.inner, GapJump):  # its chains step one at a time: each chain's copies counted as run
+            ends = []
+            for c in range(C):
+                one, stream = _rows(start, c, C), streams.subset([c])
+                before = sum(t.copies for t in self._surrogates())
+                for _ in range(self.inner_steps):
+                    one, info = self.inner.step(one, stream)
+                    moves[c] += int(info.n_changed[0])
+                    accepted[c] += float(info.is_accepted[0])
+                copies[c] = sum(t.copies for t in self._surrogates()) - before
+                ends.append(one)
+            return _cat(ends), moves, accepted / self.inner_steps, copies
+        inner = start
+        window = self.surrogate.positions.numel()
+        for _ in range(self.inner_steps):
+            inner, info = self.inner.step(inner, streams)
+            moves += info.n_changed
+            accepted += info.is_accepted.float()
+            copies += info.evaluated.long() * window  # the window's copies ran
+            copies += self.inner.proposal_copies  # and those the proposal read (blocks, unmasking)
+        return inner, moves, accepted / self.inner_steps, copies
+
+    # -- one step
     def step(self, state: SurrogateState, streams: ChainStreams) -> tuple[SurrogateState, SurrogateInfo]:
         """``inner_steps`` surrogate steps, then one exact accept/reject of the whole move."""
-        C = state.tokens.shape[0]
         start = state.inner
-        inner = start
-        moves = torch.zeros(C, dtype=torch.long)
-        accepted_inner = torch.zeros(C)
-        copies = torch.zeros(C, dtype=torch.long)
-        for _ in range(self.inner_steps):
-            inner, inner_info = self.inner.step(inner, streams)
-            moves += inner_info.n_changed
-            accepted_inner += inner_info.is_accepted.float()
-            copies += inner_info.evaluated.long() * self._window_copies  # the window's copies ran
-            copies += self.inner.proposal_copies  # and those the proposal read (blocks, unmasking)
+        inner, moves, inner_acceptance, copies = self._run_inner(start, streams)
         moved = (inner.tokens != state.tokens).any(-1)  # (C,)
 
         t = state.step
@@ -336,7 +434,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         if moved.any():
             ev = self.target.evaluate(inner.tokens[moved])  # the step's one full-energy pass
             lp_y[moved] = self.log_density(ev.energy, ev.log_factor, t)
-            copies += moved.long() * self._full_copies
+            copies[moved] += self._full_copies(inner.tokens[moved])
         surrogate_gain = self.log_density(inner.energy, inner.log_factor, t) - self.log_density(
             start.energy, start.log_factor, t
         )
@@ -346,15 +444,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         if take.any():
             kept = take[moved]
             energy[take], log_factor[take] = ev.energy[kept], ev.log_factor[kept]
-        rows = take[:, None]
-        new_inner = MHState(
-            torch.where(rows, inner.tokens, start.tokens),
-            torch.where(take, inner.energy, start.energy),
-            torch.where(take, inner.log_factor, start.log_factor),
-            torch.where(take[:, None, None], inner.cond_logits, start.cond_logits),
-            inner.step,
-            inner.order,
-        )
+        new_inner = _choose(take, inner, start)
         new = SurrogateState(new_inner.tokens, energy, log_factor, new_inner, state.step + 1)
         info = SurrogateInfo(
             lp=self.log_density(energy, log_factor),
@@ -362,7 +452,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
             acceptance_rate=acceptance_probability(log_a).float(),
             n_changed=(new.tokens != state.tokens).sum(-1),
             n_moves=torch.where(take, moves, torch.zeros_like(moves)),
-            inner_acceptance=accepted_inner / self.inner_steps,
+            inner_acceptance=inner_acceptance,
             masked_copies=copies,
         )
         return new, info
@@ -372,10 +462,35 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         """``(S, S)`` transition matrix of one step over all ``states`` (``evaluation`` is the
         target's of them): the inner chain's exact ``inner_steps``-step matrix on the
         surrogate, corrected by the outer acceptance. Uses the kernels' own code."""
+        if isinstance(self.target, GapTarget):
+            raise TypeError("on a variable gap the states have several lengths: use SurrogateMH.gap_matrix()")
         Q = torch.linalg.matrix_power(transition_matrix(self.inner, states), self.inner_steps)
         lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
         sur = self.surrogate.evaluate(states)
         lp_sur = self.log_density(sur.energy, sur.log_factor).double()
+        return self._corrected(Q, lp, lp_sur)
+
+    def gap_matrix(self) -> tuple[Tensor, Tensor]:
+        """On a variable gap: the ``(S, S)`` exact matrix of one step over every ``(L, x)`` of the
+        prior's lengths (ordered as :meth:`GapJump.states <mlm_ppl.inference.jump.GapJump.states>`):
+        the inner gap-jump chain's exact matrix on the surrogate to the power ``inner_steps``,
+        corrected by the outer acceptance; and the target's exact ``(S,)`` log probabilities."""
+        if not isinstance(self.target, GapTarget):
+            raise TypeError("gap_matrix is for a variable gap; use exact.transition_matrix(kernel)")
+        Q = torch.linalg.matrix_power(self.inner.exact_matrix(), self.inner_steps)
+        lp: list[Tensor] = []
+        lp_sur: list[Tensor] = []
+        for L in self.target.lengths:
+            states = enumerate_states(self.target.target(L))
+            for gap, out in ((self.target, lp), (self.surrogate, lp_sur)):
+                ev = gap.pad_evaluation(L, gap.target(L).evaluate(states))
+                out.append(self.log_density(ev.energy, ev.log_factor).double())
+        exact_lp = torch.cat(lp)
+        return self._corrected(Q, exact_lp, torch.cat(lp_sur)), torch.log_softmax(exact_lp, 0)
+
+    def _corrected(self, Q: Tensor, lp: Tensor, lp_sur: Tensor) -> Tensor:
+        """The inner chain's matrix ``Q`` with each move accepted as :meth:`step` accepts it, from the
+        states' target and surrogate log densities ``lp`` and ``lp_sur``."""
         moved = ~torch.eye(lp.shape[0], dtype=torch.bool)
         # log a(x -> y) = [lp(y) - lp(x)] - [lp~(y) - lp~(x)], as in step
         A = acceptance_probability(mh_log_ratio(lp[None, :], lp[:, None], lp_sur[:, None] - lp_sur[None, :], moved))
@@ -383,3 +498,28 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         P.diagonal().zero_()
         P.diagonal().copy_(1 - P.sum(1))
         return P
+
+
+def _per_chain(field: Any, C: int) -> bool:
+    """Whether a state's field holds one row per chain (the tokens, energies, conditionals), not a
+    count or an empty sweep order."""
+    return isinstance(field, Tensor) and field.dim() > 0 and field.shape[0] == C
+
+
+def _rows(state: Any, c: int, C: int) -> Any:
+    """Chain ``c`` of an inner state (a NamedTuple of C chains) as a state of one chain."""
+    return type(state)(*[f[c : c + 1] if _per_chain(f, C) else f for f in state])
+
+
+def _cat(states: list[Any]) -> Any:
+    """One-chain inner states joined into one state of their chains, in order."""
+    first = states[0]
+    return type(first)(*[torch.cat(fields) if _per_chain(fields[0], 1) else fields[0] for fields in zip(*states)])
+
+
+def _choose(take: Tensor, new: Any, old: Any) -> Any:
+    """Per chain, the inner state ``new`` where ``take``, else ``old`` (the rest of ``new``: its step)."""
+    C = take.shape[0]
+    return type(new)(
+        *[torch.where(take.reshape(C, *[1] * (a.dim() - 1)), a, b) if _per_chain(a, C) else a for a, b in zip(new, old)]
+    )

@@ -26,7 +26,9 @@ experts of padded states, each at its own length.
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -119,6 +121,16 @@ class GapTarget(DerivedTarget):
                 except (TypeError, ValueError) as err:
                     raise ValueError(f"constraints at gap length {length}: {err}") from None
         return self._targets[length]
+
+    def map_targets(self, make: Callable[[Target], Target]) -> GapTarget:
+        """This gap with each length's target replaced by ``make(target(L))`` (a target derived from
+        it with the same template: a surrogate's), the prior and padding unchanged."""
+        out = copy.copy(self)
+        out._targets = {L: make(self.target(L)) for L in self.lengths}
+        out.base = out._targets[self.longest]
+        for cached in ("constraints", "record"):
+            out.__dict__.pop(cached, None)
+        return out
 
     @cached_property
     def constraints(self) -> GapConstraints | None:
