@@ -27,16 +27,17 @@ CDRH3_TEMPLATE := EVQLLESGGGLVQPGGSLRLSCAASGFTFSSYAMSWVRQAPGKGLEWVSAISGSGGSTYYAD
 MAIN_JOB := --model antiberty --template '$(CDRH3_TEMPLATE)' --kernel surrogate-mh --surrogate-dtype bfloat16 \
 	--surrogate-frame frozen --inner-steps 26 --p-unmask 0.5 --energy norm --seed 0
 
-# about 7 minutes on 2 cores; not converged (8 draws), and its summary says so
+# about 6 minutes on 2 cores (16 draws at about 18 s per step of the 4 chains); not converged, and its summary says so
 demo: venv
-	$(VENV)/bin/mlm-ppl sample $(MAIN_JOB) --chains 4 --draws 8 --out runs/cdrh3 --overwrite
+	$(VENV)/bin/mlm-ppl sample $(MAIN_JOB) --chains 4 --draws 16 --out runs/cdrh3 --overwrite
 
-# The main job run in runs/converge until its summary says converged (R-hat <= 1.01 and bulk and tail ESS >= 400 over
-# the 4 chains for lp and the Hamming distance to a reference; checked every 10 draws after 20 warm-up steps, at most
-# 1000 draws). Restartable: run it again after an interruption and it resumes exactly (the same flags with --resume:
-# a changed setting is refused). Then docs/converge/: the summary with the loop distribution (summary.md), the plots
-# and the run's config.json.
-CONVERGE := runs/converge
+# The main job run in docs/converge/run until its summary says converged (R-hat <= 1.01 and bulk and tail ESS >= 400
+# over the 4 chains for lp and the Hamming distance to a reference; checked every 10 draws after 20 warm-up steps, at
+# most 1000 draws; about 18 s per step of the 4 chains on 2 cores). Restartable: run it again after an interruption and
+# it resumes exactly (the same flags with --resume: a changed setting is refused); the run directory is committed, so a
+# fresh clone resumes it too. Then docs/converge/: the summary with the loop distribution (summary.md), the plots and
+# the run's config.json.
+CONVERGE := docs/converge/run
 CONVERGE_RUN := $(MAIN_JOB) --chains 4 --draws 1000 --warmup 20 --until-converged
 converge: venv
 	if [ -f $(CONVERGE)/config.json ]; then \
@@ -48,20 +49,22 @@ converge: venv
 	$(VENV)/bin/mlm-ppl diagnose $(CONVERGE) --loops 20 --plots docs/converge > docs/converge/summary.md
 	cp $(CONVERGE)/config.json docs/converge/config.json
 
-# What AntiBERTy's energy says about CDR-H3 length (issue 25, part 4; for docs/reproductions.md): the main job's heavy
-# chain with a gap of 8 to 20 residues between its Cys and Trp, uniform prior, E_norm, sampled by gap-jump
-# (insert and delete moves on the energy itself, 4 in 5 steps: every move costs one evaluation of E_norm and the
-# lengths are what mixes slowly); the chains start at 20, 16, 12 and 8 residues; about 95 minutes on 2 cores (23 s per step),
-# restartable like converge. Its length marginal is shown beside human CDR-H3 lengths (docs/lengths/human_cdrh3_olga.tsv
-# says where they come from).
-LENGTHS := runs/lengths
+# What AntiBERTy's energy says about CDR-H3 length (for docs/reproductions.md section 4): the main job's heavy chain
+# with a gap of 8 to 20 residues between its Cys and Trp, uniform prior, E_norm, sampled by surrogate-MH around
+# gap-jump's moves (40 inner steps on each length's frozen-frame bfloat16 surrogate: update 0.2, half of the updates
+# whole-loop unmask proposals, insert 0.4, delete 0.4; one exact evaluation per step); the chains start at 20, 16, 12
+# and 8 residues; until converged (as converge, for lp and the length), at most 2000 draws; about 16 s per step of the
+# 4 chains on 2 cores (a pilot), restartable and committed like converge. Its length marginal is shown beside human
+# CDR-H3 lengths (docs/lengths/human_cdrh3_olga.tsv says where they come from).
+LENGTHS := docs/lengths/run
 COMMA := ,
 LENGTHS_RUN := --model antiberty --template '$(subst $(subst x,[MASK],xxxxxxxxxxxxx),[MASK]{8$(COMMA)20},$(CDRH3_TEMPLATE))' \
-	--length-mode jump --energy norm --chains 4 --warmup 50 --draws 200 --seed 0 --p-update 0.2 --p-insert 0.4 \
-	--p-delete 0.4
+	--length-mode jump --kernel surrogate-mh --surrogate-dtype bfloat16 --surrogate-frame frozen --inner-steps 40 \
+	--p-update 0.2 --p-insert 0.4 --p-delete 0.4 --p-unmask 0.5 --energy norm --chains 4 --warmup 50 --draws 2000 \
+	--until-converged --seed 0
 lengths: venv
 	if [ -f $(LENGTHS)/config.json ]; then \
-		$(VENV)/bin/mlm-ppl sample --resume $(LENGTHS); \
+		$(VENV)/bin/mlm-ppl sample --resume $(LENGTHS) $(LENGTHS_RUN); \
 	else \
 		$(VENV)/bin/mlm-ppl sample $(LENGTHS_RUN) --out $(LENGTHS); \
 	fi

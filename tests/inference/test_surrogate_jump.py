@@ -111,3 +111,18 @@ def test_sample_and_the_refusals(tiny4):
         SurrogateMH(target.target(2), p_insert=0.5, p_update=0.25)
     with pytest.raises(ValueError, match="must sum to 1"):
         GapJump(target, p_update=0.9)
+
+
+def test_each_length_surrogate_is_calibrated_at_a_fixed_state(tiny4_64):
+    """E~ + offset equals E at each length's greedy fill (the same state at every start and resume),
+    so the inner chain does not favour the lengths whose surrogate misses most of the frame."""
+    from mlm_ppl.inference import fill_template
+
+    kernel = SurrogateMH(GapTarget(tiny4_64, GAP, PRIOR, temperature=2.0), inner_steps=2)
+    offsets = []
+    for L in (1, 2, 3):
+        surrogate = kernel.surrogate.target(L)
+        reference = fill_template(surrogate.base, 1, ChainStreams(5, 1), "greedy")
+        assert torch.allclose(surrogate.evaluate(reference).energy, surrogate.base.evaluate(reference).energy)
+        offsets.append(surrogate.offset)
+    assert len(set(offsets)) == 3 and all(o != 0 for o in offsets)
