@@ -1,0 +1,207 @@
+"""Time to convergence on the main job: effective draws per exact evaluation, kernel by kernel.
+
+The main job's task (AntiBERTy, the 120-residue heavy chain with its CDR-H3 of 13 residues
+masked, ``E_norm`` in float32; ``bench_sampling.cdrh3_task``). Every variant starts its
+``--chains`` chains from the same draws of a converged run of the job (``--starts``: the second
+half of its draws, pooled, evenly spaced), so that the effective sample size measures mixing at
+stationarity, not the way there. Two parts:
+
+* ``mixing`` (the default): each variant runs alone (2 threads) for ``--minutes`` from those
+  starts with the same seed, one after another. Each appends one JSON line per outer step to
+  ``<variant>.jsonl`` in ``--log-dir`` (flushed at once: a killed run keeps what it measured;
+  ``--from-logs DIR`` reports such logs without running anything). Per variant: outer steps, wall
+  minutes, exact evaluations (the float32 target's masked copies / 120: one evaluation of one
+  state), exact evaluations per hour, outer acceptance, bulk ESS (ArviZ) and R-hat of ``lp`` and of
+  the Hamming distance to the true CDR-H3 over all chains, effective draws per exact evaluation of
+  each, the hours to ESS 400 at that rate (the slower of the two), and the rate as a share of the
+  bound (about 0.78 effective draws per exact evaluation: docs/performance.md, "The bound").
+* ``fidelity``: for each surrogate, ``E - E~`` over ``--draws`` of the run's draws (the second
+  half, pooled, evenly spaced): its standard deviation ``s``, the outer acceptance an inner chain
+  mixed under the surrogate would give, ``2 Phi(-s / sqrt 2)``, and that acceptance's bound on
+  effective draws per exact evaluation, ``a / (2 - a)``.
+
+    python benchmarks/bench_convergence.py --starts docs/converge/run --chains 8 --minutes 20 \\
+        --variants mh,whole-52,frozen-208,main --json table.json
+    python benchmarks/bench_convergence.py --parts fidelity --starts docs/converge/run --draws 40
+    python benchmarks/bench_convergence.py --from-logs /tmp/bench_conv_XXXX
+
+Timings on a shared 2-core machine are noisy; the variants run one after another, each alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_sampling import Counter, cdrh3_task, ess
+
+from mlm_ppl.inference import ChainStreams, MetropolisHastings, SurrogateMH
+
+BOUND = 0.78  # effective draws per exact evaluation of an independence sampler with acceptance 0.88
+SURROGATE = dict(surrogate_dtype="bfloat16")
+VARIANTS = {
+    "mh": None,  # plain MH: every proposal that changes the state is one exact evaluation
+    "whole-52": dict(SURROGATE, inner_steps=52),  # the main job before issue 34
+    "frozen-208": dict(SURROGATE, surrogate_frame="frozen", inner_steps=208),
+    "main": dict(SURROGATE, surrogate_frame="frozen", inner_steps=26, p_unmask=0.5),  # the main job now
+    "main-52": dict(SURROGATE, surrogate_frame="frozen", inner_steps=52, p_unmask=0.5),
+}
+FIDELITY = {
+    "whole, bfloat16": dict(SURROGATE),
+    "frozen, bfloat16": dict(SURROGATE, surrogate_frame="frozen"),
+    "frozen, float32": dict(surrogate_frame="frozen"),
+    "crop 16, bfloat16": dict(SURROGATE, surrogate_context=16),
+}
+
+
+def kernel_of(dist, name):
+    options = VARIANTS[name]
+    return MetropolisHastings(dist) if options is None else SurrogateMH(dist, **options)
+
+
+def mixing(args, log_dir):
+    torch.set_num_threads(2)
+    mlm, dist, start, reference = cdrh3_task(chains=args.chains, starts=args.starts)
+    free = dist.free_positions
+    exact = Counter.on(mlm)  # the float32 target's model: only exact evaluations run on it
+    copies_per_evaluation = int(dist.scored_positions.numel())
+    for name in args.variants:
+        kernel = kernel_of(dist, name)
+        state = kernel.init(start)
+        streams = ChainStreams(1, args.chains)
+        exact.reset()
+        path = os.path.join(log_dir, f"{name}.jsonl")
+        print(f"# {name}: {kernel!r} -> {path}", flush=True)
+        t0, step = time.perf_counter(), 0
+        with open(path, "w") as log:
+            while time.perf_counter() - t0 < 60 * args.minutes:
+                state, info = kernel.step(state, streams)
+                step += 1
+                hamming = (state.tokens[:, free] != reference[free]).sum(-1)
+                line = dict(
+                    step=step,
+                    seconds=time.perf_counter() - t0,
+                    evaluations=exact.rows / copies_per_evaluation,
+                    lp=info.lp.tolist(),
+                    hamming=hamming.tolist(),
+                    accepted=info.is_accepted.float().tolist(),
+                )
+                log.write(json.dumps(line) + "\n")
+                log.flush()
+        print(f"# {name}: {step} steps", flush=True)
+
+
+def summarise(name, lines):
+    lp = np.array([line["lp"] for line in lines]).T  # (C, D)
+    ham = np.array([line["hamming"] for line in lines]).T
+    last = lines[-1]
+    hours = last["seconds"] / 3600
+    evaluations = last["evaluations"]
+    out = dict(variant=name, steps=len(lines), minutes=60 * hours, evaluations=evaluations)
+    out["evaluations_per_hour"] = evaluations / hours
+    out["acceptance"] = float(np.mean([line["accepted"] for line in lines]))
+    for what, draws in (("lp", lp), ("hamming", ham)):
+        e = ess(draws)
+        out[f"ess_{what}"] = e
+        out[f"ess_per_evaluation_{what}"] = e / evaluations
+        out[f"rhat_{what}"] = _rhat(draws)
+    rate = min(out["ess_per_evaluation_lp"], out["ess_per_evaluation_hamming"])
+    out["hours_to_ess_400"] = 400 / (rate * out["evaluations_per_hour"]) if rate > 0 else math.inf
+    out["share_of_bound_lp"] = out["ess_per_evaluation_lp"] / BOUND
+    return out
+
+
+def _rhat(draws):
+    import arviz as az
+
+    a = np.asarray(draws, dtype=float)
+    return float("nan") if a.shape[1] < 4 or np.std(a) == 0 else float(az.rhat(a))
+
+
+def report(log_dir, json_path=None):
+    rows = []
+    for name in VARIANTS:
+        path = os.path.join(log_dir, f"{name}.jsonl")
+        if os.path.exists(path):
+            lines = [json.loads(line) for line in open(path) if line.strip()]
+            if len(lines) >= 8:
+                rows.append(summarise(name, lines))
+    head = (
+        "| variant | outer steps | minutes | exact evaluations | per hour | outer acceptance | ESS(lp) | "
+        "ESS(lp)/evaluation | R-hat(lp) | ESS(Hamming) | ESS(Hamming)/evaluation | R-hat(Hamming) | hours to ESS 400 | "
+        "share of the bound (lp) |"
+    )
+    print(head)
+    print("|" + "---|" * head.count(" | ") + "---|")
+    for r in rows:
+        print(
+            f"| {r['variant']} | {r['steps']} | {r['minutes']:.1f} | {r['evaluations']:.0f} | "
+            f"{r['evaluations_per_hour']:.0f} | {r['acceptance']:.3f} | {r['ess_lp']:.1f} | "
+            f"{r['ess_per_evaluation_lp']:.3f} | {r['rhat_lp']:.3f} | {r['ess_hamming']:.1f} | "
+            f"{r['ess_per_evaluation_hamming']:.3f} | {r['rhat_hamming']:.3f} | {r['hours_to_ess_400']:.2f} | "
+            f"{r['share_of_bound_lp']:.2f} |"
+        )
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
+def fidelity(args):
+    torch.set_num_threads(2)
+    _, dist, states, _ = cdrh3_task(chains=args.draws, starts=args.starts)
+    energy = torch.cat([dist.evaluate(states[i : i + 4]).energy for i in range(0, len(states), 4)])
+    print("| surrogate | draws | sd of E - E~ (nats) | outer acceptance, mixed inner chain | its bound |")
+    print("|---|---:|---:|---:|---:|")
+    for label, options in FIDELITY.items():
+        surrogate = SurrogateMH(dist, **options).surrogate
+        approx = torch.cat([surrogate.evaluate(states[i : i + 4]).energy for i in range(0, len(states), 4)])
+        s = float((energy - approx).double().std())
+        a = math.erfc(s / 2)  # 2 Phi(-s / sqrt 2) = erfc(s / 2)
+        print(f"| {label} | {len(states)} | {s:.3f} | {a:.3f} | {a / (2 - a):.3f} |", flush=True)
+
+
+def main():
+    warnings.filterwarnings("ignore", category=UserWarning)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", choices=("mixing", "fidelity"), default="mixing")
+    parser.add_argument("--starts", help="a run directory of the main job (its draws start the chains)")
+    parser.add_argument("--chains", type=int, default=8)
+    parser.add_argument("--minutes", type=float, default=20.0, help="minutes per variant")
+    parser.add_argument("--variants", default="mh,whole-52,frozen-208,main")
+    parser.add_argument("--draws", type=int, default=40, help="fidelity: the run's draws to compare on")
+    parser.add_argument("--log-dir")
+    parser.add_argument("--from-logs", help="report the logs of an earlier run, running nothing")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.from_logs:
+        report(args.from_logs, args.json)
+        return
+    if not args.starts:
+        parser.error("--starts RUN is needed: chains start from a converged run's draws")
+    if args.parts == "fidelity":
+        fidelity(args)
+        return
+    args.variants = args.variants.split(",")
+    unknown = sorted(set(args.variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench_conv_")
+    os.makedirs(log_dir, exist_ok=True)
+    print(f"# logs in {log_dir}", flush=True)
+    mixing(args, log_dir)
+    report(log_dir, args.json)
+
+
+if __name__ == "__main__":
+    main()
