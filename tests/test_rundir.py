@@ -30,6 +30,28 @@ def test_a_run_resumed_from_a_checkpoint_on_disk_equals_the_whole_run(tiny4, tmp
         assert torch.allclose(resumed.stats[name].double(), values.double(), rtol=0, atol=0, equal_nan=True), name
 
 
+def test_a_nested_state_is_read_as_the_class_it_names_or_as_its_annotation(tiny4, tmp_path):
+    """Surrogate-MH's inner state is MH's on a fixed template and gap-jump's on a variable gap: the
+    checkpoint names its class. One written before states were named (0.3) is read as the field's
+    annotation, MH's: a run of 0.3 resumes."""
+    k = make_kernel("surrogate-mh", MaskedLMDistribution(tiny4, TEMPLATE), inner_steps=2)
+    cps = []
+    run_chains(k, 2, 3, seed=1, on_checkpoint=cps.append, checkpoint_seconds=0)
+    with rundir.RunDirectory.create(tmp_path / "run", "sample") as run_dir:
+        rundir.save_checkpoint(run_dir, cps[-1], {"seed": 1})
+    file = run_dir.path / rundir.CHECKPOINT
+    payload = torch.load(file, weights_only=True)
+    assert payload["state"]["inner"]["state"] == "MHState"
+    assert torch.equal(rundir.load_checkpoint(run_dir.path).state.inner.tokens, cps[-1].state.inner.tokens)
+    del payload["state"]["inner"]["state"]  # as 0.3 wrote it
+    torch.save(payload, file)
+    assert torch.equal(rundir.load_checkpoint(run_dir.path).state.inner.cond_logits, cps[-1].state.inner.cond_logits)
+    payload["state"]["inner"]["state"] = "NoSuchState"
+    torch.save(payload, file)
+    with pytest.raises(ValueError, match="kernel state NoSuchState is not one of this version's kernels"):
+        rundir.load_checkpoint(run_dir.path)
+
+
 def test_checkpoints_of_another_format_or_kernel_are_refused_by_name(tiny4, tmp_path):
     """A checkpoint of 0.2 (format run-1), or one whose statistics are not its kernel's, is refused
     with a message that says what it is; a checkpoint is read with torch.load(weights_only=True)."""

@@ -95,19 +95,28 @@ def test_a_jump_run_records_every_draw_with_its_length_and_move(model_dir, tmp_p
     assert all(1 <= len(loop) <= 3 and set(loop) <= set("ACDE") for loop in motifs)
 
 
-def test_a_killed_jump_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "kernel",
+    [(), ("--kernel", "surrogate-mh", "--inner-steps", "3", "--p-unmask", "0.3")],
+    ids=["gap-jump", "surrogate"],
+)
+def test_a_killed_jump_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys, kernel):
+    """Also surrogate-MH around the jump moves, whose checkpoint holds the inner gap-jump chain's state."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    assert main(_args(model_dir, whole, "--draws", "150", "--no-progress")) == 0
+    assert main(_args(model_dir, whole, "--draws", "150", *kernel, "--no-progress")) == 0
     capsys.readouterr()
-    cmd = [sys.executable, "-m", "mlm_ppl.cli", *_args(model_dir, cut, "--draws", "150", "--checkpoint-seconds", "0")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = _args(model_dir, cut, "--draws", "150", *kernel, "--checkpoint-seconds", "0")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlm_ppl.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     step = wait_for_checkpoint(cut, proc, min_step=40)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL and step < 160 and not (cut / "run.nc").exists()
     assert main(["sample", "--resume", str(cut), "--no-progress"]) == 0
     a, b = az.from_netcdf(cut / "run.nc"), az.from_netcdf(whole / "run.nc")
-    for group, name in (("posterior", "tokens"), ("sample_stats", "move"), ("sample_stats", "is_accepted")):
+    moves = "n_moves" if kernel else "move"
+    for group, name in (("posterior", "tokens"), ("sample_stats", moves), ("sample_stats", "is_accepted")):
         np.testing.assert_array_equal(getattr(a, group)[name].values, getattr(b, group)[name].values)
     # a float32 energy depends on the batch it was computed in to ~1e-6 (runner.state_consistent_lp)
     np.testing.assert_allclose(a.sample_stats["lp"].values, b.sample_stats["lp"].values, rtol=1e-6)

@@ -229,7 +229,7 @@ class SurrogateState(NamedTuple):
     tokens: Tensor  # (C, L) long
     energy: Tensor  # (C,) E(x), the target's
     log_factor: Tensor  # (C,)
-    inner: MHState  # the surrogate chain at tokens
+    inner: MHState  # the surrogate chain at tokens (a GapJumpState on a variable gap)
     step: int
 
 
@@ -319,8 +319,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         if isinstance(target, GapTarget):
             self._bind_gap(target, surrogate_of)
             return
-        moves = {name: getattr(o, name) for name in ("p_update", "p_insert", "p_delete")}
-        if moves != {"p_update": 0.5, "p_insert": 0.25, "p_delete": 0.25}:
+        if {"p_update", "p_insert", "p_delete"} & set(o.given()):
             raise ValueError(
                 "p_update, p_insert and p_delete are the inner chain's moves over a variable gap's lengths; this "
                 "template has no variable gap MASK{a,b}: leave them out"
@@ -347,7 +346,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         the inner chain (reversible for the surrogate: each move is an MH step, chosen independently
         of the state), so one exact evaluation per outer step pays for every length change inside."""
         o = self.options
-        given = [name for name in ("block_size", "proposal_temperature", "top_k", "top_p") if o.given().get(name)]
+        given = [name for name in ("block_size", "proposal_temperature", "top_k", "top_p") if name in o.given()]
         if given or o.temperature_schedule is not None:
             raise ValueError(
                 f"on a variable gap surrogate-MH's inner chain makes gap-jump's moves (single sites, unmask "

@@ -100,15 +100,32 @@ def _checkpoint_bytes(cp: Checkpoint, settings: Mapping[str, Any]) -> bytes:
 
 def _pack_state(state: Any) -> dict[str, Any]:
     """A kernel state as a plain dict of tensors and numbers; a nested state (surrogate-MH's inner
-    chain) becomes a dict of its own, tagged."""
-    return {k: {"nested": _pack_state(v)} if hasattr(v, "_asdict") else v for k, v in state._asdict().items()}
+    chain) becomes a dict of its own, tagged with its class's name (an inner chain may be one of
+    several kernels: MH, or gap-jump on a variable gap)."""
+    return {
+        k: {"nested": _pack_state(v), "state": type(v).__name__} if hasattr(v, "_asdict") else v
+        for k, v in state._asdict().items()
+    }
+
+
+def _nested_class(annotated: type, name: str | None) -> type:
+    """The class of a nested state: the registered kernel State of that name, or (a checkpoint
+    written before states were named) the field's annotation."""
+    if name is None:
+        return annotated
+    for kernel in KERNELS.values():
+        if kernel.State.__name__ == name:
+            return kernel.State
+    raise ValueError(f"kernel state {name} is not one of this version's kernels")
 
 
 def _unpack_state(cls: type, fields: dict[str, Any]) -> Any:
-    """``cls(**fields)``, nested states rebuilt from ``cls``'s field annotations."""
+    """``cls(**fields)``, nested states rebuilt as the class they name (or ``cls``'s field annotations)."""
     hints = typing.get_type_hints(cls)
     values = {
-        k: _unpack_state(hints[k], v["nested"]) if isinstance(v, dict) and "nested" in v else v
+        k: _unpack_state(_nested_class(hints[k], v.get("state")), v["nested"])
+        if isinstance(v, dict) and "nested" in v
+        else v
         for k, v in fields.items()
     }
     try:
