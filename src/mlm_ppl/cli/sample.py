@@ -111,7 +111,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--length-mode",
         choices=("strata", "jump"),
         help="jump: one run whose chains move between lengths (kernel gap-jump: insert and delete moves on the "
-        "energy, target pi(L) exp(-E/T)); strata: one run per gap length into DIR/L08 ..., combined as the "
+        "energy, target pi(L) exp(-E/T); or --kernel surrogate-mh around those moves); strata: one run per gap "
+        "length into DIR/L08 ..., combined as the "
         "mixture sum_L pi(L) p_L (designs.tsv: each draw's length and weight)",
     )
     gaps.add_argument(
@@ -401,7 +402,8 @@ def _check_resume_flags(args: argparse.Namespace, settings: RunSettings) -> None
 
 
 def _start_gap(args: argparse.Namespace, out: TextIO) -> int:
-    """A template with a variable gap: one run of kernel gap-jump over every length (``jump``), or a
+    """A template with a variable gap: one run over every length (``jump``: kernel gap-jump, or another that
+    moves lengths, surrogate-mh), or a
     batch of strata, one run per length of the gap, weighted by the prior (``strata``)."""
     if args.templates or args.length is not None or not has_variable_gap(args.template):
         raise ValueError(

@@ -95,7 +95,8 @@ def sample(
 
     A template with a variable gap ``MASK{a,b}`` builds the target over every length,
     :class:`~mlm_ppl.models.gap_target.GapTarget` (``length_prior``: its ``pi(L)``, uniform by
-    default), which only ``kernel="gap-jump"`` samples; its draws are padded after the loop.
+    default), which the kernels that move lengths sample (``kernel="gap-jump"``, or ``"surrogate-mh"``
+    around gap-jump's moves); its draws are padded after the loop.
 
     ``backend="ray"`` splits the chains over ``workers`` Ray actors (the ``ray`` extra;
     :mod:`mlm_ppl.inference.distributed`), each holding a copy of the model: the result is the

@@ -14,8 +14,9 @@ model's own energy decides the lengths (up to ``pi``). :class:`GapTarget` writes
   free positions it has (zeros at the absent gap positions).
 
 Only a kernel that moves the length samples it (``capabilities.lengths``: the ``gap-jump``
-kernel, :mod:`mlm_ppl.inference.jump`); any other refuses it, since it would keep every chain
-at its starting length.
+kernel, :mod:`mlm_ppl.inference.jump`, and surrogate-MH around its moves, whose inner chain runs
+on :meth:`GapTarget.map_targets` of the surrogates); any other refuses it, since it would keep
+every chain at its starting length.
 
 With a :class:`~mlm_ppl.models.constraints.ConstraintSpec`, each length's target is the spec
 bound to that length's template (as a batch of strata binds it: a rule's positions count free
