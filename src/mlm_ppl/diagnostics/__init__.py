@@ -1,0 +1,64 @@
+"""Chain diagnostics with ArviZ: InferenceData from runs, summaries with verdicts, plots.
+
+Token ids are labels, so R-hat and ESS are computed on scalar functionals of the chains:
+the log density ``lp``, the Hamming distance to each chain's start and to a reference,
+indicators of chosen tokens at chosen positions, and any user function of the decoded
+sequence. ArviZ (``>=0.21,<1``) and matplotlib are imported lazily.
+
+One module a job: :mod:`.data` (InferenceData of runs, ``run.nc``), :mod:`.summary` (R-hat, ESS
+and each chain's verdict), :mod:`.lengths` (a variable gap's length marginal), :mod:`.plots` and
+:mod:`.loops` (the loop distribution). Every public name is importable from here.
+"""
+
+from .data import (
+    constraint_functionals,
+    from_pyro,
+    functional_name,
+    read_run,
+    to_inference_data,
+)
+from .lengths import gap_lengths, length_log_prior, length_marginal
+from .loops import LoopDistribution, loop_distribution
+from .plots import plot_diagnostics
+from .summary import (
+    ANNEALED,
+    CHAIN_RHAT_MAX,
+    CONVERGED,
+    ESS_MIN_PER_CHAIN,
+    INFEASIBLE,
+    MIN_DRAWS,
+    NOT_CONVERGED,
+    RHAT_MAX,
+    STUCK,
+    Summary,
+    acceptance_rates,
+    stop_when_converged,
+    summary,
+)
+
+__all__ = [
+    "to_inference_data",
+    "read_run",
+    "functional_name",
+    "from_pyro",
+    "summary",
+    "stop_when_converged",
+    "Summary",
+    "acceptance_rates",
+    "plot_diagnostics",
+    "loop_distribution",
+    "LoopDistribution",
+    "STUCK",
+    "INFEASIBLE",
+    "CONVERGED",
+    "NOT_CONVERGED",
+    "ANNEALED",
+    "RHAT_MAX",
+    "CHAIN_RHAT_MAX",
+    "ESS_MIN_PER_CHAIN",
+    "MIN_DRAWS",
+    "constraint_functionals",
+    "gap_lengths",
+    "length_log_prior",
+    "length_marginal",
+]

@@ -1,0 +1,298 @@
+"""InferenceData of runs: the token draws, their scalar functionals (``lp``, Hamming distances,
+indicators, rules and experts, a variable gap's length) and reading ``run.nc`` back."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    import arviz
+
+    from ..inference.runner import Run
+    from ..models.constraints import BoundConstraints
+    from ..models.masked_lm import MaskedLM
+
+
+def load_arviz():
+    """ArviZ, imported on first use (without its FutureWarnings)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        import arviz
+
+    return arviz
+
+
+def constraint_functionals(constraints: "BoundConstraints", tokens: Tensor) -> dict[str, np.ndarray]:
+    """Per draw of ``tokens`` ``(C, D, L)``: ``rule_<name>`` (1.0 where the rule holds),
+    ``feasible`` (1.0 where every rule holds) and ``expert_<name>`` (the expert's unweighted
+    value), each ``(C, D)`` float64; names made identifiers (``n-glycosylation`` ->
+    ``rule_n_glycosylation``). No forward pass: rules and experts read the tokens."""
+    C, D, L = tokens.shape
+    flat = tokens.reshape(-1, L)
+    out: dict[str, np.ndarray] = {}
+
+    def put(name: str, values: Tensor) -> None:
+        if name in out:
+            raise ValueError(f"two rules or experts give the functional {name!r}; rename one")
+        out[name] = values.double().reshape(C, D).numpy()
+
+    violations = constraints.violations(flat)
+    for name, broke in violations.items():
+        put(functional_name("rule", name), ~broke)
+    if violations:
+        put("feasible", constraints.feasible(flat))
+    for name, values in constraints.expert_values(flat).items():
+        put(functional_name("expert", name), values)
+    return out
+
+
+def functional_name(kind: str, name: str) -> str:
+    """The name of a rule's (``kind="rule"``) or an expert's (``"expert"``) functional in
+    ``run.nc``: ``<kind>_<name>``, the name made an identifier (``n-glycosylation`` ->
+    ``rule_n_glycosylation``)."""
+    return kind + "_" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+
+
+def to_inference_data(
+    run: "Run",
+    *,
+    mlm: "MaskedLM | None" = None,
+    reference: str | Tensor | None = None,
+    indicators: Sequence[tuple[int, str | int]] = (),
+    functions: Mapping[str, Callable[[str], float]] | None = None,
+    other_sites: Mapping[str, np.ndarray] | None = None,
+    constraints: "BoundConstraints | None" = None,
+) -> "arviz.InferenceData":
+    """An ``arviz.InferenceData`` of a run, built with ``arviz.from_dict``.
+
+    Parameters
+    ----------
+    run : Run
+        From :func:`mlm_ppl.sample` / :func:`mlm_ppl.run_chains`, or
+        :func:`mlm_ppl.inference.run_from_mcmc` for a ``pyro.infer.MCMC`` run.
+    mlm : MaskedLM, optional
+        Needed to decode sequences (``functions``), to read a string ``reference`` and token
+        names in ``indicators``; its name goes to the attributes.
+    reference : str or Tensor, optional
+        A complete sequence (string, or ids ``(L,)``) for ``hamming_reference``; default: the
+        start of chain 0.
+    indicators : sequence of (position, token)
+        Adds ``indicator_<position>_<token>``: 1.0 where the draw has ``token`` at
+        ``position`` (token position in the encoded sequence; a token id or a string).
+    functions : mapping name -> callable, optional
+        Scalar functions of the decoded sequence, one variable each.
+    other_sites : mapping name -> array, optional
+        Draws ``(C, D, ...)`` of the model's other latent sites (continuous or discrete), added
+        to the posterior as they are (see :func:`from_pyro`).
+    constraints : BoundConstraints, optional
+        The run's constraint spec bound to its target (a ``ConstraintTarget``'s
+        ``constraints``): adds, per draw, ``rule_<name>`` (1.0 where the draw satisfies the
+        rule), ``feasible`` (1.0 where it satisfies every rule) and ``expert_<name>`` (each
+        expert's unweighted value), so the summary gives their R-hat and ESS
+        (:func:`constraint_functionals`).
+
+    Returns
+    -------
+    arviz.InferenceData
+        ``posterior``: ``tokens`` (int, dims chain, draw, position), ``hamming_start`` (to each
+        chain's own start: shows chains leaving their starts, but depends on the start, so it
+        is left out of convergence verdicts), ``hamming_reference``, ``length`` (a variable gap's:
+        the draw's gap length; its states are padded after the loop, so the Hamming distances
+        count a residue against a pad as a difference) and the other functionals;
+        ``sample_stats``: ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed``,
+        ``n_moves`` and a kernel's extras (surrogate-MH: ``inner_acceptance``,
+        ``masked_copies``); attributes
+        record model, kernel, energy, temperature, template, seed.
+    """
+    az = load_arviz()
+    tokens = run.tokens  # (C, D, L)
+    C, D, L = tokens.shape
+    free = _free_mask(run)
+    posterior: dict[str, np.ndarray] = {"tokens": tokens.numpy().astype(np.int64)}
+    start = run.initial if run.initial is not None else tokens[:, 0]
+    posterior["hamming_start"] = _hamming(tokens, start[:, None, :], free)
+    # A common reference makes a functional of the state alone (comparable across chains);
+    # without one, chain 0's start serves.
+    ref = _reference_ids(reference, mlm, L) if reference is not None else start[0]
+    posterior["hamming_reference"] = _hamming(tokens, ref[None, None, :], free)
+    gap = attr_list(run.attrs, "gap_positions")
+    if gap is not None:  # a variable gap: states padded after the loop (GapTarget)
+        posterior["length"] = (tokens[..., gap] != int(run.attrs["pad_id"])).sum(-1).double().numpy()
+    for position, token in indicators:
+        tok_id = _token_id(token, mlm)
+        if not 0 <= int(position) < L:
+            raise ValueError(f"indicator position {position} is outside 0..{L - 1}")
+        name = f"indicator_{position}_{mlm.vocab[tok_id] if mlm is not None else tok_id}"
+        posterior[name] = (tokens[:, :, int(position)] == tok_id).double().numpy()
+    if functions:
+        if mlm is None:
+            raise ValueError("functions of the decoded sequence need mlm= to decode the draws")
+        decoded = [mlm.decode(tokens[c]) for c in range(C)]
+        for name, fn in functions.items():
+            if not name.isidentifier():
+                raise ValueError(f"function name {name!r} must be an identifier")
+            posterior[name] = np.array([[float(fn(s)) for s in chain] for chain in decoded])
+    for name, values in (constraint_functionals(constraints, tokens) if constraints is not None else {}).items():
+        if name in posterior:
+            raise ValueError(f"the constraints' functional {name!r} clashes with another; rename the function")
+        posterior[name] = values
+    for name, values in (other_sites or {}).items():
+        values = np.asarray(values)
+        if name in posterior or values.shape[:2] != (C, D):
+            raise ValueError(f"other site {name!r}: a new name with draws of shape ({C}, {D}, ...) expected")
+        posterior[name] = values
+    stats = {k: v.numpy() for k, v in run.stats.items()}
+    attrs = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in run.attrs.items() if v is not None}
+    if mlm is not None:
+        attrs["model"] = mlm.name
+        attrs["vocab"] = json.dumps(list(mlm.vocab))
+    with warnings.catch_warnings():  # fewer draws than chains is a short run, not a transposed array
+        warnings.filterwarnings("ignore", "More chains", UserWarning)
+        return az.from_dict(
+            posterior=posterior,
+            sample_stats=stats,
+            dims={"tokens": ["position"]},
+            coords={"position": np.arange(L)},
+            attrs=attrs,
+        )
+
+
+def from_pyro(
+    mcmc: Any,
+    *,
+    site: str | None = None,
+    element: int | None = None,
+    mlm: "MaskedLM | None" = None,
+    reference: str | Tensor | None = None,
+    indicators: Sequence[tuple[int, str | int]] = (),
+    functions: Mapping[str, Callable[[str], float]] | None = None,
+) -> "arviz.InferenceData":
+    """InferenceData of a finished ``pyro.infer.MCMC`` run of :class:`~mlm_ppl.MLMKernel` or
+    :class:`~mlm_ppl.MLMGibbs`, where ``az.from_pyro`` and ``MCMC.summary`` stop on token draws.
+
+    The token site (``site``, default: the only one; ``element`` picks one sequence of a site
+    under a ``pyro.plate``) becomes ``tokens`` with the functionals of
+    :func:`to_inference_data`; an ``MLMGibbs`` run's other latent sites (continuous and
+    discrete) are added as they are, so :func:`summary` gives R-hat and ESS for both kinds.
+    A site whose distribution has ``constraints`` adds their functionals per draw
+    (``rule_<name>``, ``feasible``, ``expert_<name>``: :func:`constraint_functionals`).
+    ``mlm`` defaults to the token site's model.
+    """
+    from ..inference.gibbs import MLMGibbs, run_from_gibbs
+    from ..inference.pyro_kernel import MLMKernel, run_from_mcmc
+    from ..inference.starts import target_constraints
+
+    kernel = mcmc.kernel
+    others: dict[str, np.ndarray] = {}
+    if isinstance(kernel, MLMKernel):
+        run, target = run_from_mcmc(mcmc, kernel, site, element), kernel.target
+    elif isinstance(kernel, MLMGibbs):
+        run = run_from_gibbs(mcmc, kernel, site, element)
+        target = kernel.site_target(site or kernel.mlm_sites[0], element)
+        samples = mcmc.get_samples(group_by_chain=True)
+        others = {k: v.detach().cpu().numpy() for k, v in samples.items() if k not in kernel.mlm_sites}
+    else:
+        raise TypeError(f"from_pyro reads MCMC runs of MLMKernel or MLMGibbs, not {type(kernel).__name__}")
+    mlm = mlm if mlm is not None else getattr(target, "mlm", None)
+    return to_inference_data(
+        run,
+        mlm=mlm,
+        reference=reference,
+        indicators=indicators,
+        functions=functions,
+        other_sites=others,
+        constraints=target_constraints(target),
+    )
+
+
+def read_run(path: str) -> "arviz.InferenceData":
+    """The InferenceData of a run: ``run.nc``, or a run directory holding one.
+
+    Raises FileNotFoundError when there is no such file, ValueError when it is not an mlm-ppl
+    run (no ``tokens`` draws or no ``is_accepted`` statistics) or holds what no run writes: a
+    token id outside the model's vocabulary (recorded in the file), a free position outside
+    the sequence.
+    """
+    import os
+
+    if os.path.isdir(path):
+        path = os.path.join(path, "run.nc")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        idata = load_arviz().from_netcdf(path)
+        if "tokens" not in idata.posterior or "is_accepted" not in idata.sample_stats:
+            raise ValueError("no tokens or is_accepted")
+        _check_tokens(idata)
+    except Exception as err:
+        raise ValueError(f"{path} is not an mlm-ppl run file ({err})") from None
+    return idata
+
+
+def _check_tokens(idata: "arviz.InferenceData") -> None:
+    """A ValueError unless the draws are ``(C, D, L)`` integer ids of the recorded vocabulary and
+    the recorded free positions lie in ``0 .. L-1``."""
+    tokens = idata.posterior["tokens"].values
+    if tokens.ndim != 3 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens are {tokens.dtype} of shape {tokens.shape}, not integer ids (chain, draw, position)")
+    vocab = attr_list(idata.attrs, "vocab")
+    size = len(vocab) if vocab is not None else None
+    bad = (tokens < 0) if size is None else (tokens < 0) | (tokens >= size)
+    if bad.any():
+        c, d, p = (int(i) for i in np.argwhere(bad)[0])
+        where = "outside the vocabulary" + (f" of {size} tokens" if size is not None else "")
+        raise ValueError(f"token id {int(tokens[c, d, p])} at chain {c}, draw {d}, position {p} is {where}")
+    free = attr_list(idata.attrs, "free_positions")
+    L = tokens.shape[-1]
+    if free is not None and any(not isinstance(i, int) or not 0 <= i < L for i in free):
+        raise ValueError(f"free positions {free} lie outside the {L} positions of the draws")
+
+
+def attr_list(attrs: Mapping, name: str) -> Any:
+    """A list (or mapping) attribute, stored as itself in a Run and as JSON text in InferenceData."""
+    value = attrs.get(name)
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _free_mask(run: "Run") -> Tensor:
+    """``(L,)`` bool: the sampled positions (all positions if the run does not say)."""
+    L = run.tokens.shape[-1]
+    free = attr_list(run.attrs, "free_positions")
+    mask = torch.zeros(L, dtype=torch.bool)
+    if free is None:
+        return ~mask
+    mask[torch.as_tensor(free, dtype=torch.long)] = True
+    return mask
+
+
+def _hamming(tokens: Tensor, other: Tensor, free: Tensor) -> np.ndarray:
+    return ((tokens != other) & free).sum(-1).double().numpy()
+
+
+def _reference_ids(reference, mlm, L: int) -> Tensor:
+    if isinstance(reference, str):
+        if mlm is None:
+            raise ValueError("a string reference needs mlm= to encode it")
+        ids = mlm.encode([reference]).input_ids[0]
+    else:
+        ids = torch.as_tensor(reference, dtype=torch.long)
+    if ids.shape != (L,):
+        raise ValueError(f"reference has {ids.shape[-1]} tokens, the draws have {L}; give a complete sequence")
+    return ids
+
+
+def _token_id(token, mlm) -> int:
+    if isinstance(token, str):
+        if mlm is None or token not in mlm.vocab:
+            raise ValueError(f"unknown token {token!r}" + ("" if mlm is not None else " (pass mlm= to name tokens)"))
+        return mlm.vocab.index(token)
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"indicator token must be a str or int id, got {token!r}")
+    return int(token)

@@ -1,0 +1,81 @@
+"""A variable gap's lengths in a run: its prior, the length marginal with its MCSE, a reference beside it."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .data import attr_list, load_arviz
+
+if TYPE_CHECKING:  # pragma: no cover
+    import arviz
+
+    from ..models.gaps import LengthReference
+
+
+def _length_prior(idata: "arviz.InferenceData") -> dict[int, float] | None:
+    """A variable-gap run's prior ``{L: pi(L)}`` in order of length (its ``length_prior``
+    attribute); None for a run of one length."""
+    prior = attr_list(idata.attrs, "length_prior")
+    if prior is None or "length" not in idata.posterior:
+        return None
+    return {int(L): float(w) for L, w in sorted(prior.items(), key=lambda kw: int(kw[0]))}
+
+
+def gap_lengths(idata: "arviz.InferenceData") -> list[int] | None:
+    """The gap lengths a variable-gap run's prior weighs, in order; None for a run of one length."""
+    prior = _length_prior(idata)
+    return None if prior is None else list(prior)
+
+
+def length_marginal(idata: "arviz.InferenceData") -> list[tuple[int, float, int, float, float]] | None:
+    """A variable gap's length marginal (:attr:`Summary.lengths`), None for a run of one length."""
+    prior = _length_prior(idata)
+    if prior is None:
+        return None
+    lengths = np.asarray(idata.posterior["length"].values)  # (C, D)
+    rows = []
+    for L, weight in prior.items():
+        indicator = (lengths == L).astype(float)
+        n = int(indicator.sum())
+        rows.append((L, weight, n, n / indicator.size, frequency_mcse(indicator)))
+    return rows
+
+
+def reference_for(idata: "arviz.InferenceData", reference: "LengthReference | None") -> "LengthReference | None":
+    """``reference`` when it covers the run's lengths; a ValueError for a run of one length or a
+    reference read over other lengths."""
+    if reference is None:
+        return None
+    lengths = gap_lengths(idata)
+    if lengths is None:
+        raise ValueError(
+            "a length reference applies to a run over a variable gap's lengths (--length-mode jump); "
+            "this run has one length"
+        )
+    if list(reference.weights) != lengths:
+        raise ValueError(
+            f"the length reference covers lengths {list(reference.weights)}, the run {lengths}: read it over the "
+            "run's lengths (LengthReference.read(path, gap_lengths(idata)))"
+        )
+    return reference
+
+
+def length_log_prior(idata: "arviz.InferenceData") -> np.ndarray | None:
+    """``(C, D)`` ``log pi(L)`` of each draw's gap length, the part of a variable gap's ``lp`` that is
+    not the MLM's (``lp = log pi(L) - E/T``); None for a run of one length."""
+    prior = _length_prior(idata)
+    if prior is None:
+        return None
+    table = {L: math.log(w) for L, w in prior.items()}
+    return np.vectorize(lambda L: table.get(int(L), -math.inf), otypes=[float])(idata.posterior["length"].values)
+
+
+def frequency_mcse(indicator: np.ndarray) -> float:
+    """ArviZ's MCSE of the mean of an indicator ``(C, D)``: nan where it cannot be estimated (fewer
+    than 4 draws per chain, or the same value in every draw, as in a stuck run)."""
+    if indicator.shape[1] < 4 or indicator.std() == 0:
+        return float("nan")
+    return float(load_arviz().mcse(indicator))

@@ -1,0 +1,106 @@
+"""The distribution of the sampled loops: per-position frequencies and the most frequent loops, with MCSE."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._checks import check_count
+from .data import attr_list
+from .lengths import frequency_mcse
+
+if TYPE_CHECKING:  # pragma: no cover
+    import arviz
+
+
+@dataclass(frozen=True)
+class LoopDistribution:
+    """What a run's draws say of the sampled positions (the loop): each position's token
+    frequencies and the most frequent whole loops, over every draw of every chain.
+
+    Attributes
+    ----------
+    positions : list of int
+        The sampled token positions (``[CLS]`` is 0).
+    tokens : list of str
+        The tokens that occur at them, in vocabulary order (ids where the run has no vocabulary).
+    frequencies : numpy.ndarray
+        ``(P, K)``: the fraction of draws with ``tokens[k]`` at ``positions[p]``.
+    motifs : list of (str, int, float, float)
+        The ``top`` most frequent loops: the loop (its tokens joined), its count, its frequency
+        and the Monte Carlo standard error of that frequency (ArviZ's MCSE of the mean of the
+        indicator over the chains; nan with fewer than 4 draws per chain, or when every draw is
+        that loop or none is).
+    draws : int
+        Draws counted (chains x draws).
+    """
+
+    positions: list[int]
+    tokens: list[str]
+    frequencies: np.ndarray
+    motifs: list[tuple[str, int, float, float]]
+    draws: int
+
+    def __str__(self) -> str:
+        def cell(text: str) -> str:  # a token such as BERT's "|" must not split a markdown cell
+            return text.replace("|", "\\|")
+
+        head = "| position | " + " | ".join(map(cell, self.tokens)) + " |"
+        rule = "|---|" + "---|" * len(self.tokens)
+        rows = [
+            f"| {p} | " + " | ".join(f"{100 * f:.0f}" if f > 0 else "." for f in freq) + " |"
+            for p, freq in zip(self.positions, self.frequencies)
+        ]
+        motif_rows = [
+            f"| {i} | {cell(loop)} | {count} | {freq:.4f} | {mcse:.4f} |"
+            for i, (loop, count, freq, mcse) in enumerate(self.motifs, 1)
+        ]
+        return "\n".join(
+            [
+                f"Token frequency at each sampled position, % of {self.draws} draws ('.': never):",
+                "",
+                head,
+                rule,
+                *rows,
+                "",
+                f"The {len(self.motifs)} most frequent loops:",
+                "",
+                "| rank | loop | draws | frequency | MCSE |",
+                "|---|---|---|---|---|",
+                *motif_rows,
+            ]
+        )
+
+
+def loop_distribution(idata: "arviz.InferenceData", *, top: int = 10) -> LoopDistribution:
+    """Token frequencies at the sampled positions and the ``top`` most frequent loops of a run
+    (:class:`LoopDistribution`), read from ``idata`` alone (its ``free_positions`` and ``vocab``)."""
+    top = check_count(top, "top", minimum=1)
+    tokens = np.asarray(idata.posterior["tokens"].values)  # (C, D, L)
+    free = attr_list(idata.attrs, "free_positions")
+    if free is None:
+        raise ValueError("the run does not record its free positions (attrs['free_positions']); nothing to call a loop")
+    positions = [int(p) for p in free]
+    loops = tokens[..., positions]  # (C, D, P)
+    C, D, P = loops.shape
+    vocab = attr_list(idata.attrs, "vocab")
+    ids = np.unique(loops)
+    names = [str(vocab[v]) if vocab is not None else str(int(v)) for v in ids]
+    flat = loops.reshape(C * D, P)
+    frequencies = np.stack([(flat == v).mean(0) for v in ids], axis=1)  # (P, K)
+    unique, inverse, counts = np.unique(flat, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(C, D)
+    order = np.argsort(-counts, kind="stable")[:top]
+    pad = idata.attrs.get("pad_id")  # a variable gap's pads: no residue, left out of a loop's text
+    residues = [v for v in ids if pad is None or v != int(pad)]
+    sep = "" if vocab is not None and all(len(str(vocab[v])) == 1 for v in residues) else " "
+    motifs = []
+    for u in order:
+        loop = sep.join(
+            str(vocab[v]) if vocab is not None else str(int(v)) for v in unique[u] if pad is None or v != int(pad)
+        )
+        mcse = frequency_mcse((inverse == u).astype(float))
+        motifs.append((loop, int(counts[u]), float(counts[u]) / (C * D), mcse))
+    return LoopDistribution(positions, names, frequencies, motifs, C * D)

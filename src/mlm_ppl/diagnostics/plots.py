@@ -1,0 +1,118 @@
+"""The plots of a run: traces and ranks of ``lp``, acceptance, token frequencies, a variable gap's lengths."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._files import save_figure
+from .data import attr_list, load_arviz
+from .lengths import length_marginal, reference_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    import arviz
+
+    from ..models.gaps import LengthReference
+    from ..models.masked_lm import MaskedLM
+
+
+def plot_diagnostics(
+    idata: "arviz.InferenceData",
+    out_dir: str,
+    *,
+    mlm: "MaskedLM | None" = None,
+    length_reference: "LengthReference | None" = None,
+) -> list[str]:
+    """Save PNGs: trace and rank plots of ``lp``, running acceptance, token-frequency heatmap, and
+    for a variable gap ``length.png`` (with ``length_reference`` beside the marginal when given).
+
+    Returns the paths written.
+    """
+    import os
+
+    import matplotlib.pyplot as plt  # ArviZ draws through pyplot; the other plots use standalone Figures
+    from matplotlib.figure import Figure
+
+    az = load_arviz()
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    lp = idata.sample_stats["lp"]
+    if not np.isnan(lp.values).all():
+        for kind, fn in (("trace", az.plot_trace), ("rank", az.plot_rank)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # ArviZ 0.23 on matplotlib 3.11
+                warnings.simplefilter("ignore", UserWarning)  # KDE of a constant lp (stuck chains)
+                axes = fn(idata.sample_stats, var_names=["lp"])
+            fig = np.ravel(axes)[0].figure
+            paths.append(_save(fig, out_dir, f"{kind}_lp.png"))
+            plt.close(fig)  # only the figure ArviZ made: a notebook's own figures stay open
+    acc = idata.sample_stats["is_accepted"].values.astype(float)  # (C, D)
+    fig = Figure(figsize=(7, 3.5))
+    ax = fig.subplots()
+    running = np.cumsum(acc, axis=1) / np.arange(1, acc.shape[1] + 1)
+    for c in range(acc.shape[0]):
+        ax.plot(running[c], label=f"chain {c}")
+    ax.set(xlabel="draw", ylabel="running acceptance rate", ylim=(0, 1.02), title="Acceptance")
+    ax.legend(fontsize="small")
+    paths.append(_save(fig, out_dir, "acceptance.png"))
+    tokens = idata.posterior["tokens"].values  # (C, D, L)
+    free = attr_list(idata.attrs, "free_positions")
+    if free is not None:
+        positions = np.asarray(free)
+    else:  # the positions that vary, or all
+        varying = np.nonzero((tokens != tokens[:1, :1, :]).any(axis=(0, 1)))[0]
+        positions = varying if len(varying) else np.arange(tokens.shape[-1])
+    vocab_ids = np.unique(tokens[..., positions])
+    freq = np.stack([(tokens[..., positions] == v).mean(axis=(0, 1)) for v in vocab_ids])  # (K, P)
+    fig = Figure(figsize=(max(5, 0.35 * len(positions) + 2), max(3, 0.3 * len(vocab_ids) + 1)))
+    ax = fig.subplots()
+    im = ax.imshow(freq, aspect="auto", cmap="viridis", vmin=0, vmax=1)
+    ax.set_xticks(range(len(positions)), [str(p) for p in positions], fontsize="small")
+    vocab = list(mlm.vocab) if mlm is not None else attr_list(idata.attrs, "vocab")
+    labels = [vocab[v] if vocab is not None else str(v) for v in vocab_ids]
+    ax.set_yticks(range(len(vocab_ids)), labels, fontsize="small")
+    ax.set(xlabel="token position (sampled positions)", ylabel="token", title="Token frequency over all draws")
+    fig.colorbar(im, ax=ax, label="frequency")
+    paths.append(_save(fig, out_dir, "token_frequency.png"))
+    rows = length_marginal(idata)
+    reference = reference_for(idata, length_reference)
+    if rows is not None:
+        paths.append(_plot_lengths(idata, rows, out_dir, reference))
+    return paths
+
+
+def _plot_lengths(idata: "arviz.InferenceData", rows: list, out_dir: str, reference: "LengthReference | None") -> str:
+    """``length.png`` of a run over a variable gap's lengths: each chain's length at every draw (do
+    the chains visit the same lengths?) and the length marginal, +- 2 MCSE, beside the prior (and
+    the reference, when given)."""
+    import os
+
+    from matplotlib.figure import Figure
+
+    lengths = np.asarray(idata.posterior["length"].values)  # (C, D)
+    fig = Figure(figsize=(10, 3.5))
+    trace, bars = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    for c in range(lengths.shape[0]):
+        trace.step(np.arange(lengths.shape[1]), lengths[c], where="post", lw=1, label=f"chain {c}")
+    trace.set(xlabel="draw", ylabel="gap length", title="Gap length of each chain")
+    trace.legend(fontsize="small")
+    L = np.array([r[0] for r in rows])
+    freq, mcse = np.array([r[3] for r in rows]), np.array([r[4] for r in rows])
+    bars.bar(L, freq, color="tab:blue", label="draws (+- 2 MCSE)")
+    bars.errorbar(L, freq, yerr=2 * np.nan_to_num(mcse), fmt="none", ecolor="black", capsize=2)
+    bars.plot(L, [r[1] for r in rows], "o", color="tab:orange", label="prior pi(L)")
+    if reference is not None:
+        label = f"reference ({os.path.basename(reference.source)}, renormalised)"
+        bars.plot(L, [reference.weights[int(x)] for x in L], "s-", color="tab:green", ms=4, lw=1, label=label)
+    bars.set(xlabel="gap length", ylabel="probability", title="Length marginal")
+    bars.set_xticks(L)
+    bars.legend(fontsize="small")
+    return _save(fig, out_dir, "length.png")
+
+
+def _save(fig, out_dir: str, name: str) -> str:
+    import os
+
+    return save_figure(fig, os.path.join(out_dir, name), dpi=100, bbox_inches="tight")

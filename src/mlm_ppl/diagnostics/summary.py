@@ -1,0 +1,292 @@
+"""Summaries of runs: R-hat and ESS of every functional, and each chain's verdict (converged, not
+converged, stuck, infeasible, annealed)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..inference.annealing import annealing_note
+from .data import load_arviz, to_inference_data
+from .lengths import length_marginal, reference_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    import arviz
+    import pandas
+
+    from ..inference.runner import Run
+    from ..models.constraints import BoundConstraints
+    from ..models.gaps import LengthReference
+    from ..models.masked_lm import MaskedLM
+
+STUCK, CONVERGED, NOT_CONVERGED = "stuck", "converged", "not converged"
+INFEASIBLE = "infeasible"
+
+
+ANNEALED = "annealed"
+
+
+RHAT_MAX = 1.01
+
+
+CHAIN_RHAT_MAX = 1.05
+
+
+ESS_MIN_PER_CHAIN = 100
+
+
+MIN_DRAWS = 8  # split R-hat of one chain needs two halves of at least 4 draws
+
+
+@dataclass
+class Summary:
+    """Diagnostics of a run.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per functional: mean, sd, mcse_mean, ess_bulk, ess_tail, r_hat (rank-normalised
+        split R-hat; Vehtari et al. 2021).
+    acceptance_rate : float
+        Fraction of accepted proposals.
+    novel_transition_rate : float
+        Fraction of steps whose accepted proposal changed the state (Goyal et al. 2021).
+    chains : list of str
+        Per-chain verdict: "converged", "not converged", "stuck" (never moved), "infeasible"
+        (draws of density 0: they break a hard rule of the target) or "annealed" (a run that
+        anneals: a mode seeker, whose draws are not samples of the target, whatever its R-hat).
+    reasons : list of str
+        Why each chain got its verdict.
+    moves_per_step : float
+        Mean accepted single-site changes per step (``n_moves``; NaN for runs that lack it).
+    inner_acceptance : float or None
+        Surrogate-MH: fraction of inner (surrogate) proposals accepted; None for other kernels.
+    masked_copies_per_step : float or None
+        Surrogate-MH: mean masked copies run per step; None for other kernels.
+    annealing : str or None
+        An annealed run's note (:func:`~mlm_ppl.inference.annealing.annealing_note`), the first
+        line of the text; None for a run that samples its target.
+    stopped : str or None
+        Why a run with a stopping rule (:func:`stop_when_converged`) ended before its last draw,
+        and where (the run's ``stopped`` attribute); None for a run that took every draw.
+    lengths : list of (int, float, int, float, float) or None
+        A variable gap's length marginal: per length of the prior, ``(length, prior pi(L),
+        draws, frequency, MCSE of the frequency)`` over every draw of every chain; None for a
+        run of one length.
+    length_reference : LengthReference or None
+        A length distribution the marginal is compared with (``summary(...,
+        length_reference=)``), shown as a column beside it; None without one.
+    """
+
+    table: "pandas.DataFrame"
+    acceptance_rate: float
+    novel_transition_rate: float
+    chains: list[str]
+    reasons: list[str]
+    moves_per_step: float = float("nan")
+    inner_acceptance: float | None = None
+    masked_copies_per_step: float | None = None
+    annealing: str | None = None
+    stopped: str | None = None
+    lengths: list[tuple[int, float, int, float, float]] | None = None
+    length_reference: "LengthReference | None" = None
+
+    @property
+    def converged(self) -> bool:
+        return all(v == CONVERGED for v in self.chains)
+
+    def __str__(self) -> str:
+        lines = [self.annealing, ""] if self.annealing is not None else []
+        lines += [f"stopped early: {self.stopped}", ""] if self.stopped is not None else []
+        lines += [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
+        if self.lengths is not None:
+            ref = self.length_reference
+            lines += ["gap length: prior, draws, frequency over all draws and its Monte Carlo standard error"]
+            if ref is None:
+                lines += ["length   prior   draws  frequency   MCSE"]
+                lines += [f"{L:>6}  {w:.4f}  {n:>6}  {f:9.4f}  {m:.4f}" for L, w, n, f, m in self.lengths]
+            else:
+                lines[-1] += f", and the reference {ref.source} renormalised over these lengths"
+                lines += [f"(which hold {ref.inside:.1%} of its weight)"]
+                lines += ["length   prior   draws  frequency   MCSE  reference"]
+                lines += [
+                    f"{L:>6}  {w:.4f}  {n:>6}  {f:9.4f}  {m:.4f}  {ref.weights[L]:9.4f}"
+                    for L, w, n, f, m in self.lengths
+                ]
+            lines.append("")
+        lines.append(
+            f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}"
+        )
+        if self.inner_acceptance is not None:
+            lines.append(
+                f"surrogate: inner acceptance {self.inner_acceptance:.3f}   moves per step {self.moves_per_step:.2f}   "
+                f"masked copies per step {self.masked_copies_per_step:.0f}"
+            )
+        for c, (verdict, why) in enumerate(zip(self.chains, self.reasons)):
+            lines.append(f"chain {c}: {verdict} ({why})")
+        return "\n".join(lines)
+
+
+def acceptance_rates(is_accepted, n_changed) -> tuple[float, float]:
+    """Acceptance rate and novel-transition rate of per-draw statistics ``(C, D)``.
+
+    The novel-transition rate counts accepted proposals that change the state (Goyal et al.
+    2021); a pseudo-Gibbs step that redraws the same token is accepted but not novel.
+    """
+    accepted = np.asarray(is_accepted, dtype=bool)
+    return float(accepted.mean()), float((accepted & (np.asarray(n_changed) > 0)).mean())
+
+
+def summary(
+    idata: "arviz.InferenceData",
+    *,
+    rhat_max: float = RHAT_MAX,
+    chain_rhat_max: float = CHAIN_RHAT_MAX,
+    ess_min_per_chain: int = ESS_MIN_PER_CHAIN,
+    length_reference: "LengthReference | None" = None,
+) -> Summary:
+    """R-hat, ESS and MCSE of every scalar functional, acceptance rates, and a verdict per chain.
+
+    A chain with a draw of log density ``-inf`` is **infeasible**: the draw breaks a hard rule
+    of the target (a kernel that does not compute ``lp``, NaN, cannot tell). A chain that never
+    changed state is **stuck** (ArviZ would give R-hat NaN and ESS = N for it, which must not
+    read as converged). The others are **converged** when every functional
+    that varies has rank-normalised R-hat <= ``rhat_max`` across all chains (Vehtari et al.
+    2021), split R-hat <= ``chain_rhat_max`` within the chain alone (its two halves: noisier, so
+    a looser bound), and bulk and tail ESS >= ``ess_min_per_chain`` x chains; otherwise
+    **not converged**, with the reasons.
+
+    A run that annealed (its ``annealing`` attribute, :func:`~mlm_ppl.run_chains`' record of the
+    kernel's schedule) sought a mode: its draws are not samples of the target. Its summary starts
+    with a note that says so, and a chain that is neither stuck nor infeasible is **annealed**, its
+    reasons those of the diagnostics of the annealed chain itself.
+    """
+    az = load_arviz()
+    post = idata.posterior
+    names = [v for v in post.data_vars if v != "tokens" and not np.isnan(post[v].values).all()]
+    lp_values = idata.sample_stats["lp"].values if "lp" in idata.sample_stats else None
+    # lp is a functional unless the kernel does not compute it (NaN) or a draw has density 0 (-inf:
+    # no R-hat; its chain's verdict is "infeasible")
+    if lp_values is not None and not np.isnan(lp_values).all() and not np.isneginf(lp_values).any():
+        lp = idata.sample_stats["lp"]
+        post = post.assign(lp=lp)
+        names = ["lp"] + names
+    n_draws = int(post.sizes["draw"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # constant functionals give NaN R-hat
+        warnings.simplefilter("ignore", UserWarning)  # too few draws: ArviZ warns and returns NaN
+        table = az.summary(post, var_names=names, kind="all", round_to="none") if names else None
+    n_chains = int(post.sizes["chain"])
+    n_changed = idata.sample_stats["n_changed"].values  # (C, D)
+    accepted = idata.sample_stats["is_accepted"].values
+    verdicts, reasons = [], []
+    note = _annealing(idata.attrs)
+    # hamming_start depends on each chain's own start: chains legitimately disagree on it
+    varying = [n for n in names if n != "hamming_start" and np.nanstd(post[n].values) > 0]
+    for c in range(n_chains):
+        infeasible = 0 if lp_values is None else int(np.isneginf(lp_values[c]).sum())
+        if infeasible:
+            verdicts.append(INFEASIBLE)
+            reasons.append(
+                f"{infeasible} of {n_draws} draws have log density -inf: they break a hard rule of the target"
+            )
+            continue
+        if (n_changed[c] == 0).all():
+            verdicts.append(STUCK)
+            reasons.append("the chain never changed state")
+            continue
+        problems = []
+        if n_draws < MIN_DRAWS:
+            problems.append(f"only {n_draws} draws; R-hat needs at least {MIN_DRAWS}")
+        for n in varying if n_draws >= MIN_DRAWS else ():
+            values = post[n].values[c]  # (D,)
+            if np.std(values) == 0:
+                problems.append(f"{n} constant in this chain")
+                continue
+            half = len(values) // 2
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a constant half gives inf
+                r = float(az.rhat(np.stack([values[:half], values[half : 2 * half]]), method="rank"))  # split
+            if not r <= chain_rhat_max:
+                problems.append(f"split R-hat of {n} in this chain {r:.3f} > {chain_rhat_max}")
+        if table is not None and n_draws >= MIN_DRAWS:
+            for n in varying:
+                r, eb, et = (float(table.loc[n, k]) for k in ("r_hat", "ess_bulk", "ess_tail"))
+                if not r <= rhat_max:
+                    problems.append(f"R-hat of {n} across chains {r:.3f} > {rhat_max}")
+                if not min(eb, et) >= ess_min_per_chain * n_chains:
+                    problems.append(f"ESS of {n} {min(eb, et):.0f} < {ess_min_per_chain * n_chains}")
+        if not varying:
+            problems.append("no functional varies")
+        why = (
+            "; ".join(dict.fromkeys(problems))
+            if problems
+            else f"R-hat <= {rhat_max}, ESS >= {ess_min_per_chain * n_chains}"
+        )
+        if note is not None:  # the diagnostics describe the annealed chain, not draws of the target
+            verdicts.append(ANNEALED)
+            reasons.append(f"mode-seeking, not samples of the target; the annealed chain: {why}")
+            continue
+        verdicts.append(NOT_CONVERGED if problems else CONVERGED)
+        reasons.append(why)
+    acceptance, novel = acceptance_rates(accepted, n_changed)
+    stats = idata.sample_stats
+
+    def mean_of(name: str) -> float | None:
+        return float(stats[name].values.mean()) if name in stats else None
+
+    moves = mean_of("n_moves")
+    return Summary(
+        table if table is not None else _empty_table(),
+        acceptance,
+        novel,
+        verdicts,
+        reasons,
+        moves_per_step=float("nan") if moves is None else moves,
+        inner_acceptance=mean_of("inner_acceptance"),
+        masked_copies_per_step=mean_of("masked_copies"),
+        annealing=note,
+        stopped=idata.attrs.get("stopped"),
+        lengths=length_marginal(idata),
+        length_reference=reference_for(idata, length_reference),
+    )
+
+
+def stop_when_converged(
+    *, mlm: "MaskedLM | None" = None, constraints: "BoundConstraints | None" = None
+) -> Callable[["Run"], str | None]:
+    """A stopping rule for :func:`~mlm_ppl.run_chains` (``stop=``): the draws so far end the run
+    when their :func:`summary` (of :func:`to_inference_data` with ``mlm`` and ``constraints``, as
+    the run's outputs build it) says every chain converged. The run's summary then says converged
+    too, and says it stopped early (``Summary.stopped``)."""
+
+    def rule(run: "Run") -> str | None:
+        report = summary(to_inference_data(run, mlm=mlm, constraints=constraints))
+        return f"every chain converged ({report.reasons[0]})" if report.converged else None
+
+    return rule
+
+
+def _annealing(attrs: Mapping) -> str | None:
+    """The note of an annealed run (its ``annealing`` attribute: a mapping in a Run, JSON text in
+    InferenceData), or None."""
+    record = attrs.get("annealing")
+    if record is None:
+        return None
+    if isinstance(record, str):
+        try:
+            record = json.loads(record)
+        except ValueError:
+            record = None
+    return annealing_note(record if isinstance(record, Mapping) else {})
+
+
+def _empty_table():
+    import pandas
+
+    return pandas.DataFrame()
