@@ -39,8 +39,8 @@ import torch
 from torch import Tensor
 
 from .._checks import check_probability, check_schedule, check_share, check_temperature, count_at_least
+from ..models.frozen import FrozenFrame
 from ..models.gap_target import GapTarget
-from ..models.masked_lm import FrozenFrame
 from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget
 from .base import (
     ANNEAL_TERMS,

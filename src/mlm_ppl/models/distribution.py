@@ -29,8 +29,9 @@ from torch.distributions import biject_to, transform_to
 from .._checks import check_temperature
 from .constraints import BoundConstraints, ConstraintSpec
 from .energy import check_energy, token_scores
+from .frozen import FrozenFrame
 from .gaps import expand_counts, has_counts
-from .masked_lm import FrozenFrame, MaskedLM
+from .masked_lm import MaskedLM
 from .target import Evaluation, log_density
 from .tokens import Encoding
 
@@ -252,7 +253,7 @@ class MaskedLMDistribution(TorchDistribution):
         dtype=dtype, frame=...)`` reads cropped copies beside it. A ValueError for a model that
         has no frozen forward here."""
         mlm = self.mlm if dtype is None else self.mlm.cast(dtype)
-        mlm._frozen_layers()  # refuses an architecture it cannot freeze, before the reference's pass
+        mlm.frozen_layers()  # refuses an architecture it cannot freeze, before the reference's pass
         return mlm.frozen_frame(self.frozen_reference(), self.context_columns(context))
 
     def _copies(

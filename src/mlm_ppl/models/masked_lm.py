@@ -24,47 +24,10 @@ from torch import Tensor
 
 from .._checks import check_type
 from .energy import EnergyTerms, check_energy, energy_terms
+from .frozen import FrozenFrame, frame_of, frozen_forward, frozen_layers
 from .tokens import Encoding, TokenCodec
 
 __all__ = ["Encoding", "MaskedConditionals", "MaskedLM", "NonFiniteLogitsError"]
-
-
-@dataclass(frozen=True)
-class FrozenFrame:
-    """A fixed reference sequence's columns outside ``columns``, as every layer of a model sees them
-    (:meth:`MaskedLM.frozen_frame`): per layer, ``(1, heads, L - K, d)`` keys and values."""
-
-    columns: Tensor  # (K,) the live columns, ascending
-    length: int  # L, the whole sequence's
-    keys: tuple[Tensor, ...]
-    values: tuple[Tensor, ...]
-    reference: Tensor  # (L,) the sequence whose frame it is
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.keys[0].dtype
-
-
-def _heads(t: Tensor, size: int) -> Tensor:
-    """``(..., T, heads * size)`` -> ``(..., heads, T, size)``; a 2-D input gets a batch of one."""
-    if t.dim() == 2:
-        t = t[None]
-    return t.reshape(*t.shape[:-1], t.shape[-1] // size, size).transpose(-3, -2)
-
-
-def _layer_step(layer: Any, x: Tensor, k_frame: Tensor, v_frame: Tensor) -> Tensor:
-    """One post-LayerNorm BERT layer on hidden states ``x`` (n, T, H) whose tokens also attend to
-    the frame's keys and values ``(1, heads, F, d)`` (F may be 0: the layer itself)."""
-    att = layer.attention.self
-    size = att.attention_head_size
-    n = x.shape[0]
-    q = _heads(att.query(x), size)  # (n, heads, T, d)
-    k = torch.cat([k_frame.expand(n, -1, -1, -1), _heads(att.key(x), size)], dim=-2)
-    v = torch.cat([v_frame.expand(n, -1, -1, -1), _heads(att.value(x), size)], dim=-2)
-    scale = float(getattr(att, "scaling", size**-0.5))  # 1/sqrt(d), as every BERT layer scales
-    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)
-    attended = layer.attention.output(o.transpose(1, 2).reshape(x.shape), x)
-    return layer.output(layer.intermediate(attended), attended)
 
 
 @dataclass(frozen=True)
@@ -155,7 +118,7 @@ class MaskedLM(TokenCodec):
         self.memory_budget_mb = float(memory_budget_mb)
         self._casts: dict[torch.dtype, MaskedLM] = {}  # copies in other dtypes, made by cast()
         self._reads_position_ids: bool | None = None  # probed on first use (reads_position_ids)
-        self._frozen: list | None = None  # the layers a frozen frame runs, checked once (_frozen_layers)
+        self._frozen: list | None = None  # the layers a frozen frame runs, checked once (frozen_layers)
         self.encoder, self.head = _split_head(model)
         if compile:
             self.encoder = torch.compile(self.encoder, dynamic=True)
@@ -224,75 +187,20 @@ class MaskedLM(TokenCodec):
         offset = 0 if padding_idx is None else int(padding_idx) + 1
         return torch.as_tensor(columns, dtype=torch.long) + offset
 
-    def _frozen_layers(self) -> list:
-        """The encoder's layers when a frozen frame can be computed for them (a post-LayerNorm BERT
-        or RoBERTa encoder with absolute positions), else a ValueError naming what to use instead.
-        Checked once; the frozen forward asks for them at every chunk."""
-        if self._frozen is not None:
-            return self._frozen
-        layers = getattr(getattr(self.encoder, "encoder", None), "layer", None)
-        kind = getattr(self.model.config, "position_embedding_type", None) or "absolute"
-        known = (
-            self.head is not None
-            and layers is not None
-            and kind == "absolute"
-            and not getattr(self.model.config, "is_decoder", False)
-            and all(
-                [n for n, _ in layer.named_children()] == ["attention", "intermediate", "output"]
-                and [n for n, _ in layer.attention.named_children()] == ["self", "output"]
-                for layer in layers
-            )
-        )
-        if not known:
-            raise ValueError(
-                f"a frozen frame is computed for BERT-like encoders with absolute positions; model {self.name!r} "
-                f"({type(self.encoder).__name__}, positions {kind!r}) is not one: use surrogate_frame='crop', or "
-                "leave surrogate_context unset"
-            )
-        self._frozen = list(layers)  # type: ignore[arg-type]
+    def frozen_layers(self) -> list:
+        """The encoder's layers when a frozen frame can be computed for them
+        (:func:`~mlm_ppl.models.frozen.frozen_layers`: a ValueError naming what to use instead
+        otherwise); checked once."""
+        if self._frozen is None:
+            self._frozen = frozen_layers(self.encoder, self.model.config, self.head, self.name)
         return self._frozen
 
     @torch.inference_mode()
     def frozen_frame(self, reference: Tensor, live: Tensor) -> FrozenFrame:
         """The frame of ``reference`` (one complete sequence ``(L,)``) outside the ``live`` columns
-        ``(K,)``, frozen: at every layer, the keys and values its hidden states give when the model
-        reads the whole reference. Copies of the live columns read beside it
-        (``Encoding(frame=...)``) attend to it as to the rest of their sequence, but the frame does
-        not see them change: cheap (only K tokens run through the layers) and, when the live
-        columns hold what moves, close to the whole copy."""
-        layers = self._frozen_layers()
-        reference = torch.as_tensor(reference, dtype=torch.long).reshape(-1).cpu()
-        live = torch.as_tensor(live, dtype=torch.long).cpu()
-        frame = torch.ones(reference.numel(), dtype=torch.bool)
-        frame[live] = False
-        ids = reference[None].to(self.device)
-        # the reference through the layers as the model reads it (the layer math of _frozen_forward with
-        # nothing frozen, which is the model's own; no output_hidden_states: its hooks stay on the modules)
-        x = self.encoder.embeddings(
-            input_ids=ids, position_ids=self.position_ids(torch.arange(ids.shape[1]))[None].to(self.device)
-        )
-        keys, values = [], []
-        empty = x.new_zeros((1, 0, x.shape[-1]))
-        for layer in layers:
-            h = x[0, frame.to(x.device)]  # (F, H): layer l's input at the frame's columns
-            att = layer.attention.self
-            keys.append(_heads(att.key(h), att.attention_head_size))
-            values.append(_heads(att.value(h), att.attention_head_size))
-            x = _layer_step(
-                layer,
-                x,
-                _heads(att.key(empty), att.attention_head_size),
-                _heads(att.value(empty), att.attention_head_size),
-            )
-        return FrozenFrame(live, int(reference.numel()), tuple(keys), tuple(values), reference)
-
-    def _frozen_forward(self, input_ids: Tensor, position_ids: Tensor, frame: FrozenFrame) -> Tensor:
-        """``(n, T, H)`` last hidden states of the live columns ``input_ids`` (n, T) beside ``frame``."""
-        layers = self._frozen_layers()
-        x = self.encoder.embeddings(input_ids=input_ids, position_ids=position_ids)
-        for layer, k_frame, v_frame in zip(layers, frame.keys, frame.values):
-            x = _layer_step(layer, x, k_frame, v_frame)
-        return x
+        ``(K,)``, frozen (:func:`~mlm_ppl.models.frozen.frame_of`): copies of the live columns read
+        beside it (``Encoding(frame=...)``) attend to it as to the rest of their sequence."""
+        return frame_of(self.encoder, self.frozen_layers(), self.position_ids, reference, live, self.device)
 
     def cast(self, dtype: torch.dtype) -> "MaskedLM":
         """This masked LM with its weights in ``dtype``: ``self`` when they already are, else a
@@ -549,7 +457,7 @@ class MaskedLM(TokenCodec):
         if frame is not None:
             if position_ids is None or not bool(attention_mask.all()):
                 raise ValueError("a frozen frame needs the live columns' position ids and unpadded rows")
-            hidden = self._frozen_forward(input_ids, position_ids, frame)  # (n, T, H)
+            hidden = frozen_forward(self.encoder, self.frozen_layers(), input_ids, position_ids, frame)  # (n, T, H)
             return self.head(hidden[rows, query]).to(out_dtype)[..., : self.vocab_size]
         extra = {} if position_ids is None else {"position_ids": position_ids}
         if self.head is None:

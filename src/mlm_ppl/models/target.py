@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from .masked_lm import FrozenFrame
+    from .frozen import FrozenFrame
 
 __all__ = [
     "Evaluation",
