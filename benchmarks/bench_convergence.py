@@ -60,6 +60,9 @@ FIDELITY = {
     "whole, bfloat16": dict(SURROGATE),
     "frozen, bfloat16": dict(SURROGATE, surrogate_frame="frozen"),
     "frozen, float32": dict(surrogate_frame="frozen"),
+    "frozen, window 2, bfloat16": dict(SURROGATE, surrogate_frame="frozen", surrogate_window=2),
+    "frozen, window 4, bfloat16": dict(SURROGATE, surrogate_frame="frozen", surrogate_window=4),
+    "frozen, window 8, bfloat16": dict(SURROGATE, surrogate_frame="frozen", surrogate_window=8),
     "crop 16, bfloat16": dict(SURROGATE, surrogate_context=16),
 }
 

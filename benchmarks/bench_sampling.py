@@ -344,15 +344,21 @@ def cdrh3_task(device=None, chains=8, starts=None):
 
 
 def run_starts(path, dist, chains):
-    """``(chains, L)`` starts taken from the draws of a run of the same task (``runs/converge``): the
+    """``(chains, L)`` starts taken from the draws of a run of the same task (``docs/converge/run``; of a run
+    still going, its checkpoint's draws so far): the
     second half of its draws, pooled over its chains, at evenly spaced indices. Chains started
     there start (close to) stationary, so that their ESS measures mixing, not the way from a
     fill-in to the posterior's bulk, which plain MH does not finish in an hour (docs/performance.md)."""
     from mlm_ppl.diagnostics import read_run
 
+    checkpoint = os.path.join(path, "checkpoint.pt")
     try:
-        tokens = torch.as_tensor(read_run(path).posterior["tokens"].values)  # (C, D, L)
-    except (OSError, ValueError) as err:
+        if os.path.isdir(path) and not os.path.exists(os.path.join(path, "run.nc")) and os.path.exists(checkpoint):
+            saved = torch.load(checkpoint, weights_only=True)  # a run still going: its draws so far
+            tokens = saved["draws"][:, : saved["stats"]["lp"].shape[1]]
+        else:
+            tokens = torch.as_tensor(read_run(path).posterior["tokens"].values)  # (C, D, L)
+    except (OSError, ValueError, KeyError) as err:
         raise SystemExit(f"--starts {path}: {err}") from None
     C, D, L = tokens.shape
     template = dist.template.cpu()
