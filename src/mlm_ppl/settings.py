@@ -19,10 +19,8 @@ from typing import Any
 from ._checks import check_choice, check_count, check_seed, check_temperature, check_type
 from .inference.annealing import GeometricAnnealing, annealing_record, format_anneal, parse_anneal
 from .inference.base import INITS
-from .inference.jump import GapJump
-from .inference.registry import KERNELS, kernel_class
+from .inference.registry import KERNELS, kernel_class, length_kernels
 from .inference.spec import OptionInfo
-from .inference.surrogate_mh import SurrogateMH
 from .models.constraints import ConstraintSpec
 from .models.energy import ENERGIES
 from .models.gaps import GapTemplate, LengthPrior, has_variable_gap
@@ -175,7 +173,7 @@ class RunSettings:
         if gap and not abilities.lengths:
             raise ValueError(
                 f"template: its variable gap MASK{{a,b}} gives loops of several lengths, which kernel {self.kernel} "
-                f"does not sample; use kernel {GapJump.name} or {SurrogateMH.name} (--length-mode jump) or one run "
+                f"does not sample; use kernel {' or '.join(length_kernels())} (--length-mode jump) or one run "
                 "per length (--length-mode strata)"
             )
         if not gap and not abilities.fixed:

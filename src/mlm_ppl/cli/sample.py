@@ -15,10 +15,8 @@ from ..diagnostics import CHAIN_RHAT_MAX, ESS_MIN_PER_CHAIN, RHAT_MAX
 from ..inference.annealing import annealing_note, format_anneal, parse_anneal
 from ..inference.base import INITS
 from ..inference.distributed import WorkersLostError
-from ..inference.jump import GapJump
-from ..inference.registry import KERNELS, kernel_class
+from ..inference.registry import KERNELS, kernel_class, length_kernels
 from ..inference.spec import KernelBase
-from ..inference.surrogate_mh import SurrogateMH
 from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
 from ..models.energy import ENERGIES
 from ..models.gaps import LengthPrior, has_variable_gap, parse_gap
@@ -419,12 +417,12 @@ def _start_gap(args: argparse.Namespace, out: TextIO) -> int:
     assert gap is not None
     prior = LengthPrior.read(args.length_prior or "uniform", gap)
     if args.length_mode == "jump":
-        kernel = args.kernel or GapJump.name
+        kernel = args.kernel or length_kernels()[0]
         if not kernel_class(kernel).capabilities.lengths:
             raise ValueError(
-                f"--length-mode jump samples with a kernel that moves lengths: {GapJump.name} (update moves of "
-                f"single-site MH, insert and delete moves) or {SurrogateMH.name} (its inner chain makes those moves "
-                f"on a surrogate); drop --kernel {args.kernel}, or use --length-mode strata to run it on each length"
+                f"--length-mode jump samples with a kernel that moves lengths ({', '.join(length_kernels())}: "
+                f"gap-jump's update, insert and delete moves, or surrogate-mh around them); drop --kernel "
+                f"{args.kernel}, or use --length-mode strata to run it on each length"
             )
         weights = {str(L): w for L, w in prior.weights.items()}
         return _start_run(args, out, extra={"kernel": kernel, "length_prior": weights})

@@ -5,12 +5,16 @@ exact enumeration of tiny state spaces.
   :mod:`.registry`: the kernels by name (:func:`register` adds one everywhere);
 * :mod:`.base`: the kernel contract, the one ``accept``, proposals, scans, starting states;
   :mod:`.annealing`: schedules a run records, and the note of an annealed run;
-* :mod:`.mh`, :mod:`.surrogate_mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`: one algorithm each;
+* :mod:`.mh`, :mod:`.surrogate_mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`, :mod:`.jump`
+  (gap-jump: the lengths of a variable gap): one algorithm each;
 * :mod:`.exact`: enumeration and exact transition matrices;
 * :mod:`.streams`: one random stream per chain (a chain's draws depend only on ``(seed, c)``);
+  :mod:`.starts`: starting states that break no hard rule;
 * :mod:`.runner`: batched chains with checkpoints; :mod:`.api`: :func:`sample` by name;
+  :mod:`.distributed`: the same chains split over Ray workers;
 * :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``; :mod:`.gibbs`:
-  :class:`MLMGibbs`, token sites beside continuous sites moved by ``NUTS``/``HMC``.
+  :class:`MLMGibbs`, token sites beside continuous sites moved by ``NUTS``/``HMC``;
+  :mod:`.pyro_sites`: what both read of a Pyro model's token sites.
 """
 
 from . import exact
@@ -28,11 +32,12 @@ from .base import (
     proposal_log_probs,
 )
 from .gibbs import MLMGibbs, run_from_gibbs
+from .jump import GapJump, GapJumpInfo, GapJumpOptions, GapJumpState
 from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictOptions, MaskPredictState
 from .mh import MetropolisHastings, MHInfo, MHOptions, MHState
 from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsOptions, PseudoGibbsState
 from .pyro_kernel import MLMKernel, run_from_mcmc
-from .registry import kernel_class, register, unregister
+from .registry import kernel_class, length_kernels, register, unregister
 from .runner import STAT_NAMES, Checkpoint, Run, run_chains, step_stats
 from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams, chain_seed
@@ -57,6 +62,7 @@ __all__ = [
     "register",
     "unregister",
     "kernel_class",
+    "length_kernels",
     "draw_from_distribution",
     # kernels, and how one declares itself
     "Kernel",
@@ -81,6 +87,10 @@ __all__ = [
     "MaskPredictOptions",
     "MaskPredictState",
     "MaskPredictInfo",
+    "GapJump",
+    "GapJumpOptions",
+    "GapJumpState",
+    "GapJumpInfo",
     # pieces
     "accept",
     "proposal_log_probs",

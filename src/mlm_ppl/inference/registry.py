@@ -20,7 +20,7 @@ from .pseudo_gibbs import PseudoGibbs
 from .spec import Capabilities, KernelBase, Options
 from .surrogate_mh import SurrogateMH
 
-__all__ = ["KERNELS", "register", "unregister", "kernel_class", "make_kernel"]
+__all__ = ["KERNELS", "register", "unregister", "kernel_class", "length_kernels", "make_kernel"]
 
 
 class _Kernels(Mapping[str, type[KernelBase]]):
@@ -81,6 +81,13 @@ def unregister(name: str) -> None:
 def kernel_class(name: str) -> type[KernelBase]:
     """The class of the kernel ``name``, or a ValueError listing the known names."""
     return KERNELS[check_choice(name, "kernel", tuple(KERNELS))]
+
+
+def length_kernels() -> tuple[str, ...]:
+    """The kernels that move a variable gap's length (``capabilities.lengths``), those made for
+    nothing else first (gap-jump: the default of ``--length-mode jump``)."""
+    movers = [name for name, cls in KERNELS.items() if cls.capabilities.lengths]
+    return tuple(sorted(movers, key=lambda name: KERNELS[name].capabilities.fixed))
 
 
 def make_kernel(name: str, target: Target, **options: Any) -> KernelBase:
