@@ -138,3 +138,27 @@ def test_a_surrogate_record_from_before_the_context_options_compares_equal_to_to
     assert (
         "surrogate_context" not in RunSettings.completed(RunSettings(template="A[MASK]C").to_dict())["kernel_options"]
     )
+
+
+@pytest.mark.parametrize(
+    "kernel, template, added",
+    [
+        ("mh", "A[MASK]C", ("p_unmask", "unmask_size")),
+        ("gap-jump", "A[MASK]{1,3}C", ("p_unmask", "unmask_size")),
+        (
+            "surrogate-mh",
+            "A[MASK]C",
+            ("block_size", "p_unmask", "unmask_size", "p_update", "p_insert", "p_delete", "surrogate_context"),
+        ),
+    ],
+)
+def test_each_kernel_reads_its_older_records_with_the_values_their_runs_had(kernel, template, added):
+    """A record written before the unmask proposals (0.3) lacks their options: its kernel's
+    older_records fill them in with what its runs did, so a resume is not refused as an edit (the
+    converge run of 2026-12-02 was recorded before p_update, p_insert and p_delete)."""
+    today = RunSettings(template=template, kernel=kernel).to_dict()
+    old = json.loads(json.dumps(today))
+    for name in added:
+        del old["kernel_options"][name]
+    assert RunSettings.completed(old) == RunSettings.completed(today)
+    assert RunSettings.from_dict(old) == RunSettings.from_dict(today)

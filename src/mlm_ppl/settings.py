@@ -39,17 +39,6 @@ part of its record, and a resumed run stops where the uninterrupted one would)."
 _ADDED = frozenset({"constraints", "anneal", "until_converged", "length_prior"})
 """Settings a record written before them lacks (read as their defaults)."""
 
-_ADDED_OPTIONS: dict[str, dict[str, Any]] = {
-    "surrogate-mh": {
-        "surrogate_context": None,
-        "surrogate_frame": "crop",
-        "block_size": 1,
-        "p_unmask": 0.0,
-        "unmask_size": None,
-    },
-    "mh": {"p_unmask": 0.0, "unmask_size": None},
-}
-"""Kernel options a record written before them lacks, with the value that is what its runs did."""
 
 
 def _flag(default: Any, help: str, metavar: str | None = None) -> Any:
@@ -262,7 +251,7 @@ class RunSettings:
     @classmethod
     def completed(cls, values: Mapping[str, Any]) -> dict[str, Any]:
         """A record as a record of today's format would hold it: each setting added since
-        (:data:`_ADDED`) and each kernel option added since (:data:`_ADDED_OPTIONS`) that it lacks
+        (:data:`_ADDED`) and each kernel option added since (its kernel's ``older_records``) that it lacks
         at its default, and, where it has no ``anneal``, its kernel's ``anneal_terms`` as ``"all"``
         (without a schedule it annealed nothing). What
         :meth:`from_dict` reads, and what a resume compares (an old run resumed once has
@@ -272,7 +261,7 @@ class RunSettings:
         if "anneal" not in out and isinstance(options, Mapping) and options.get("anneal_terms", "all") != "all":
             out["kernel_options"] = options = {**options, "anneal_terms": "all"}
         kernel = out.get("kernel")
-        added = _ADDED_OPTIONS.get(kernel) if isinstance(kernel, str) else None
+        added = KERNELS[kernel].older_records if isinstance(kernel, str) and kernel in KERNELS else None
         if added and isinstance(options, Mapping):
             out["kernel_options"] = {**added, **options}
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}

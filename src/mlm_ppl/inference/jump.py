@@ -147,6 +147,7 @@ class GapJump(KernelBase[GapJumpOptions]):
     capabilities = Capabilities(
         log_factor=False, gibbs=False, complete_start=True, exact_matrix=False, lengths=True, batched=False, fixed=False
     )
+    older_records = {"p_unmask": 0.0, "unmask_size": None}  # unmask proposals came with 0.4
     target: GapTarget
 
     def bind_target(self, target: Any) -> None:

@@ -174,6 +174,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
     State = MHState
     Info = MHInfo
     capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True)
+    older_records = {"p_unmask": 0.0, "unmask_size": None}  # unmask proposals came with 0.4
     options: MHOptions
 
     def bind_target(self, target: Target) -> None:

@@ -193,6 +193,10 @@ class KernelBase(Generic[OptionsT]):
     State: ClassVar[type]
     Info: ClassVar[type]
     capabilities: ClassVar[Capabilities]
+    older_records: ClassVar[Mapping[str, Any]] = {}
+    """Options added after the kernel's first runs were recorded, each with the value those runs
+    had: what a record written before them is read with (``RunSettings.completed``), so that
+    resuming it is not refused as an edit."""
 
     def __init__(self, target: Target, **options: Any) -> None:
         self.target = target

@@ -299,6 +299,16 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
     State = SurrogateState
     Info = SurrogateInfo
     capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True, lengths=True)
+    older_records = {
+        "surrogate_context": None,  # 0.3: the whole sequence
+        "surrogate_frame": "crop",
+        "block_size": 1,  # 0.4: the inner chain's moves, and gap-jump's around a variable gap
+        "p_unmask": 0.0,
+        "unmask_size": None,
+        "p_update": 0.5,
+        "p_insert": 0.25,
+        "p_delete": 0.25,
+    }
     options: SurrogateOptions
     surrogate: Any  # SurrogateTarget, or a GapTarget of them (a variable gap)
     inner: Any  # MetropolisHastings, or GapJump (a variable gap)
