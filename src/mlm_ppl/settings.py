@@ -40,7 +40,6 @@ _ADDED = frozenset({"constraints", "anneal", "until_converged", "length_prior"})
 """Settings a record written before them lacks (read as their defaults)."""
 
 
-
 def _flag(default: Any, help: str, metavar: str | None = None) -> Any:
     """A setting the command line has as a flag of its own (``--name``), with its help."""
     return dataclasses.field(default=default, metadata={"help": help, "metavar": metavar})

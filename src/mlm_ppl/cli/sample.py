@@ -67,11 +67,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             )
     for name, declared in option_flags().items():  # every kernel's options, from their declarations
         info = declared[0][1]
-        helps = {i.help for _, i in declared}
-        if len(helps) == 1:
-            help = f"{', '.join(k for k, _ in declared)}: {info.help}"
-        else:
-            help = "; ".join(f"{k}: {i.help}" for k, i in declared)
+        kernels_of: dict[str, list[str]] = {}  # each help once, with the kernels that declare it
+        for kernel, i in declared:
+            kernels_of.setdefault(i.help, []).append(kernel)
+        help = "; ".join(f"{', '.join(kernels)}: {text}" for text, kernels in kernels_of.items())
         if info.type is bool:
             smp.add_argument(info.flag, dest=name, action="store_const", const=True, default=None, help=help)
         else:

@@ -35,7 +35,7 @@ from .exact import block_moves, scan_matrix
 from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
-__all__ = ["MHOptions", "MHState", "MHInfo", "MetropolisHastings", "TruncatedProposalWarning"]
+__all__ = ["ProposalOptions", "MHOptions", "MHState", "MHInfo", "MetropolisHastings", "TruncatedProposalWarning"]
 
 
 class TruncatedProposalWarning(UserWarning):
@@ -52,12 +52,11 @@ TRUNCATION_MESSAGE = (
 
 
 @dataclass(frozen=True)
-class MHOptions(Options):
-    """Options of :class:`MetropolisHastings` (and of surrogate-MH's inner proposals)."""
+class ProposalOptions(Options):
+    """The options of MH's proposals, declared once: :class:`MetropolisHastings`'s own
+    (:class:`MHOptions`) and surrogate-MH's inner chain's (``SurrogateOptions``)."""
 
-    scan: str = option("random", "which free positions each step proposes (random, random_sweep, left_to_right)",
-                       choices=SCANS)  # fmt: skip
-    block_size: int = option(1, "positions proposed together", check=count_at_least(1))
+    block_size: int = option(1, "free positions proposed together", check=count_at_least(1))
     proposal_temperature: float = option(1.0, "temperature of the MLM proposals", check=check_temperature)
     top_k: int | None = option(None, "truncate proposals to the k most likely tokens", check=count_at_least(1))
     top_p: float | None = option(None, "nucleus truncation of proposals", check=check_probability)
@@ -78,6 +77,14 @@ class MHOptions(Options):
         "what the schedule anneals: all (the whole log density), mlm (-E/T alone), constraints (the log-factor alone)",
         choices=ANNEAL_TERMS,
     )
+
+
+@dataclass(frozen=True)
+class MHOptions(ProposalOptions):
+    """Options of :class:`MetropolisHastings`: its proposals' (:class:`ProposalOptions`) and the scan."""
+
+    scan: str = option("random", "which free positions each step proposes (random, random_sweep, left_to_right)",
+                       choices=SCANS)  # fmt: skip
 
 
 class MHState(NamedTuple):

@@ -38,12 +38,11 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from .._checks import check_probability, check_schedule, check_share, check_temperature, count_at_least
+from .._checks import count_at_least
 from ..models.frozen import FrozenFrame
 from ..models.gap_target import GapTarget
 from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget
 from .base import (
-    ANNEAL_TERMS,
     accept,
     acceptance_probability,
     check_states,
@@ -53,8 +52,8 @@ from .base import (
 )
 from .exact import enumerate_states, transition_matrix
 from .jump import GapJump, check_moves, move_options
-from .mh import MetropolisHastings, MHState
-from .spec import Capabilities, KernelBase, Options, option
+from .mh import MetropolisHastings, MHState, ProposalOptions
+from .spec import Capabilities, KernelBase, option
 from .streams import ChainStreams
 
 __all__ = [
@@ -78,7 +77,7 @@ _UPDATE, _INSERT, _DELETE = move_options()  # the inner chain's moves on a varia
 
 
 @dataclass(frozen=True)
-class SurrogateOptions(Options):
+class SurrogateOptions(ProposalOptions):
     """Options of :class:`SurrogateMH`."""
 
     inner_steps: int | None = option(
@@ -101,32 +100,9 @@ class SurrogateOptions(Options):
         "what those copies see of the other tokens: nothing (crop), or a fixed reference's, frozen (frozen)",
         choices=SURROGATE_FRAMES,
     )
-    block_size: int = option(1, "free positions each inner MH step proposes together", check=count_at_least(1))
-    p_unmask: float = option(
-        0.0,
-        "probability that an inner step proposes a run of unmask_size free positions by unmasking them one by "
-        "one in a random order, from the surrogate's own copies",
-        check=check_share,
-    )
-    unmask_size: int | None = option(
-        None,
-        "free positions an inner unmask proposal redraws, a run of neighbours (default: all)",
-        check=count_at_least(1),
-    )
-    proposal_temperature: float = option(1.0, "temperature of the inner MLM proposals", check=check_temperature)
     p_update: float = _UPDATE
     p_insert: float = _INSERT
     p_delete: float = _DELETE
-    top_k: int | None = option(None, "truncate inner proposals to the k most likely tokens", check=count_at_least(1))
-    top_p: float | None = option(None, "nucleus truncation of inner proposals", check=check_probability)
-    temperature_schedule: Callable[[int], float] | None = option(
-        None, "outer step -> annealing temperature tau (mode seeking; Python only)", check=check_schedule, cli=False
-    )
-    anneal_terms: str = option(
-        "all",
-        "what the schedule anneals: all (the whole log density), mlm (-E/T alone), constraints (the log-factor alone)",
-        choices=ANNEAL_TERMS,
-    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
