@@ -1,20 +1,8 @@
-"""Sampling runs in run directories, from their :class:`~mlm_ppl.settings.RunSettings`: one run
-(in this process or on Ray workers) and batches of templates (one run per template, in this
-process or as Ray tasks). The command line parses flags into settings and prints what these
-return; everything else is here.
-
-A batch directory holds ``config.json`` (the shared settings and the templates),
-``batch-record.json`` (the same as the batch started, and the run id of each template's run: a
-resume refuses a ``config.json`` or a template's run that differs from it), one run
-directory per template (``DIR/NAME``: a complete sampling run each, with its own checkpoint,
-``run.nc``, ``summary.txt`` and plots), and at the end ``designs.tsv`` (template, chain, draw,
-energy, sequence for every draw of every template) and ``summary.txt`` (one line per template;
-an annealed batch's starts with a ``#`` line that says its draws are not samples of the target).
-"""
+"""Batches of templates: the batch directory's format (``config.json``, ``batch-record.json``, one run
+directory per template), strata of a variable gap, and running the templates (here or as Ray tasks)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -27,195 +15,29 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import rundir
-from .diagnostics import stop_when_converged
-from .inference.annealing import annealing_note
-from .inference.distributed import run_chains_ray, run_tasks_ray, split_chains
-from .inference.registry import make_kernel
-from .inference.runner import Checkpoint, Run, run_chains
-from .inference.spec import KernelBase
-from .models.constraints import ConstraintTarget
-from .models.distribution import MaskedLMDistribution
-from .models.gap_target import GapTarget
-from .models.gaps import GapTemplate, LengthPrior, has_variable_gap, parse_gap
-from .models.loading import check_model_files, load_mlm
-from .models.masked_lm import MaskedLM
-from .models.target import Target, energy_from_log_density
-from .rundir import RunDirectory
-from .settings import STOP_EVERY, RunSettings
-
-__all__ = [
-    "strata",
-    "strata_name",
-    "BATCH_FORMAT",
-    "BATCH_RECORD",
-    "RESERVED_NAMES",
-    "Batch",
-    "check_template_name",
-    "check_batch",
-    "build",
-    "build_target",
-    "build_kernel",
-    "execute",
-    "start_batch",
-    "resume_batch",
-    "batch_templates",
-    "run_template",
-    "run_batch",
-]
+from .. import rundir
+from ..inference.annealing import annealing_note
+from ..inference.distributed import run_tasks_ray
+from ..inference.registry import make_kernel
+from ..inference.runner import Checkpoint
+from ..inference.spec import KernelBase
+from ..models.gaps import GapTemplate, LengthPrior, parse_gap
+from ..models.target import energy_from_log_density
+from ..rundir import RunDirectory
+from ..settings import RunSettings
+from .run import build, build_target, constraints_of, execute
 
 BATCH_FORMAT = "mlm-ppl-batch-2"
 
 
-# ---------------------------------------------------------------------- one run
-def build(settings: RunSettings) -> tuple[MaskedLM, Target, KernelBase]:
-    """Model, target and kernel of a run (loads the model, after checking its files against
-    ``settings.model_files`` when they are recorded; checks the template, the constraints
-    (:func:`build_target`) and the options; a kernel that does not sample log-factors refuses
-    constraints beyond ``Allowed`` rules)."""
-    if settings.model_files is not None:
-        check_model_files(settings.model, settings.model_files)
-    mlm = load_mlm(settings.model, device=settings.device, dtype=settings.dtype)
-    template = settings.template
-    if template is None:
-        mask = mlm.vocab[mlm.mask_id]
-        length = int(settings.length or 0)
-        template = (mask * length) if mlm.residue_level else " ".join([mask] * length)
-    if has_variable_gap(template):  # every length in one target (settings: a kernel that moves lengths)
-        gap = parse_gap(template, mlm.vocab[mlm.mask_id])
-        if gap is None:
-            raise ValueError(f"template: no variable gap {mlm.vocab[mlm.mask_id]}{{a,b}} of this model's mask token")
-        prior, spec = settings.length_prior_of(gap), settings.constraint_spec()
-        gapped = GapTarget(mlm, gap, prior, energy=settings.energy, temperature=settings.temperature, constraints=spec)
-        for L in gapped.lengths if spec is not None else ():
-            _dry_run(gapped.target(L))  # type: ignore[arg-type]  # each length's experts, once
-        target: Target = gapped
-    else:
-        target = build_target(mlm, template, settings)
-    return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_arguments())
-
-
-def build_target(mlm: MaskedLM, template: str, settings: RunSettings) -> Target:
-    """The target of a run on ``template``: the model's distribution, constrained by
-    ``settings.constraints`` when there are any (:meth:`ConstraintSpec.constrain
-    <mlm_ppl.models.constraints.ConstraintSpec.constrain>`). The spec is bound to the template
-    and its experts are evaluated once on the template filled with each free position's first
-    allowed token, so that an unknown token, a position past the template, a rule that leaves a
-    position no token, or an expert that raises or returns no finite number is a ValueError
-    (starting ``constraints:``) before any work."""
-    dist = MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
-    spec = settings.constraint_spec()
-    if spec is None:
-        return dist
-    try:
-        target = spec.constrain(dist)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"constraints: {err}") from None
-    _dry_run(target)
-    return target
-
-
-def _dry_run(target: ConstraintTarget) -> None:
-    """Every expert of ``target``'s spec evaluated once on the template filled with each free
-    position's first allowed token; a ValueError names the expert that fails."""
-    bound = target.constraints
-    if not bound.spec.all_experts:
-        return
-    state = target.template.cpu().clone()
-    state[bound.free_positions] = bound.allowed.long().argmax(-1)
-    try:
-        bound.expert_values(state[None])
-    except Exception as err:  # any failure of an expert (user code) is the spec's error
-        message = " ".join(str(err).split())
-        if not message.startswith("expert "):
-            message = f"{type(err).__name__}: {message}"
-        raise ValueError(
-            f"constraints: the experts fail on the template filled with the first allowed tokens "
-            f"({bound.codec.decode(state[None])[0]!r}): {message}"
-        ) from None
-
-
-def build_kernel(settings: RunSettings) -> KernelBase:
-    """The kernel of a run (what each Ray worker builds for itself)."""
-    return build(settings)[2]
-
-
-def execute(
-    run_dir: RunDirectory,
-    settings: RunSettings,
-    checkpoint: Checkpoint | None,
-    mlm: MaskedLM,
-    kernel: KernelBase,
-    *,
-    progress: bool,
-    checkpoint_seconds: float,
-) -> tuple[Run, Any, list[str]]:
-    """Run (or finish) the chains of ``settings`` in the locked ``run_dir`` (in this process, or
-    on Ray workers when ``settings.workers`` is set) and write the outputs: ``(run, summary,
-    paths written)``.
-
-    A failure before the first checkpoint removes what the run wrote; Ctrl-C propagates after
-    the checkpoint is saved.
-    """
-    record = settings.to_dict()
-    options: dict[str, Any] = dict(
-        warmup_steps=settings.warmup,
-        thin=settings.thin,
-        seed=settings.seed,
-        init=settings.init,
-        progress=progress,
-        checkpoint_seconds=checkpoint_seconds,
-    )
-    try:
-        if settings.workers is not None:
-            groups = len(split_chains(settings.chains, settings.workers))
-            result = run_chains_ray(
-                functools.partial(build_kernel, settings),
-                settings.chains,
-                settings.draws,
-                workers=settings.workers,
-                checkpoints=rundir.group_checkpoints(run_dir, record, groups),
-                device=settings.device,
-                **options,
-            )
-        else:
-            stop = stop_when_converged(mlm=mlm, constraints=constraints_of(kernel.target))
-            result = run_chains(
-                kernel,
-                settings.chains,
-                settings.draws,
-                on_checkpoint=lambda cp: rundir.save_checkpoint(run_dir, cp, record),
-                resume=checkpoint,
-                stop=stop if settings.until_converged else None,
-                stop_every=STOP_EVERY,
-                **options,
-            )
-    except Exception:
-        if not rundir.checkpoint_files(run_dir.path):  # nothing worth keeping: leave no half-made directory
-            run_dir.discard()
-        raise
-    result.attrs.update(
-        model=mlm.name,
-        kernel=settings.kernel,
-        template_text=settings.template or "",
-        config=json.dumps(record, sort_keys=True),
-    )
-    report, paths = rundir.write_outputs(run_dir, result, mlm, constraints_of(kernel.target))
-    return result, report, paths
-
-
-def constraints_of(target: Any) -> Any:
-    """The constraint spec a run's target was built with (bound to it: a ``BoundConstraints``, or a
-    variable gap's ``GapConstraints``), or None."""
-    return target.constraints if isinstance(target, (ConstraintTarget, GapTarget)) else None
-
-
-# ---------------------------------------------------------------------- batches of templates
 BATCH_RECORD = "batch-record.json"
 """A batch's record: its settings and templates as the batch started, and the run id of each
 template's run (what ``config.json`` and the template runs are checked against on resume)."""
 
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
 RESERVED_NAMES = frozenset({rundir.CONFIG, "designs.tsv", "summary.txt", BATCH_RECORD, rundir.MARKER, rundir.LOCK})
 """The batch directory's own files: no template may be named like one (compared ignoring case)."""
 
