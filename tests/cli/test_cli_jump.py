@@ -221,9 +221,10 @@ def test_the_time_estimate_of_a_jump_run_counts_its_chains_one_at_a_time(model_d
     import io
 
     from mlm_ppl.cli import sample as cli_sample
+    from mlm_ppl.inference import estimate
 
     timed = []
-    monkeypatch.setattr(cli_sample, "_time_per_evaluation", lambda kernel, chains: timed.append(chains) or 1.0)
+    monkeypatch.setattr(estimate, "time_per_evaluation", lambda kernel, chains: timed.append(chains) or 1.0)
     for length_mode, kernel in (("jump", "gap-jump"), (None, "mh")):
         template = GAP if length_mode else "A[MASK][MASK]C"
         extra = {"length_prior": {"1": 1 / 3, "2": 1 / 3, "3": 1 / 3}} if length_mode else {}

@@ -44,3 +44,38 @@ def test_bad_sampler_arguments_fail_before_sampling(tiny4, monkeypatch, kwargs, 
     with pytest.raises(error, match=match):
         sample(tiny4, TEMPLATE, **kwargs)
     assert not calls, "work started before the error"
+
+
+class _Started(Exception):
+    """Raised by a stand-in for run_chains: the run got past its estimate."""
+
+
+def test_sample_estimates_the_run_as_the_command_line_does(tiny4, monkeypatch):
+    """The command line's estimate (1 s per timed evaluation of 4 chains, timed from the first
+    chain-evaluation here): a run past a day is refused before any step unless force=True; one past
+    an hour warns and runs."""
+    import mlm_ppl.inference.api as api
+    from mlm_ppl.inference import LongRunWarning, estimate
+
+    monkeypatch.setattr(estimate, "time_per_evaluation", lambda kernel, chains: 1.0)
+    monkeypatch.setattr(estimate, "TIMED_FROM", 1)
+    started = []
+
+    def run_chains(kernel, chains, draws, **options):
+        started.append(draws)
+        raise _Started
+
+    monkeypatch.setattr(api, "run_chains", run_chains)
+    with pytest.raises(
+        ValueError, match=r"4 chains x 100000 steps: .*about 27\.8 h .*more than a day; .*or force=True"
+    ):
+        sample(tiny4, "A[MASK]C", num_chains=4, num_samples=100000, seed=0)
+    assert started == []
+    with (
+        pytest.warns(LongRunWarning, match=r"estimate: 4 chains x 4000 steps: .*about 1\.1 h"),
+        pytest.raises(_Started),
+    ):
+        sample(tiny4, "A[MASK]C", num_chains=4, num_samples=4000, seed=0)
+    with pytest.warns(LongRunWarning, match=r"about 27\.8 h"), pytest.raises(_Started):
+        sample(tiny4, "A[MASK]C", num_chains=4, num_samples=100000, seed=0, force=True)
+    assert started == [4000, 100000]

@@ -15,6 +15,7 @@ from ..diagnostics import CHAIN_RHAT_MAX, ESS_MIN_PER_CHAIN, RHAT_MAX
 from ..inference.annealing import annealing_note, format_anneal, parse_anneal
 from ..inference.base import INITS
 from ..inference.distributed import WorkersLostError
+from ..inference.estimate import estimate_run
 from ..inference.registry import KERNELS, kernel_class, length_kernels
 from ..inference.spec import KernelBase
 from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
@@ -237,59 +238,13 @@ def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
 
 
 def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: TextIO, runs: int = 1) -> None:
-    """Estimate a run's memory and time before it starts (``runs``: a batch's runs of these
-    settings, one after another); print the estimate for a big run and refuse one past the
-    machine's memory, or past a day, unless ``force``.
-
-    Memory: the draws and statistics kept in memory (and again while ``run.nc`` is written).
-    Time: the run's work in full evaluations of the target (chains x steps x the kernel's
-    evaluations per step, from its options), times one timed evaluation of up to 8 chains (of one
-    chain for a kernel whose chains step one at a time: ``capabilities.batched``); timed for runs of
-    100,000 chain-evaluations or more, without running a step (a step may be huge).
-    """
-    C, steps = settings.chains, settings.total_steps
-    L = kernel.target.template.numel()
-    kept = C * settings.draws
-    memory = 3 * kept * (8 * L + 8 * len(kernel.stat_names()))  # tokens + stats, three copies
-    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    per_step = kernel.evaluations_per_step()
-    seconds = None
-    batch = min(C, 8) if kernel.capabilities.batched else 1
-    if runs * C * steps * per_step >= 100_000 and memory <= available // 2:
-        seconds = runs * _time_per_evaluation(kernel, batch) * -(-C // batch) * steps * per_step
-    big = memory > 2**30 or (seconds is not None and seconds > 3600)
-    if not big:
-        return
-    text = f"{C} chains x {steps} steps"
-    if per_step != 1:
-        text += f" x {per_step:,.4g} evaluations per step"
-    if runs > 1:
-        text += f" x {runs} templates"
-    text += f": about {memory / 2**30:.1f} GiB of draws in memory"
-    if seconds is not None:
-        timed = f"{batch} chains" if kernel.capabilities.batched else "one chain; its chains step one at a time"
-        text += f", about {seconds / 3600:,.1f} h (timed: one evaluation of {timed})"
-    if not force and memory > available // 2:
-        raise ValueError(
-            f"{text}: more than half of this machine's {available / 2**30:.0f} GiB; "
-            "use fewer chains or draws, or --force"
-        )
-    if not force and seconds is not None and seconds > 86400:
-        raise ValueError(f"{text}: more than a day; use fewer chains, draws or evaluations per step, or --force")
-    print(f"estimate: {text}", file=err)
-
-
-def _time_per_evaluation(kernel: KernelBase, chains: int) -> float:
-    """Seconds of one evaluation of the target for ``chains`` states filled uniformly."""
-    import time
-
-    from ..inference.base import fill_template
-    from ..inference.streams import ChainStreams
-
-    tokens = fill_template(kernel.target, chains, ChainStreams(0, chains), "uniform")
-    t0 = time.perf_counter()
-    kernel.target.evaluate(tokens)
-    return time.perf_counter() - t0
+    """The run's estimate (:func:`~mlm_ppl.inference.estimate.estimate_run`; ``runs``: a batch's
+    runs of these settings, one after another): printed for a big run, and a run past half of the
+    machine's memory or past a day refused unless ``force``."""
+    estimate = estimate_run(kernel, settings.chains, settings.total_steps, settings.draws, runs)
+    estimate.check(force)
+    if estimate.big:
+        print(f"estimate: {estimate}", file=err)
 
 
 def read_templates(source: str) -> list[tuple[str, str]]:

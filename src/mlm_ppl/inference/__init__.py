@@ -11,6 +11,7 @@ exact enumeration of tiny state spaces.
 * :mod:`.streams`: one random stream per chain (a chain's draws depend only on ``(seed, c)``);
   :mod:`.starts`: starting states that break no hard rule;
 * :mod:`.runner`: batched chains with checkpoints; :mod:`.api`: :func:`sample` by name;
+  :mod:`.estimate`: what a run will cost, before it starts;
   :mod:`.distributed`: the same chains split over Ray workers;
 * :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``; :mod:`.gibbs`:
   :class:`MLMGibbs`, token sites beside continuous sites moved by ``NUTS``/``HMC``;
@@ -31,6 +32,7 @@ from .base import (
     initial_tokens,
     proposal_log_probs,
 )
+from .estimate import Estimate, LongRunWarning, estimate_run
 from .gibbs import MLMGibbs, run_from_gibbs
 from .jump import GapJump, GapJumpInfo, GapJumpOptions, GapJumpState
 from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictOptions, MaskPredictState
@@ -64,6 +66,9 @@ __all__ = [
     "kernel_class",
     "length_kernels",
     "draw_from_distribution",
+    "estimate_run",
+    "Estimate",
+    "LongRunWarning",
     # kernels, and how one declares itself
     "Kernel",
     "KernelBase",

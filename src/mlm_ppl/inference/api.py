@@ -7,6 +7,7 @@ log-factors), the kernel (:func:`make_kernel`) and runs :func:`~mlm_ppl.inferenc
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..models.gap_target import GapTarget
 from ..models.gaps import LengthPrior, has_variable_gap
 from ..models.masked_lm import MaskedLM
 from ..models.target import ConstrainedTarget, Target
+from .estimate import LongRunWarning, estimate_run
 from .mh import MetropolisHastings
 from .pyro_sites import check_not_held
 from .registry import KERNELS, kernel_class, make_kernel
@@ -83,6 +85,7 @@ def sample(
     progress: bool = False,
     backend: str = "local",
     workers: int | None = None,
+    force: bool = False,
     **kernel_options: Any,
 ) -> Run:
     """Sample the masked positions of ``template`` with C batched chains in one call.
@@ -97,6 +100,11 @@ def sample(
     :class:`~mlm_ppl.models.gap_target.GapTarget` (``length_prior``: its ``pi(L)``, uniform by
     default), which the kernels that move lengths sample (``kernel="gap-jump"``, or ``"surrogate-mh"``
     around gap-jump's moves); its draws are padded after the loop.
+
+    Before any step, the run's cost is estimated as the command line estimates it
+    (:func:`~mlm_ppl.inference.estimate.estimate_run`): a run past half of the machine's memory or
+    past a day is refused unless ``force=True``, and one past a GiB or an hour warns
+    (:class:`~mlm_ppl.inference.estimate.LongRunWarning`).
 
     ``backend="ray"`` splits the chains over ``workers`` Ray actors (the ``ray`` extra;
     :mod:`mlm_ppl.inference.distributed`), each holding a copy of the model: the result is the
@@ -120,6 +128,13 @@ def sample(
         dist = MaskedLMDistribution(mlm, template, energy=energy, temperature=temperature)
         target = dist if log_factor is None else ConstrainedTarget(dist, log_factor)
     k = make_kernel(kernel, target, **kernel_options)
+    steps = check_count(warmup_steps, "warmup_steps", 0) + check_count(num_samples, "num_samples") * check_count(
+        thin, "thin"
+    )
+    estimate = estimate_run(k, check_count(num_chains, "num_chains"), steps, num_samples)
+    estimate.check(force, "force=True")
+    if estimate.big:
+        warnings.warn(LongRunWarning(f"estimate: {estimate}"), stacklevel=2)
     options: dict[str, Any] = dict(warmup_steps=warmup_steps, thin=thin, seed=seed, init=init, progress=progress)
     if backend == "ray":
         from .distributed import run_chains_ray  # imports ray only now

@@ -1,0 +1,99 @@
+"""What a run will cost, before it starts: the memory its draws take and, for a long run, its time.
+
+:func:`estimate_run` is the one estimate: the command line (``mlm-ppl sample``, a batch) prints it
+for a big run and :func:`mlm_ppl.sample` warns with it (:class:`LongRunWarning`); both refuse a
+run past half of the machine's memory, or past a day, unless forced.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from .base import fill_template
+from .spec import KernelBase
+from .streams import ChainStreams
+
+__all__ = ["Estimate", "LongRunWarning", "estimate_run", "time_per_evaluation"]
+
+TIMED_FROM = 100_000
+"""Chain-evaluations from which a run's time is estimated (by timing one evaluation)."""
+
+
+class LongRunWarning(UserWarning):
+    """A run of :func:`mlm_ppl.sample` estimated to take more than an hour or a GiB of draws."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A run's cost: ``chains x steps x per_step`` evaluations of the target (``runs`` times),
+    ``memory`` bytes of draws, and (for a long run) ``seconds``, timed on ``timed``."""
+
+    chains: int
+    steps: int
+    per_step: float
+    runs: int
+    memory: int
+    available: int  # the machine's memory, bytes
+    seconds: float | None
+    timed: str
+
+    @property
+    def big(self) -> bool:
+        """Over a GiB of draws, or over an hour: worth saying before it starts."""
+        return self.memory > 2**30 or (self.seconds is not None and self.seconds > 3600)
+
+    def __str__(self) -> str:
+        text = f"{self.chains} chains x {self.steps} steps"
+        if self.per_step != 1:
+            text += f" x {self.per_step:,.4g} evaluations per step"
+        if self.runs > 1:
+            text += f" x {self.runs} templates"
+        text += f": about {self.memory / 2**30:.1f} GiB of draws in memory"
+        if self.seconds is not None:
+            text += f", about {self.seconds / 3600:,.1f} h (timed: one evaluation of {self.timed})"
+        return text
+
+    def check(self, force: bool, what: str = "--force") -> None:
+        """A ValueError for a run past half of the machine's memory or past a day, unless ``force``
+        (``what``: how the caller forces it)."""
+        if force:
+            return
+        if self.memory > self.available // 2:
+            raise ValueError(
+                f"{self}: more than half of this machine's {self.available / 2**30:.0f} GiB; "
+                f"use fewer chains or draws, or {what}"
+            )
+        if self.seconds is not None and self.seconds > 86400:
+            raise ValueError(f"{self}: more than a day; use fewer chains, draws or evaluations per step, or {what}")
+
+
+def estimate_run(kernel: KernelBase, chains: int, steps: int, draws: int, runs: int = 1) -> Estimate:
+    """The cost of ``runs`` runs of ``chains`` chains of ``kernel``, ``steps`` steps each, keeping
+    ``draws`` draws per chain.
+
+    Memory: the draws and statistics kept in memory (and again while ``run.nc`` is written).
+    Time: the run's work in full evaluations of the target (chains x steps x the kernel's
+    evaluations per step, from its options), times one timed evaluation of up to 8 chains (of one
+    chain for a kernel whose chains step one at a time: ``capabilities.batched``); timed for runs of
+    :data:`TIMED_FROM` chain-evaluations or more, without running a step (a step may be huge).
+    """
+    L = kernel.target.template.numel()
+    memory = 3 * chains * draws * (8 * L + 8 * len(kernel.stat_names()))  # tokens + stats, three copies
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    per_step = kernel.evaluations_per_step()
+    batch = min(chains, 8) if kernel.capabilities.batched else 1
+    seconds = None
+    if runs * chains * steps * per_step >= TIMED_FROM and memory <= available // 2:
+        seconds = runs * time_per_evaluation(kernel, batch) * -(-chains // batch) * steps * per_step
+    timed = f"{batch} chains" if kernel.capabilities.batched else "one chain; its chains step one at a time"
+    return Estimate(chains, steps, per_step, runs, memory, available, seconds, timed)
+
+
+def time_per_evaluation(kernel: KernelBase, chains: int) -> float:
+    """Seconds of one evaluation of the target for ``chains`` states filled uniformly."""
+    tokens = fill_template(kernel.target, chains, ChainStreams(0, chains), "uniform")
+    t0 = time.perf_counter()
+    kernel.target.evaluate(tokens)
+    return time.perf_counter() - t0
