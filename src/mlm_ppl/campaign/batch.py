@@ -96,6 +96,37 @@ class Batch:
         self.directory.close()
 
 
+def parse_templates(lines: Sequence[str], source: str) -> list[tuple[str, str]]:
+    """A templates file's ``(name, template)`` pairs from its ``lines`` (``source``: its name, for
+    the messages): one template per line, ``TEMPLATE`` or ``NAME<TAB>TEMPLATE``.
+
+    Names (default ``t001``, ``t002`` ... by line) become directory names: letters, digits,
+    ``_ . -``, unique, and none of the batch directory's own files (:func:`check_template_name`).
+    A clear error for an empty file, a blank line or a bad or repeated name.
+    """
+    if not lines:
+        raise ValueError(
+            f"templates file {source!r} is empty; give one template per line (NAME<TAB>TEMPLATE or TEMPLATE)"
+        )
+    out: list[tuple[str, str]] = []
+    for i, line in enumerate(lines, 1):
+        fields = line.split("\t")
+        if not line.strip() or len(fields) > 2 or not fields[-1].strip():
+            raise ValueError(
+                f"{source}, line {i}: {line!r} is not TEMPLATE or NAME<TAB>TEMPLATE "
+                "(one template per line, no blank lines)"
+            )
+        name = fields[0].strip() if len(fields) == 2 else f"t{i:03d}"
+        try:
+            check_template_name(name)
+        except ValueError as err:
+            raise ValueError(f"{source}, line {i}: {err}") from None
+        if name in {n for n, _ in out}:
+            raise ValueError(f"{source}, line {i}: name {name!r} is used twice")
+        out.append((name, fields[-1].strip()))
+    return out
+
+
 def strata_name(length: int) -> str:
     """The template name (and run directory) of gap length ``length`` in a batch of strata: ``L08``."""
     return f"L{length:02d}"

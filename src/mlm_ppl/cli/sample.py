@@ -248,35 +248,9 @@ def check_size(settings: RunSettings, kernel: KernelBase, *, force: bool, err: T
 
 
 def read_templates(source: str) -> list[tuple[str, str]]:
-    """``(name, template)`` per line of ``source``: ``TEMPLATE`` or ``NAME<TAB>TEMPLATE``.
-
-    Names (default ``t001``, ``t002`` ... by line) become directory names: letters, digits,
-    ``_ . -``, unique, and none of the batch directory's own files
-    (:func:`~mlm_ppl.campaign.check_template_name`). A clear error for an empty file, a blank
-    line or a bad or repeated name.
-    """
-    lines = split_lines(source, "one template per line")
-    if not lines:
-        raise ValueError(
-            f"templates file {source!r} is empty; give one template per line (NAME<TAB>TEMPLATE or TEMPLATE)"
-        )
-    out: list[tuple[str, str]] = []
-    for i, line in enumerate(lines, 1):
-        fields = line.split("\t")
-        if not line.strip() or len(fields) > 2 or not fields[-1].strip():
-            raise ValueError(
-                f"{source}, line {i}: {line!r} is not TEMPLATE or NAME<TAB>TEMPLATE "
-                "(one template per line, no blank lines)"
-            )
-        name = fields[0].strip() if len(fields) == 2 else f"t{i:03d}"
-        try:
-            campaign.check_template_name(name)
-        except ValueError as err:
-            raise ValueError(f"{source}, line {i}: {err}") from None
-        if name in {n for n, _ in out}:
-            raise ValueError(f"{source}, line {i}: name {name!r} is used twice")
-        out.append((name, fields[-1].strip()))
-    return out
+    """``(name, template)`` per line of the file ``source`` (``-``: stdin), read as
+    :func:`~mlm_ppl.campaign.parse_templates` reads a templates file's lines."""
+    return campaign.parse_templates(split_lines(source, "one template per line"), source)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
