@@ -66,9 +66,10 @@ class RunSettings:
     at the first multiple of :data:`STOP_EVERY` draws whose summary says every chain converged
     (:func:`~mlm_ppl.diagnostics.stop_when_converged`); ``draws`` is then the most it takes. Not
     with ``anneal`` (an annealed run's verdict is never converged) nor ``workers`` (the rule
-    needs every chain's draws in one process). ``length_prior``: the kernel ``gap-jump``'s
+    needs every chain's draws in one process). ``length_prior``: the
     ``pi(L)`` of a template with a variable gap ``MASK{a,b}`` (length as text -> weight; None:
-    uniform), which only that kernel samples (and it only such a template). A ``temperature_schedule`` in the
+    uniform), which only a kernel that moves lengths samples (``capabilities.lengths``: gap-jump,
+    surrogate-MH around its moves; gap-jump samples nothing else). A ``temperature_schedule`` in the
     kernel's options is refused (a callable cannot be recorded: give ``anneal``). A TypeError or
     ValueError names the setting to fix.
     """

@@ -244,3 +244,12 @@ def test_the_time_estimate_of_a_jump_run_counts_its_chains_one_at_a_time(model_d
             cli_sample.check_size(settings, built, force=False, err=err)
             assert "about 8.3 h (timed: one evaluation of 4 chains)" in err.getvalue()
     assert timed == [1, 4]
+    # surrogate-MH around the jump moves steps its inner chains one at a time too
+    settings = campaign.RunSettings(
+        model=model_dir, template=GAP, kernel="surrogate-mh", chains=4, draws=30000, warmup=0,
+        length_prior={"1": 1 / 3, "2": 1 / 3, "3": 1 / 3},
+    )  # fmt: skip
+    assert "timed: one evaluation of one chain" in str(
+        estimate.estimate_run(campaign.build(settings)[2], 4, 30000, 30000)
+    )
+    assert timed[-1] == 1

@@ -207,9 +207,9 @@ def test_unmask_draws_follow_the_exact_matrix_and_each_chain_its_own_stream(tiny
     assert torch.equal(together.tokens[2], alone.tokens[0])
 
 
-def test_an_unmask_proposal_reads_two_copies_per_position(tiny4, monkeypatch):
-    """b passes, each of the proposal's copy and the current state's (its reverse), then the usual
-    evaluation of the proposal; proposal_copies says so."""
+def test_an_unmask_proposal_reads_two_copies_per_position_but_the_first(tiny4, monkeypatch):
+    """b passes, each of the proposal's copy and the current state's (its reverse; at the first pass
+    they are one copy), then the usual evaluation of the proposal; proposal_copies says so."""
     dist = MaskedLMDistribution(tiny4, TEMPLATE)
     kernel = MetropolisHastings(dist, p_unmask=1.0, unmask_size=2)
     state = kernel.init(run_chains(kernel, 3, 1, seed=0).tokens[:, 0])
@@ -217,9 +217,9 @@ def test_an_unmask_proposal_reads_two_copies_per_position(tiny4, monkeypatch):
     real = tiny4.logits_at
     monkeypatch.setattr(tiny4, "logits_at", lambda ids, attn, q: rows.append(ids.shape[0]) or real(ids, attn, q))
     state, info = kernel.step(state, ChainStreams(1, 3))
-    assert kernel.proposal_copies.tolist() == [4, 4, 4] and kernel.proposal_cost() == 4
+    assert kernel.proposal_copies.tolist() == [3, 3, 3] and kernel.proposal_cost() == 3
     per_state = dist.scored_positions.numel()  # 5: one copy per scored position
-    assert sum(rows) == 12 + per_state * int(info.evaluated.sum())  # 2 x 2 x 3 reads, then each evaluated state
+    assert sum(rows) == 9 + per_state * int(info.evaluated.sum())  # (1 + 2) x 3 reads, then each evaluated state
 
 
 def test_bad_unmask_options_fail_before_any_work(tiny4):

@@ -29,7 +29,7 @@ from .batch import (
     strata,
     strata_name,
 )
-from .run import build, build_kernel, build_target, execute
+from .run import build, build_kernel, build_target, constraints_of, execute
 
 __all__ = [
     "strata",
@@ -45,6 +45,7 @@ __all__ = [
     "build_target",
     "build_kernel",
     "execute",
+    "constraints_of",
     "start_batch",
     "resume_batch",
     "batch_templates",

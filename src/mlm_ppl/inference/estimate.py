@@ -76,18 +76,19 @@ def estimate_run(kernel: KernelBase, chains: int, steps: int, draws: int, runs: 
     Memory: the draws and statistics kept in memory (and again while ``run.nc`` is written).
     Time: the run's work in full evaluations of the target (chains x steps x the kernel's
     evaluations per step, from its options), times one timed evaluation of up to 8 chains (of one
-    chain for a kernel whose chains step one at a time: ``capabilities.batched``); timed for runs of
+    chain for a kernel whose chains step one at a time: ``kernel.chains_batched()``); timed for runs of
     :data:`TIMED_FROM` chain-evaluations or more, without running a step (a step may be huge).
     """
     L = kernel.target.template.numel()
     memory = 3 * chains * draws * (8 * L + 8 * len(kernel.stat_names()))  # tokens + stats, three copies
     available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     per_step = kernel.evaluations_per_step()
-    batch = min(chains, 8) if kernel.capabilities.batched else 1
+    batched = kernel.chains_batched()
+    batch = min(chains, 8) if batched else 1
     seconds = None
     if runs * chains * steps * per_step >= TIMED_FROM and memory <= available // 2:
         seconds = runs * time_per_evaluation(kernel, batch) * -(-chains // batch) * steps * per_step
-    timed = f"{batch} chains" if kernel.capabilities.batched else "one chain; its chains step one at a time"
+    timed = f"{batch} chains" if batched else "one chain; its chains step one at a time"
     return Estimate(chains, steps, per_step, runs, memory, available, seconds, timed)
 
 

@@ -1,9 +1,11 @@
 """Metropolis-Hastings with MLM-conditional proposals (Goyal, Dyer & Berg-Kirkpatrick 2021).
 
 The whole algorithm: :class:`MHState` caches the current state's single-site conditionals
-(they are the next proposals), :meth:`MetropolisHastings.step` proposes a block, scores the
-proposed state in one batched pass, and accepts with :func:`~mlm_ppl.inference.base.accept`;
-:meth:`MetropolisHastings.block_matrix` is the same step as an exact transition matrix.
+(they are the next proposals), :meth:`MetropolisHastings.step` proposes a block (or, with
+``p_unmask``, a run of free positions unmasked one by one: :meth:`MetropolisHastings.unmask`),
+scores the proposed state in one batched pass, and accepts with
+:func:`~mlm_ppl.inference.base.accept`; :meth:`MetropolisHastings.block_matrix` and
+:meth:`MetropolisHastings.unmask_matrix` are the same moves as exact transition matrices.
 """
 
 from __future__ import annotations
@@ -63,14 +65,17 @@ class ProposalOptions(Options):
     p_unmask: float = option(
         0.0,
         "probability that a step proposes a run of unmask_size free positions by unmasking them one by one "
-        "in a random order (needs scan random)",
+        "in a random order (MH: with scan random)",
         check=check_share,
     )
     unmask_size: int | None = option(
         None, "free positions an unmask proposal redraws, a run of neighbours (default: all)", check=count_at_least(1)
     )
     temperature_schedule: Callable[[int], float] | None = option(
-        None, "step -> annealing temperature tau (mode seeking; Python only)", check=check_schedule, cli=False
+        None,
+        "step (surrogate-MH: outer step) -> annealing temperature tau (mode seeking; Python only)",
+        check=check_schedule,
+        cli=False,
     )
     anneal_terms: str = option(
         "all",
@@ -165,7 +170,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
         reverse reads the current tokens along the same order (:meth:`unmask`). Run and order are
         drawn independently of the state, so each is an MH kernel of its own and the mixture is
         exact and reversible (surrogate-MH's inner chain needs the latter). Needs ``scan="random"``.
-        Cost: ``2b`` masked copies for a run of ``b`` (in ``b`` passes), then the proposal's evaluation.
+        Cost: ``2b - 1`` masked copies for a run of ``b`` (in ``b`` passes), then the proposal's evaluation.
     unmask_size : int, optional
     temperature_schedule : callable, optional
         ``step -> tau``: anneal for mode seeking (Goyal et al. section 7): the step's acceptance
@@ -240,11 +245,11 @@ class MetropolisHastings(KernelBase[MHOptions]):
 
     def proposal_cost(self) -> float:
         """Masked copies one step's proposal reads per chain, on average (its evaluation aside): one
-        for a block of several positions (single sites read the cached conditionals), ``2 b`` for
+        for a block of several positions (single sites read the cached conditionals), ``2b - 1`` for
         an unmask proposal of ``b`` positions. After a step, ``proposal_copies`` ``(C,)`` holds what
         each chain's proposal read (surrogate-MH counts its inner chain's copies from it)."""
         o = self.options
-        return (1 - o.p_unmask) * int(o.block_size > 1) + o.p_unmask * 2 * self.unmask_size
+        return (1 - o.p_unmask) * int(o.block_size > 1) + o.p_unmask * (2 * self.unmask_size - 1)
 
     def _block_proposal(
         self, tokens: Tensor, cond_logits: Tensor, step: int, order: Tensor, streams: ChainStreams
@@ -277,15 +282,15 @@ class MetropolisHastings(KernelBase[MHOptions]):
         Returns the proposed states (``tokens`` when ``streams`` is None), ``log q(proposed)`` and
         ``log q(tokens)`` ``(N,)``: each the sum of its tokens' proposal log-probabilities along the
         same order, the reverse read with the current tokens in place of the drawn ones (one batched
-        pass for both per step: ``b`` passes in all). The proposal is normalised in float64, so the
-        product of its ``b`` factors sums to 1 over the run's fills to rounding whatever the model's
-        dtype (the exact matrix relies on it)."""
+        pass for both per step, one copy at the first: ``b`` passes, ``2b - 1`` copies in all). The
+        proposal is normalised in float64, so the product of its ``b`` factors sums to 1 over the
+        run's fills to rounding whatever the model's dtype (the exact matrix relies on it)."""
         N, b = order.shape
         pos = self.target.free_positions[order]  # (N, b)
         new = tokens.clone()
         log_fwd = log_rev = torch.zeros(N, dtype=torch.float64)
-        for i in range(b):
-            rows = torch.cat([new, tokens]) if streams is not None else tokens
+        for i in range(b):  # at i = 0 nothing is drawn yet: the proposal's copy is the state's
+            rows = torch.cat([new, tokens]) if streams is not None and i > 0 else tokens
             copies = rows.shape[0] // N
             logits = self.target.site_logits(rows, pos[:, i:].repeat(copies, 1))[:, :1].double()
             logq = self._proposal(logits, order[:, i : i + 1].repeat(copies, 1))[:, 0]  # (rows, V) at order[:, i]
@@ -316,7 +321,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
             sub = streams.subset(unmasks.tolist())
             prop, log_fwd, log_rev = self.unmask(tokens[unmasks], self.unmask_orders(sub), sub)
             proposed[unmasks], correction[unmasks] = prop, (log_rev - log_fwd).double()
-            self.proposal_copies[unmasks] = 2 * self.unmask_size  # each step's draw and its reverse
+            self.proposal_copies[unmasks] = 2 * self.unmask_size - 1  # each step's draw and its reverse
         return proposed, correction, state.order
 
     # -- one step

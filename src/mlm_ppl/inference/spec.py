@@ -227,6 +227,12 @@ class KernelBase(Generic[OptionsT]):
         the free positions) and what the kernel derives from it once (surrogate-MH: its surrogate
         and inner chain). Called by ``__init__``."""
 
+    def chains_batched(self) -> bool:
+        """Whether this kernel's chains advance in one batched forward pass (what a run's time
+        estimate assumes): ``capabilities.batched``, unless its target decides (surrogate-MH on a
+        variable gap steps its inner chains one at a time)."""
+        return self.capabilities.batched
+
     def evaluations_per_step(self) -> float:
         """At most how much work one step does for one chain, in full evaluations of the target
         (one :meth:`~mlm_ppl.models.Target.evaluate` of one state), from the options: what a

@@ -25,7 +25,7 @@ order, is reversible for ``p~`` (detailed balance); a random-scan step chooses a
 independently of the state, so it is a fixed mixture of reversible kernels and reversible; and
 a power of a reversible kernel is reversible. Each inner proposal costs one pass over the
 window's masked copies (13 for the 13 free positions of a CDR-H3) instead of the whole
-sequence's (120), plus what its proposal reads (an unmask proposal of ``b`` positions: ``2b``
+sequence's (120), plus what its proposal reads (an unmask proposal of ``b`` positions: ``2b - 1``
 surrogate copies), and the move is corrected with one evaluation of the full energy.
 """
 
@@ -241,9 +241,19 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
     one of them the inner and the outer step accept a move to a state of density > 0 and reject
     every other (:func:`~mlm_ppl.inference.base.mh_log_ratio`): no ``-inf - (-inf)``.
 
+    **On a variable gap** (a :class:`~mlm_ppl.models.gap_target.GapTarget`): the inner chain is
+    gap-jump's (:class:`~mlm_ppl.inference.jump.GapJump`: update, with unmask proposals at
+    ``p_unmask``, insert and delete moves at ``p_update``, ``p_insert``, ``p_delete``) on each
+    length's surrogate, each calibrated once at a fixed state of its length
+    (:meth:`SurrogateTarget.calibrate`); its chains step one at a time; one exact evaluation per
+    outer step corrects whatever it did to the length (:meth:`gap_matrix` is its exact matrix).
+    ``block_size``, ``proposal_temperature``, ``top_k``, ``top_p`` and annealing are refused there.
+
     **Cost**: each inner proposal that changes the state runs the window's masked copies,
-    unless it breaks a hard rule (``target.forbidden``: rejected unrun, as in MH); each step whose inner
-    chain moved runs the whole sequence's once. The inner proposals keep to the target's
+    unless it breaks a hard rule (``target.forbidden``: rejected unrun, as in MH), plus what the
+    proposal reads (a block: one copy; an unmask proposal of ``b`` positions: ``2b - 1``; a jump's
+    ``q``: one); each step whose inner chain moved runs the whole sequence's once (``masked_copies``
+    counts them all). The inner proposals keep to the target's
     alphabets (``target.allowed``), so the whole move does.
 
     Parameters
@@ -268,6 +278,9 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         nearly the whole copy's conditionals at the crop's cost.
     block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p
         The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings` (random scan).
+    p_update, p_insert, p_delete
+        On a variable gap, the inner gap-jump chain's move probabilities (refused on a fixed
+        template).
     """
 
     name = "surrogate-mh"
@@ -332,12 +345,16 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         the inner chain (reversible for the surrogate: each move is an MH step, chosen independently
         of the state), so one exact evaluation per outer step pays for every length change inside."""
         o = self.options
-        given = [name for name in ("block_size", "proposal_temperature", "top_k", "top_p") if name in o.given()]
-        if given or o.temperature_schedule is not None:
+        given: list[str] = [
+            name for name in ("block_size", "proposal_temperature", "top_k", "top_p") if name in o.given()
+        ]
+        if o.temperature_schedule is not None:
+            given.append("annealing schedule")
+        if given:
             raise ValueError(
                 f"on a variable gap surrogate-MH's inner chain makes gap-jump's moves (single sites, unmask "
-                f"proposals, inserts, deletes), which take no {', '.join(given) or 'annealing schedule'}; leave "
-                "it out, or sample each length as a fixed template (--length-mode strata)"
+                f"proposals, inserts, deletes), which take no {', '.join(given)}; leave them out, or sample each "
+                "length as a fixed template (--length-mode strata)"
             )
         self.surrogate = target.map_targets(surrogate_of)
         for surrogate in self._surrogates():
@@ -367,6 +384,11 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
             copies[rows] = target.target(L).scored_positions.numel()  # type: ignore[attr-defined]
         return copies
 
+    def chains_batched(self) -> bool:
+        """On a variable gap the inner gap-jump chain steps one chain at a time (its time estimate
+        says so); otherwise the chains advance together."""
+        return not isinstance(self.inner, GapJump)
+
     def evaluations_per_step(self) -> float:
         """``inner_steps`` inner steps, each a pass over the window's copies (as long as the cropped
         context) and what its proposal reads, and one pass over the whole sequence's, in full
@@ -374,8 +396,10 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         surrogate = self._surrogates()[-1]
         full = int(surrogate.base.scored_positions.numel())  # type: ignore[attr-defined]
         crop = surrogate.columns.numel() / surrogate.template.numel()
-        if isinstance(self.inner, GapJump):
-            per_step = self.inner.evaluations_per_step() * surrogate.positions.numel()
+        if isinstance(self.inner, GapJump):  # a surrogate evaluation per move, an update's reads, a jump's q copy
+            o = self.options
+            reads = o.p_update * self.inner.kernel(self.surrogate.longest).proposal_cost() + o.p_insert + o.p_delete
+            per_step = surrogate.positions.numel() + reads
         else:
             per_step = surrogate.positions.numel() + self.inner.proposal_cost()
         return (self.inner_steps * per_step * crop + full) / full

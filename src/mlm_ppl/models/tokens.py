@@ -52,7 +52,7 @@ class Encoding:
     scorable: Tensor
     word_ids: Tensor
     position_ids: Tensor | None = None
-    frame: Any = None  # a masked_lm.FrozenFrame (that module imports this one)
+    frame: Any = None  # a frozen.FrozenFrame (masked_lm, which reads it, imports this module)
 
     @property
     def lengths(self) -> Tensor:
