@@ -17,6 +17,7 @@ def _batch(model_dir, templates, out, *extra):
             "--seed", "5", "--out", str(out), "--no-progress", "--checkpoint-seconds", "0", *extra]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_batch_interrupted_and_resumed_gives_the_same_table(model_dir, tmp_path, capsys):
     templates = tmp_path / "templates.tsv"
     templates.write_text(TEMPLATES)

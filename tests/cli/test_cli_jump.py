@@ -100,6 +100,7 @@ def test_a_jump_run_records_every_draw_with_its_length_and_move(model_dir, tmp_p
     [(), ("--kernel", "surrogate-mh", "--inner-steps", "3", "--p-unmask", "0.3")],
     ids=["gap-jump", "surrogate"],
 )
+@pytest.mark.slow
 def test_a_killed_jump_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys, kernel):
     """Also surrogate-MH around the jump moves, whose checkpoint holds the inner gap-jump chain's state."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"

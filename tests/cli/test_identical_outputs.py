@@ -48,6 +48,7 @@ def _run(model_dir, out, threads):
     return az.from_netcdf(str(out / "run.nc"))
 
 
+@pytest.mark.slow
 def test_one_and_two_threads_give_the_same_summary_byte_for_byte(antibody_dir, tmp_path):
     """Before: the same tokens, lp apart by up to 3.8e-6, and summary.txt differed (ESS, MCSE)."""
     one, two = _run(antibody_dir, tmp_path / "one", 1), _run(antibody_dir, tmp_path / "two", 2)

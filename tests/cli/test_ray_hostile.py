@@ -52,6 +52,7 @@ def test_an_address_that_answers_but_is_not_ray_fails_within_seconds_leaving_not
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_worker_killed_more_often_than_ray_restarts_it_stops_with_how_to_resume(model_dir, tmp_path):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

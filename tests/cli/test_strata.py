@@ -34,6 +34,7 @@ def _args(model_dir, out, *extra):
     return [*args, "--seed", "2", "--out", str(out), "--no-progress", *extra]
 
 
+@pytest.mark.slow
 def test_strata_run_each_length_and_weigh_its_draws_by_the_prior(model_dir, tmp_path, capsys):
     """Each length's draws follow that length's exact law (by enumeration, with the chains' own
     exact matrix: its |lambda_2| sizes the effective draws, and the law of the draws after a

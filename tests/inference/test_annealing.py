@@ -56,6 +56,7 @@ def _exact_end(mlm, target, name, options, terms):
 
 
 @pytest.mark.parametrize("name, options", [("mh", {}), ("surrogate-mh", {"inner_steps": 3})])
+@pytest.mark.slow
 def test_annealing_the_whole_density_seeks_the_products_mode(problem, name, options):
     mlm, dist, target = problem
     states = exact.enumerate_states(dist)

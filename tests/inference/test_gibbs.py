@@ -68,6 +68,7 @@ def test_discrete_and_token_updates_leave_the_exact_posterior_invariant(smooth64
     assert exact.total_variation(exact.stationary_distribution(P), post) < 1e-10
 
 
+@pytest.mark.slow
 def test_gibbs_with_nuts_matches_the_exact_posterior(smooth64):
     """w ~ Normal(0, 1); x ~ MLM; y_j ~ Normal(w * count_a(x), 1): w integrated analytically."""
     mlm = tiny_residue_bert("ACDE", seed=1, std=0.2)

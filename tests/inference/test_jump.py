@@ -46,6 +46,7 @@ def test_the_length_prior_weighs_the_lengths(tiny4_64, jump):
     assert torch.allclose(got, expected, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_the_step_draws_each_move_from_its_matrix_row(tiny4_64):
     """6000 single steps from the length-2 state that moves most (insert, delete and update all
     possible): independent draws of the next state; those of each move follow that move's exact

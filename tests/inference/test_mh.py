@@ -48,6 +48,7 @@ def test_the_invariance_check_has_power(tiny4_64):
 
 
 @pytest.mark.parametrize("block_size", [1, 2])
+@pytest.mark.slow
 def test_long_batched_mh_runs_match_the_exact_target(tiny4, block_size):
     dist = MaskedLMDistribution(tiny4, TEMPLATE, temperature=3.0)
     pi = exact.exact_log_probs(dist).exp()

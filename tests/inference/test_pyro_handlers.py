@@ -135,6 +135,7 @@ DRAWN = {"scale 3": lambda: poutine.scale(scale=3.0), "mask False": lambda: pout
 
 @pytest.mark.parametrize("handler", DRAWN)
 @pytest.mark.parametrize("which, chains", [("MLMKernel", 3000), ("MLMGibbs", 1000)])
+@pytest.mark.slow
 def test_draws_under_a_handler_follow_pyros_joint(smooth64, handler, which, chains):
     """Draws, not only the matrix: independent chains from a uniform start, after 8 steps, for
     both kernels (MLMKernel: batched chains in one Pyro chain; MLMGibbs: one Pyro chain each).

@@ -66,6 +66,7 @@ def test_a_constrained_gap_is_exact_with_the_surrogate(tiny4_64):
     assert torch.equal(pi == 0, torch.tensor(broken)) and sum(broken) < len(broken)
 
 
+@pytest.mark.slow
 def test_the_step_draws_follow_the_exact_row_and_count_their_copies(tiny4, monkeypatch):
     """1500 chains from one length-2 state, one step each: the next states follow that state's row of
     the exact matrix; masked_copies counts the copies run, the lengths move."""

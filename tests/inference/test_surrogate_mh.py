@@ -152,6 +152,7 @@ def test_the_invariance_check_has_power(tiny4_64):
     assert float((sur @ Q - sur).abs().max()) < 1e-10  # the inner chain is exact for its own target
 
 
+@pytest.mark.slow
 def test_the_sampling_code_follows_the_exact_matrix_before_and_after_mixing(tiny4):
     """3000 independent chains from uniform starts: after 1 step (far from the target) and after 12
     (at it), their states follow p0 P^n, P built from the kernel's own code by enumeration."""
