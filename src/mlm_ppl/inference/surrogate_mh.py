@@ -185,9 +185,8 @@ class SurrogateTarget(DerivedTarget):
         if dtype is not None or context is not None or frame is not None:
             raise ValueError("a surrogate reads its copies in its own dtype, crop and frame; give none of them")
         self.copies += tokens.shape[0]
-        if self.dtype is None and self.context is None:
-            return self.base.site_logits(tokens, positions, masked=masked)
-        return self.base.site_logits(  # type: ignore[call-arg]
+        # DerivedTarget's read: the base's own when the surrogate reads the model as it is
+        return super().site_logits(
             tokens, positions, masked=masked, dtype=self.dtype, context=self.context, frame=self.frame
         )
 
