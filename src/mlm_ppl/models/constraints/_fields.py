@@ -1,0 +1,57 @@
+"""Errors that name the field of a rule or an expert they are about (a spec file's key), and the
+checks shared by rules and experts."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from typing import Any
+
+
+class _FieldValueError(ValueError):
+    """A ValueError about one field of a rule or an expert (``key``: its name in a spec file)."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class _FieldTypeError(TypeError):
+    """A TypeError about one field of a rule or an expert (``key``: its name in a spec file)."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str):
+        raise _FieldTypeError(f"a {what}'s name must be text, got {type(name).__name__} {name!r}", "name")
+    if not name.strip():
+        raise _FieldValueError(f"a {what}'s name must not be empty", "name")
+    return name
+
+
+def _check_weight(name: str, w: Any) -> float:
+    if isinstance(w, bool) or not isinstance(w, numbers.Real):
+        raise _FieldTypeError(f"expert {name!r}: weight must be a number, got {type(w).__name__} {w!r}", "weight")
+    if not math.isfinite(float(w)):
+        raise _FieldValueError(f"expert {name!r}: weight must be finite, got {w!r}", "weight")
+    return float(w)
+
+
+def _compile(name: str, pattern: Any) -> re.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise _FieldTypeError(f"rule {name!r}: pattern must be text, got {type(pattern).__name__}", "pattern")
+    try:
+        regex = re.compile(pattern)
+    except re.error as err:
+        raise _FieldValueError(f"rule {name!r}: bad regular expression {pattern!r}: {err}", "pattern") from None
+    if regex.fullmatch("") is not None:
+        raise _FieldValueError(
+            f"rule {name!r}: pattern {pattern!r} matches the empty string; give one that matches at least one "
+            "character",
+            "pattern",
+        )
+    return regex

@@ -1,0 +1,330 @@
+"""Soft experts ``w * f(x)``: the :class:`Expert` type and the built-ins a spec file names by kind."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import numbers
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._fields import _check_name, _check_weight, _FieldTypeError, _FieldValueError
+
+EXPERT_INPUTS = ("sequences", "designed", "tokens")
+"""What an expert's function receives, for ``N`` states:
+
+``"sequences"``
+    ``list[str]``, each whole state decoded (:meth:`~mlm_ppl.models.TokenCodec.decode`);
+``"designed"``
+    ``list[str]``, the tokens at the free positions only, decoded the same way (residues
+    without separators, words with spaces);
+``"tokens"``
+    the ``(N, L)`` long tensor of token ids, special tokens included.
+
+It returns ``N`` finite scores in nats (a list, an array or a tensor).
+"""
+
+
+@dataclass(frozen=True, eq=False)
+class Expert:
+    """A soft term ``w * f(x)`` of the log density.
+
+    Parameters
+    ----------
+    name : str
+    function : callable
+        Maps a batch of states, in the form ``takes`` names (:data:`EXPERT_INPUTS`), to ``N``
+        finite scores in nats.
+    weight : float
+        A finite number; negative weights penalise large scores.
+    takes : {"sequences", "designed", "tokens"}
+    kind, params
+        How a spec file names the expert (a built-in name or ``"module:function"``) and the
+        parameters it was built with; set by the built-ins and by
+        :meth:`ConstraintSpec.from_dict`. ``kind=None`` derives ``"module:function"`` from a
+        module-level function when the spec is written out.
+    """
+
+    name: str
+    function: Callable[[Any], Any]
+    weight: float = 1.0
+    takes: str = "sequences"
+    kind: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "expert")
+        if not callable(self.function):
+            raise _FieldTypeError(f"expert {self.name!r}: function must be callable, got {self.function!r}", "kind")
+        object.__setattr__(self, "weight", _check_weight(self.name, self.weight))
+        if self.takes not in EXPERT_INPUTS:
+            raise _FieldValueError(
+                f"expert {self.name!r}: takes must be one of {', '.join(map(repr, EXPERT_INPUTS))}, got {self.takes!r}",
+                "takes",
+            )
+        object.__setattr__(self, "params", dict(self.params))
+
+    def spec_kind(self) -> str:
+        """The expert's ``kind`` in a spec file; a ValueError when it has none: a lambda, a
+        closure, a ``functools.partial``, a callable object, or any function that importing its
+        module and following its qualified name does not give back."""
+        if self.kind is not None:
+            return self.kind
+        fn = self.function
+        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+        named = (
+            isinstance(module, str)
+            and isinstance(qualname, str)
+            and module not in ("", "__main__")
+            and qualname != ""
+            and "<" not in qualname
+            and _resolves_to(module, qualname, fn)
+        )
+        if not named:
+            raise ValueError(
+                f"expert {self.name!r}: its function {fn!r} has no spec-file form: a spec file names an expert "
+                "by a module-level function (kind = 'module:function', with params), not a lambda, closure, "
+                "functools.partial or callable object"
+            )
+        return f"{module}:{qualname}"
+
+    def to_dict(self) -> dict[str, Any]:
+        kind = self.spec_kind()
+        out: dict[str, Any] = {"name": self.name, "kind": kind, "weight": self.weight}
+        if ":" in kind:
+            out["takes"] = self.takes
+        if self.params:
+            out["params"] = dict(self.params)
+        return out
+
+
+KYTE_DOOLITTLE: dict[str, float] = {
+    "A": 1.8, "R": -4.5, "N": -3.5, "D": -3.5, "C": 2.5, "Q": -3.5, "E": -3.5, "G": -0.4, "H": -3.2, "I": 4.5,
+    "L": 3.8, "K": -3.9, "M": 1.9, "F": 2.8, "P": -1.6, "S": -0.8, "T": -0.7, "W": -0.9, "Y": -1.3, "V": 4.2,
+}  # fmt: skip
+"""Kyte & Doolittle (1982) hydropathy index of the 20 standard amino acids."""
+
+_REGIONS = {"designed": "designed", "sequence": "sequences"}
+
+
+def _region(name: str, region: Any) -> str:
+    if region not in _REGIONS:
+        raise _FieldValueError(
+            f"expert {name!r}: region must be 'designed' or 'sequence', got {region!r}", "params.region"
+        )
+    return _REGIONS[region]
+
+
+def _residues(text: str) -> str:
+    return text.replace(" ", "")
+
+
+def hydropathy(*, name: str = "hydropathy", weight: float = 1.0, region: str = "designed") -> Expert:
+    """Mean Kyte-Doolittle hydropathy (:data:`KYTE_DOOLITTLE`) per residue.
+
+    ``region="designed"`` averages over the free positions, ``"sequence"`` over the whole decoded
+    sequence. Characters outside the 20 standard amino acids (``X``, ``B`` ...) count as 0 and
+    are included in the mean. A negative weight favours hydrophilic designs.
+    """
+    takes = _region(name, region)
+
+    def mean_hydropathy(sequences: list[str]) -> list[float]:
+        out = []
+        for s in sequences:
+            res = _residues(s)
+            out.append(sum(KYTE_DOOLITTLE.get(c, 0.0) for c in res) / len(res) if res else 0.0)
+        return out
+
+    return Expert(name, mean_hydropathy, weight, takes, kind="hydropathy", params={"region": region})
+
+
+def net_charge(
+    *, name: str = "net-charge", weight: float = 1.0, region: str = "sequence", histidine: float = 0.0
+) -> Expert:
+    """Net charge by residue counts: K and R count +1, D and E -1, H counts ``histidine``.
+
+    Histidine's side chain (pKa about 6) is mostly neutral at pH 7.4, hence the default 0;
+    give e.g. 0.1 (its charged fraction near pH 7) or 1.0 (below pH 6) to count it. Termini are
+    not counted. ``region`` as for :func:`hydropathy`, default the whole sequence.
+    """
+    takes = _region(name, region)
+    if isinstance(histidine, bool) or not isinstance(histidine, numbers.Real) or not math.isfinite(histidine):
+        raise _FieldTypeError(
+            f"expert {name!r}: histidine must be a finite number, got {histidine!r}", "params.histidine"
+        )
+    charge = {"K": 1.0, "R": 1.0, "D": -1.0, "E": -1.0, "H": float(histidine)}
+
+    def charge_of(sequences: list[str]) -> list[float]:
+        return [sum(charge.get(c, 0.0) for c in s) for s in sequences]
+
+    params = {"region": region, "histidine": float(histidine)}
+    return Expert(name, charge_of, weight, takes, kind="net-charge", params=params)
+
+
+def residue_count(
+    residues: str, *, name: str = "residue-count", weight: float = 1.0, region: str = "designed"
+) -> Expert:
+    """How many residues are any of ``residues`` (e.g. ``"MW"``); default over the designed ones."""
+    takes = _region(name, region)
+    if not isinstance(residues, str) or not _residues(residues):
+        raise _FieldTypeError(
+            f"expert {name!r}: residues must be a non-empty string such as 'MW', got {residues!r}", "params.residues"
+        )
+    chosen = frozenset(_residues(residues))
+
+    def count(sequences: list[str]) -> list[float]:
+        return [float(sum(c in chosen for c in s)) for s in sequences]
+
+    return Expert(name, count, weight, takes, kind="residue-count", params={"residues": residues, "region": region})
+
+
+def keyword_count(
+    keywords: Sequence[str], *, name: str = "keywords", weight: float = 1.0, case_sensitive: bool = False
+) -> Expert:
+    """How many times the keywords occur as whole words in the decoded text (text models).
+
+    A keyword matches where it is not preceded or followed by a letter, digit or underscore;
+    overlapping keywords are counted once per non-overlapping match, longest keyword first.
+    """
+    if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
+        raise _FieldTypeError(
+            f"expert {name!r}: keywords must be a non-empty list of words, got {keywords!r}", "params.keywords"
+        )
+    if not all(isinstance(k, str) and k.strip() for k in keywords):
+        raise _FieldTypeError(
+            f"expert {name!r}: keywords must be non-empty strings, got {keywords!r}", "params.keywords"
+        )
+    if not isinstance(case_sensitive, bool):
+        raise _FieldTypeError(f"expert {name!r}: case_sensitive must be true or false", "params.case_sensitive")
+    alternatives = "|".join(re.escape(k.strip()) for k in sorted(keywords, key=len, reverse=True))
+    regex = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", 0 if case_sensitive else re.IGNORECASE)
+
+    def count(sequences: list[str]) -> list[float]:
+        return [float(len(regex.findall(s))) for s in sequences]
+
+    params = {"keywords": list(keywords), "case_sensitive": case_sensitive}
+    return Expert(name, count, weight, "sequences", kind="keyword-count", params=params)
+
+
+def hamming_distance(source: str, *, name: str = "hamming", weight: float = 1.0, unit: str = "residue") -> Expert:
+    """Hamming distance of the decoded sequence to ``source``.
+
+    ``unit="residue"`` compares characters (spaces ignored), ``"word"`` whitespace-separated
+    words. Units are compared in order; a difference in length counts one per missing unit. Give
+    a negative weight to keep designs near the source.
+    """
+    if not isinstance(source, str) or not source.strip():
+        raise _FieldTypeError(f"expert {name!r}: source must be a non-empty string, got {source!r}", "params.source")
+    if unit not in ("residue", "word"):
+        raise _FieldValueError(f"expert {name!r}: unit must be 'residue' or 'word', got {unit!r}", "params.unit")
+
+    def units(text: str) -> Sequence[str]:
+        return _residues(text) if unit == "residue" else text.split()
+
+    ref = units(source)
+
+    def distance(sequences: list[str]) -> list[float]:
+        out = []
+        for s in sequences:
+            u = units(s)
+            out.append(float(sum(a != b for a, b in zip(u, ref)) + abs(len(u) - len(ref))))
+        return out
+
+    return Expert(name, distance, weight, "sequences", kind="hamming", params={"source": source, "unit": unit})
+
+
+def classifier_log_prob(
+    path: str | Path,
+    label: int | str,
+    *,
+    name: str = "classifier",
+    weight: float = 1.0,
+    spaced: bool = False,
+    batch_size: int = 32,
+) -> Expert:
+    """``log p(label | sequence)`` of a Hugging Face sequence classifier saved in a local directory.
+
+    The model (``AutoModelForSequenceClassification``) and its tokenizer (``AutoTokenizer``) load
+    from ``path`` with ``local_files_only=True``: nothing is downloaded. ``label`` is a class
+    index or a name of ``config.label2id``. ``spaced=True`` puts a space between residues, for
+    protein classifiers whose tokenizers expect ``"E V Q L"``. The model runs on its device,
+    ``batch_size`` sequences at a time, without gradients.
+    """
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    if not isinstance(spaced, bool):
+        raise _FieldTypeError(f"expert {name!r}: spaced must be true or false", "params.spaced")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise _FieldValueError(f"expert {name!r}: batch_size must be an integer >= 1", "params.batch_size")
+    directory = Path(path)
+    if not directory.is_dir():
+        raise _FieldValueError(
+            f"expert {name!r}: classifier directory {str(directory)!r} does not exist", "params.path"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        model = AutoModelForSequenceClassification.from_pretrained(directory, local_files_only=True).eval()
+    except (OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise _FieldValueError(
+            f"expert {name!r}: no sequence classifier loads from {str(directory)!r}: {first}", "params.path"
+        ) from None
+    num_labels = int(model.config.num_labels)
+    label2id = {str(k): int(v) for k, v in (model.config.label2id or {}).items()}
+    if isinstance(label, bool) or not isinstance(label, (int, str)):
+        raise _FieldTypeError(f"expert {name!r}: label must be a class index or name, got {label!r}", "params.label")
+    if isinstance(label, str):
+        if label not in label2id:
+            raise _FieldValueError(
+                f"expert {name!r}: label {label!r} is not one of the classifier's {sorted(label2id)}", "params.label"
+            )
+        index = label2id[label]
+    else:
+        if not 0 <= label < num_labels:
+            raise _FieldValueError(
+                f"expert {name!r}: label {label} is out of range for {num_labels} classes", "params.label"
+            )
+        index = label
+    device = next(model.parameters()).device
+
+    def log_prob(sequences: list[str]) -> Tensor:
+        texts = [" ".join(_residues(s)) if spaced else s for s in sequences]
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(texts), batch_size):
+                enc = tokenizer(texts[start : start + batch_size], padding=True, truncation=True, return_tensors="pt")
+                logits = model(**{k: v.to(device) for k, v in enc.items()}).logits
+                out.append(torch.log_softmax(logits.double(), dim=-1)[:, index].cpu())
+        return torch.cat(out)
+
+    params = {"path": str(path), "label": label, "spaced": spaced, "batch_size": batch_size}
+    return Expert(name, log_prob, weight, "sequences", kind="classifier", params=params)
+
+
+EXPERT_KINDS: dict[str, Callable[..., Expert]] = {
+    "hydropathy": hydropathy,
+    "net-charge": net_charge,
+    "residue-count": residue_count,
+    "keyword-count": keyword_count,
+    "hamming": hamming_distance,
+    "classifier": classifier_log_prob,
+}
+"""The built-in experts by the ``kind`` a spec file gives; each takes ``name``, ``weight`` and its
+own parameters (``params``)."""
+
+
+def _resolves_to(module: str, qualname: str, fn: Any) -> bool:
+    """Whether importing ``module`` and following the dotted ``qualname`` gives ``fn`` itself."""
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # no such module or attribute, or the module fails to import: no file form
+        return False
+    return obj is fn
