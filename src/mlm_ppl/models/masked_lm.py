@@ -14,7 +14,6 @@ decoding come from :class:`~mlm_ppl.models.tokens.TokenCodec`; energies from
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from torch import Tensor
 from .._checks import check_type
 from .energy import EnergyTerms, check_energy, energy_terms
 from .frozen import FrozenFrame, frame_of, frozen_forward, frozen_layers
+from .hf import max_length, position_ids, reads_position_ids, split_head
 from .tokens import Encoding, TokenCodec
 
 __all__ = ["Encoding", "MaskedConditionals", "MaskedLM", "NonFiniteLogitsError"]
@@ -109,7 +109,7 @@ class MaskedLM(TokenCodec):
         super().__init__(
             tokenizer,
             vocab_size=int(model.config.vocab_size),
-            max_length=_max_length(model, tokenizer),
+            max_length=max_length(model, tokenizer),
             name=name,
             pad_id=model.config.pad_token_id,
             residue_level=residue_level,
@@ -119,7 +119,7 @@ class MaskedLM(TokenCodec):
         self._casts: dict[torch.dtype, MaskedLM] = {}  # copies in other dtypes, made by cast()
         self._reads_position_ids: bool | None = None  # probed on first use (reads_position_ids)
         self._frozen: list | None = None  # the layers a frozen frame runs, checked once (frozen_layers)
-        self.encoder, self.head = _split_head(model)
+        self.encoder, self.head = split_head(model)
         if compile:
             self.encoder = torch.compile(self.encoder, dynamic=True)
         cfg = model.config
@@ -145,36 +145,18 @@ class MaskedLM(TokenCodec):
 
     @property
     def reads_position_ids(self) -> bool:
-        """Whether the model places tokens by the ``position_ids`` it is given: what a cropped copy
-        (:meth:`position_ids`) needs to keep its columns' places. Its forward must take them, and
-        moving one token of a three-token probe further away must change what the first token
-        reads (models that derive relative positions from the sequence length, e.g. DeBERTa,
-        take the argument and ignore the gap). Probed once."""
+        """Whether the model places tokens by the ``position_ids`` it is given, what a cropped copy
+        (:meth:`position_ids`) needs to keep its columns' places
+        (:func:`~mlm_ppl.models.hf.reads_position_ids`); probed once."""
         if self._reads_position_ids is None:
-            self._reads_position_ids = self._probe_position_ids()
+            self._reads_position_ids = reads_position_ids(
+                self.model if self.head is None else self.encoder,
+                hidden=self.head is not None,
+                encoder=self.encoder,
+                mask_id=self.mask_id,
+                max_len=self.max_length,
+            )
         return self._reads_position_ids
-
-    @torch.inference_mode()
-    def _probe_position_ids(self) -> bool:
-        module = self.model if self.head is None else self.encoder
-        module = getattr(module, "_orig_mod", module)  # a compiled encoder: the module it wraps
-        try:
-            if "position_ids" not in inspect.signature(module.forward).parameters:
-                return False
-        except (TypeError, ValueError):
-            return False
-        gap = min(4, self.max_length - 3)
-        if gap < 1:
-            return False
-        ids = torch.full((1, 3), self.mask_id, dtype=torch.long, device=self.device)
-        near, far = self.position_ids(torch.tensor([0, 1, 2])), self.position_ids(torch.tensor([0, 1, 2 + gap]))
-
-        def first(pos: Tensor):
-            out = module(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos[None].to(self.device))
-            hidden = out.logits if self.head is None else out.last_hidden_state
-            return hidden[0, 0].float()
-
-        return not torch.allclose(first(near), first(far), atol=1e-6, rtol=0)
 
     def position_ids(self, columns: Tensor) -> Tensor:
         """``(K,)`` the position ids the model gives ``columns`` (ascending token indices of one
@@ -182,10 +164,7 @@ class MaskedLM(TokenCodec):
         themselves, or shifted past the padding index for models that number positions from it
         (RoBERTa, ESM: ``padding_idx + 1 + column``). A copy cropped to ``columns`` and read at
         these ids sees every kept token where the whole sequence has it."""
-        embeddings = getattr(self.encoder, "embeddings", None)
-        padding_idx = getattr(embeddings, "padding_idx", None)
-        offset = 0 if padding_idx is None else int(padding_idx) + 1
-        return torch.as_tensor(columns, dtype=torch.long) + offset
+        return position_ids(self.encoder, columns)
 
     def frozen_layers(self) -> list:
         """The encoder's layers when a frozen frame can be computed for them
@@ -508,33 +487,6 @@ def _check_positions(positions: Sequence[int], enc: Encoding) -> list[int]:
         if not 0 <= p < T:
             raise ValueError(f"position {p} is outside the encoded length {T}")
     return sorted(set(pos))
-
-
-def _max_length(model, tokenizer) -> int:
-    cfg = model.config
-    limit = int(getattr(cfg, "max_position_embeddings", 0) or 0)
-    if limit and getattr(cfg, "position_embedding_type", "absolute") == "absolute":
-        # RoBERTa-style embeddings offset positions by padding_idx + 1.
-        if cfg.model_type in {"roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "esm"}:
-            limit -= int(cfg.pad_token_id or 0) + 1
-    tok_max = getattr(tokenizer, "model_max_length", None)
-    if tok_max is not None and 0 < tok_max < 1_000_000:
-        limit = min(limit, int(tok_max)) if limit > 0 else int(tok_max)
-    return limit if limit > 0 else 512
-
-
-def _split_head(model):
-    """The encoder and the LM head, so the head runs only at the positions that are read.
-
-    Returns ``(base, head)``; ``head`` is None when the architecture is not recognised,
-    in which case the full model runs and logits are read off its output.
-    """
-    base = getattr(model, "base_model", None)
-    for attr in ("cls", "lm_head"):
-        head = getattr(model, attr, None)
-        if head is not None and base is not None and base is not model:
-            return base, head
-    return model, None
 
 
 def _progress_bar(total: int, enabled: bool, unit: str):
