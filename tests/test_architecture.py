@@ -1,5 +1,6 @@
 """The package's shape, read from its imports: layers point one way, no circles, no private names
-across modules. A new back-reference fails here, not in a reader's head."""
+across modules; and no module over 500 lines (a file that long holds several jobs: split it along
+them). A new back-reference fails here, not in a reader's head."""
 
 import ast
 from pathlib import Path
@@ -177,9 +178,23 @@ def test_no_private_names_across_modules(graph):
     assert not bad, "\n".join(bad)
 
 
-def test_the_checks_see_a_back_reference_a_cycle_and_a_private_name(tmp_path):
-    """The checks above have power: a planted back-reference (module-level and lazy), cycle and
-    private import are found."""
+MAX_LINES = 500
+
+
+def _long_modules(src: Path) -> list[str]:
+    """Modules of the package under ``src`` longer than :data:`MAX_LINES` lines."""
+    lengths = {p.relative_to(src.parent).as_posix(): len(p.read_text().splitlines()) for p in src.rglob("*.py")}
+    return sorted(f"{name}: {n} lines" for name, n in lengths.items() if n > MAX_LINES)
+
+
+def test_no_module_over_500_lines():
+    long = _long_modules(SRC)
+    assert not long, "modules over 500 lines (split them along their jobs):\n" + "\n".join(long)
+
+
+def test_the_checks_see_a_back_reference_a_cycle_a_private_name_and_a_long_module(tmp_path):
+    """The checks above have power: a planted back-reference (module-level and lazy), cycle,
+    private import and 501-line module are found, and a 500-line one passes."""
     pkg = tmp_path / "mlm_ppl"
     for sub in ("models", "inference"):
         (pkg / sub).mkdir(parents=True)
@@ -198,3 +213,6 @@ def test_the_checks_see_a_back_reference_a_cycle_and_a_private_name(tmp_path):
         ["mlm_ppl.models.a", "mlm_ppl.inference.b", "mlm_ppl.models.a"],
     )
     assert _private_names(planted) == ["mlm_ppl.inference.b imports mlm_ppl.models.a._hidden"]
+    (pkg / "models" / "long.py").write_text("x = 1\n" * 501)
+    (pkg / "models" / "fits.py").write_text("x = 1\n" * 500)
+    assert _long_modules(pkg) == ["mlm_ppl/models/long.py: 501 lines"]

@@ -39,9 +39,9 @@ import torch
 from torch import Tensor
 
 from .._checks import count_at_least
-from ..models.frozen import FrozenFrame
 from ..models.gap_target import GapTarget
-from ..models.target import DerivedTarget, Evaluation, Target, WindowedTarget
+from ..models.surrogate import SurrogateTarget
+from ..models.target import Evaluation, Target
 from .base import (
     accept,
     acceptance_probability,
@@ -113,88 +113,6 @@ class SurrogateOptions(ProposalOptions):
                 f"({self.surrogate_window}): the surrogate scores the positions within the window and reads them "
                 "from the cropped context; widen the context or narrow the window"
             )
-
-
-class SurrogateTarget(DerivedTarget):
-    """The surrogate ``p~``: a :class:`~mlm_ppl.models.WindowedTarget`'s energy restricted to the
-    scored positions within ``window`` of a free position, its model in ``dtype``, its copies
-    cropped to the tokens within ``context`` of a free position (None: the whole sequence) and,
-    with ``frame="frozen"``, reading the other tokens of a fixed reference sequence, frozen
-    (:meth:`~mlm_ppl.MaskedLMDistribution.frozen_frame`, made once here); and the same
-    log-factor. A :class:`~mlm_ppl.models.Target` itself (everything but :meth:`evaluate` is the
-    base's), so the inner chain is the library's own :class:`~mlm_ppl.inference.MetropolisHastings`."""
-
-    def __init__(
-        self,
-        base: WindowedTarget,
-        window: int,
-        dtype: torch.dtype | None,
-        context: int | None = None,
-        frame: str = "crop",
-    ) -> None:
-        super().__init__(base)
-        self.window = window
-        self.dtype = dtype
-        if frame == "frozen" and context is None:
-            context = window  # the least the scored positions need
-        self.context = context
-        self.frame_kind = frame
-        scored, free = base.scored_positions, base.free_positions
-        distance = (scored[:, None] - free[None, :]).abs().min(1).values
-        self.positions = scored[distance <= window]  # (W,) the columns whose terms E~ sums
-        # (K,) the columns each copy runs (checks that the model can read a crop in place)
-        self.columns = torch.arange(base.template.numel()) if context is None else base.context_columns(context)
-        self.frame = None if frame == "crop" or context is None else base.frozen_frame(context, dtype)
-        self.copies = 0  # masked copies run so far (evaluations and proposal reads): what a step counts
-        self.offset = 0.0  # added to E~ (calibrate)
-
-    def calibrate(self) -> float:
-        """Set :attr:`offset` to ``E(r) - E~(r)`` at a fixed state ``r`` of the base (its greedy
-        fill, the same at every start and resume), so that ``E~ + offset`` matches ``E`` there:
-        on a variable gap each length's surrogate misses its own share of the frame's terms (on
-        AntiBERTy's CDR-H3, 2.0 nats at 8 residues down to 0.9 at 20), and without the offset the
-        inner chain would favour the lengths where it misses most. A constant per target, so exact
-        whatever it is; costs one evaluation of ``r`` by each. Returns the offset."""
-        reference = fill_template(self.base, 1, ChainStreams(0, 1), "greedy")  # greedy: no random draw
-        self.offset = 0.0
-        self.offset = float(self.base.evaluate(reference).energy[0] - self.evaluate(reference).energy[0])
-        return self.offset
-
-    def evaluate(self, tokens: Tensor) -> Evaluation:
-        """``E~``, the log-factor and the free positions' conditionals (from the window's copies)."""
-        extra: dict[str, Any] = {} if self.context is None else {"context": self.context}  # a WindowedTarget of before
-        if self.frame is not None:
-            extra["frame"] = self.frame
-        self.copies += tokens.shape[0] * self.positions.numel()
-        ev = self.base.evaluate(tokens, self.positions, dtype=self.dtype, **extra)  # type: ignore[call-arg]
-        return ev if self.offset == 0 else ev._replace(energy=ev.energy + self.offset)
-
-    def site_logits(
-        self,
-        tokens: Tensor,
-        positions: Tensor,
-        *,
-        masked: bool = True,
-        dtype: torch.dtype | None = None,
-        context: int | None = None,
-        frame: FrozenFrame | None = None,
-    ) -> Tensor:
-        """Logits at blocks read from the surrogate's own copies (its dtype, crop and frozen frame):
-        what the inner chain's block and unmask proposals cost is a surrogate evaluation's, not the
-        target's. Any proposal is exact for the inner chain, as long as it reads its reverse the same way."""
-        if dtype is not None or context is not None or frame is not None:
-            raise ValueError("a surrogate reads its copies in its own dtype, crop and frame; give none of them")
-        self.copies += tokens.shape[0]
-        # DerivedTarget's read: the base's own when the surrogate reads the model as it is
-        return super().site_logits(
-            tokens, positions, masked=masked, dtype=self.dtype, context=self.context, frame=self.frame
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"SurrogateTarget(window={self.window}, positions={self.positions.numel()}, dtype={self.dtype}, "
-            f"context={self.context}, columns={self.columns.numel()}, frame={self.frame_kind!r})"
-        )
 
 
 class SurrogateState(NamedTuple):
@@ -356,8 +274,8 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
                 "length as a fixed template (--length-mode strata)"
             )
         self.surrogate = target.map_targets(surrogate_of)
-        for surrogate in self._surrogates():
-            surrogate.calibrate()  # each length's E~ set to E at a fixed state of that length
+        for surrogate in self._surrogates():  # each length's E~ set to E at its greedy fill (no random draw)
+            surrogate.calibrate(fill_template(surrogate.base, 1, ChainStreams(0, 1), "greedy"))
         self.inner = GapJump(
             self.surrogate,
             p_update=o.p_update,
@@ -386,7 +304,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
     def chains_batched(self) -> bool:
         """On a variable gap the inner gap-jump chain steps one chain at a time (its time estimate
         says so); otherwise the chains advance together."""
-        return not isinstance(self.inner, GapJump)
+        return not self.inner.capabilities.lengths
 
     def evaluations_per_step(self) -> float:
         """``inner_steps`` inner steps, each a pass over the window's copies (as long as the cropped
@@ -395,7 +313,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         surrogate = self._surrogates()[-1]
         full = int(surrogate.base.scored_positions.numel())  # type: ignore[attr-defined]
         crop = surrogate.columns.numel() / surrogate.template.numel()
-        if isinstance(self.inner, GapJump):  # a surrogate evaluation per move, an update's reads, a jump's q copy
+        if self.inner.capabilities.lengths:  # a surrogate evaluation per move, an update's reads, a jump's q copy
             o = self.options
             reads = o.p_update * self.inner.kernel(self.surrogate.longest).proposal_cost() + o.p_insert + o.p_delete
             per_step = surrogate.positions.numel() + reads
@@ -430,7 +348,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         moves = torch.zeros(C, dtype=torch.long)
         accepted = torch.zeros(C)
         copies = torch.zeros(C, dtype=torch.long)
-        if isinstance(self.inner, GapJump):  # its chains step one at a time: each chain's copies counted as run
+        if self.inner.capabilities.lengths:  # its chains step one at a time: each chain's copies counted as run
             ends = []
             for c in range(C):
                 one, stream = _rows(start, c, C), streams.subset([c])

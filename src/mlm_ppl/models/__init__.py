@@ -9,6 +9,7 @@ from .energy import ENERGIES, VARIANTS, EnergyTerms, energy_terms
 from .loading import antiberty_paths, load_mlm
 from .masked_lm import MaskedConditionals, MaskedLM, NonFiniteLogitsError
 from .pairs import PAIR_METHODS, PairConditionals, PairJoint, derive_pair_joint, pair_conditionals, pair_joint
+from .surrogate import SurrogateTarget
 from .target import ConstrainedTarget, DerivedTarget, Evaluation, ScaledTarget, Target, WindowedTarget
 from .tokens import Encoding, TokenCodec
 
@@ -33,6 +34,7 @@ __all__ = [
     "ScaledTarget",
     "DerivedTarget",
     "WindowedTarget",
+    "SurrogateTarget",
     "MaskedLMDistribution",
     # constraints (hard rules, soft experts, antibody liabilities)
     "constraints",

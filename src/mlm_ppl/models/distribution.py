@@ -17,25 +17,23 @@ alphabets are its :attr:`~MaskedLMDistribution.allowed` tokens, its rules its
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from pyro.distributions import TorchDistribution, constraints
 from torch import Tensor
-from torch.distributions import biject_to, transform_to
 
 from .._checks import check_temperature
 from .constraints import BoundConstraints, ConstraintSpec
+from .crop import cropped_copies
 from .energy import check_energy, token_scores
 from .frozen import FrozenFrame
-from .gaps import expand_counts, has_counts
 from .masked_lm import MaskedLM
+from .support import TokenIds, template_ids
 from .target import Evaluation, log_density
-from .tokens import Encoding
 
-__all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler"]
+__all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler"]  # TokenIds: models/support.py
 
 
 class MaskedLMDistribution(TorchDistribution):
@@ -106,7 +104,7 @@ class MaskedLMDistribution(TorchDistribution):
         self.temperature = check_temperature(temperature, "temperature")
         self.sampler_options = dict(sampler_options or {})
         self._chains_drawn = 0  # chains sample() has run: the next call runs the next ones of the seed
-        self.template = _template_ids(mlm, template)  # (L,)
+        self.template = template_ids(mlm, template)  # (L,)
         self.free = self.template == mlm.mask_id  # (L,) bool
         if not self.free.any():
             raise ValueError(
@@ -256,41 +254,6 @@ class MaskedLMDistribution(TorchDistribution):
         mlm.frozen_layers()  # refuses an architecture it cannot freeze, before the reference's pass
         return mlm.frozen_frame(self.frozen_reference(), self.context_columns(context))
 
-    def _copies(
-        self,
-        tokens: Tensor,
-        dtype: torch.dtype | None,
-        context: int | None,
-        frame: FrozenFrame | None,
-        wanted: Tensor | None,
-    ) -> tuple[MaskedLM, Encoding, Tensor]:
-        """The model in ``dtype``, the encoding of ``tokens`` ``(N, L)`` its copies are made from (cropped
-        to ``context`` and beside ``frame`` where given) and the columns it keeps: the one place a
-        surrogate's copies are set up, for :meth:`evaluate` and :meth:`site_logits`. ``wanted``: the
-        columns that will be read (they must lie in the crop)."""
-        N = tokens.shape[0]
-        mlm = self.mlm if dtype is None else self.mlm.cast(dtype)
-        if context is None:
-            if frame is not None:
-                raise ValueError("a frozen frame goes with the context it was made for; give context too")
-            return mlm, mlm.encoding_from_ids(tokens), torch.arange(tokens.shape[1])
-        columns = self.context_columns(context)
-        if frame is not None and not (
-            torch.equal(frame.columns, columns) and frame.length == tokens.shape[1] and frame.dtype == mlm.dtype
-        ):
-            raise ValueError(
-                f"the frozen frame was made for another template, context or dtype than this one's, {context} and "
-                f"{mlm.dtype}: make it with frozen_frame(context, dtype)"
-            )
-        enc = mlm.encoding_from_ids(tokens[:, columns])
-        enc = dataclasses.replace(enc, position_ids=mlm.position_ids(columns).expand(N, -1), frame=frame)
-        if wanted is not None and not bool(torch.isin(wanted, columns).all()):
-            raise ValueError(
-                f"positions outside the context of {context} columns around the free positions: widen the "
-                "context to cover every scored position"
-            )
-        return mlm, enc, columns
-
     def _evaluate_mlm(
         self,
         tokens: Tensor,
@@ -304,7 +267,7 @@ class MaskedLMDistribution(TorchDistribution):
         if positions is not None and not bool(torch.isin(self.free_positions, positions).all()):
             raise ValueError("positions must include every free position (their conditionals are the proposals)")
         wanted = self.scored_positions if positions is None else positions
-        mlm, enc, columns = self._copies(tokens, dtype, context, frame, wanted)
+        mlm, enc, columns = cropped_copies(self, tokens, dtype, context, frame, wanted)
         # every scorable position (or the chosen ones), rows ordered by (n, position), as columns of the copies
         read = None if positions is None else torch.searchsorted(columns, positions).tolist()
         cond = mlm.masked_log_probs(enc, read)
@@ -367,7 +330,7 @@ class MaskedLMDistribution(TorchDistribution):
                 return self.mlm.block_logits(tokens, positions)
             return self.mlm.masked_logits(tokens, torch.zeros(tokens.shape, dtype=torch.bool), positions)
         pos = torch.as_tensor(positions, dtype=torch.long).cpu()
-        mlm, enc, columns = self._copies(tokens, dtype, context, frame, pos.unique())
+        mlm, enc, columns = cropped_copies(self, tokens, dtype, context, frame, pos.unique())
         query = torch.searchsorted(columns, pos.contiguous())  # (N, k) the positions' columns in the (cropped) copies
         masks = torch.zeros(enc.input_ids.shape, dtype=torch.bool)
         if masked:
@@ -498,42 +461,6 @@ class MaskedLMDistribution(TorchDistribution):
 _SAMPLER: Callable[..., Tensor] | None = None
 
 
-class TokenIds(constraints.Constraint):
-    """The support of :class:`MaskedLMDistribution`: sequences of token ids in ``[0, V)``.
-
-    Discrete, so Pyro's continuous inference cannot move it; and where Pyro would look for a
-    transform to an unconstrained space (plain ``NUTS(model)``, ``HMC``, autoguides), the one
-    registered below refuses with a message naming the kernels that can.
-    """
-
-    is_discrete = True
-    event_dim = 1
-
-    def __init__(self, vocab_size: int) -> None:
-        super().__init__()
-        self.vocab_size = int(vocab_size)
-
-    def check(self, value: Tensor) -> Tensor:
-        ok = (value >= 0) & (value < self.vocab_size) & (value == value.floor())
-        return ok.all(-1)
-
-    def __repr__(self) -> str:
-        return f"TokenIds(vocab_size={self.vocab_size})"
-
-
-def _no_transform(constraint: TokenIds) -> Any:
-    raise ValueError(
-        "a MaskedLMDistribution site (token ids) reached continuous inference (NUTS, HMC, an autoguide), which "
-        "cannot move discrete sites: sample the model with mlm_ppl.MLMGibbs(NUTS(model)) (NUTS for the continuous "
-        "sites, MH for the tokens) or mlm_ppl.MLMKernel(model) (token sites only); in SVI, hide the site from the "
-        "guide (poutine.block(model, hide=[...])) and treat the tokens as observed or sample them with MCMC"
-    )
-
-
-biject_to.register(TokenIds)(_no_transform)
-transform_to.register(TokenIds)(_no_transform)
-
-
 def register_sampler(sampler: Callable[..., Tensor]) -> None:
     """Set what :meth:`MaskedLMDistribution.sample` calls: ``sampler(dist, n, **sampler_options)``
     returns ``(n, L)`` draws. :mod:`mlm_ppl.inference.api` registers its MH chains."""
@@ -552,26 +479,3 @@ def _rebuild(mlm, template, energy, temperature, sampler_options, batch_shape, v
         batch_shape=batch_shape,
         validate_args=validate_args,
     )
-
-
-def _template_ids(mlm: MaskedLM, template: str | Tensor) -> Tensor:
-    if isinstance(template, str):
-        if has_counts(template):  # MASK{13}: 13 masks (a variable gap MASK{a,b} is refused here)
-            template = expand_counts(template, mlm.vocab[mlm.mask_id])
-        return mlm.encode([template], allow_mask=True).input_ids[0]
-    if isinstance(template, Tensor):
-        ids = template.detach().cpu()
-        if ids.dtype != torch.long or ids.dim() != 1:
-            raise TypeError(
-                f"a template tensor must be 1-D torch.long ids, got {ids.dtype} of shape {tuple(ids.shape)}"
-            )
-        if ((ids < 0) | (ids >= mlm.vocab_size)).any():
-            raise ValueError(f"template ids must lie in [0, {mlm.vocab_size})")
-        if ids.numel() > mlm.max_length:
-            raise ValueError(
-                f"template has {ids.numel()} tokens but model {mlm.name!r} accepts at most {mlm.max_length}"
-            )
-        if (ids == mlm.pad_id).any():
-            raise ValueError("template contains padding; give one unpadded sequence")
-        return ids.clone()
-    raise TypeError(f"template must be a string or a 1-D tensor of token ids, got {type(template).__name__}")

@@ -208,7 +208,7 @@ class DerivedTarget:
     positions, temperature, energy, vocabulary, conditionals at blocks, validation, and the
     base's ``mlm`` and ``scored_positions`` where it has them); a subclass changes
     :meth:`evaluate`. :class:`ConstrainedTarget` adds log-factors;
-    :class:`~mlm_ppl.inference.surrogate_mh.SurrogateTarget` restricts the energy."""
+    :class:`~mlm_ppl.models.surrogate.SurrogateTarget` restricts the energy."""
 
     def __init__(self, base: Target) -> None:
         self.base = base

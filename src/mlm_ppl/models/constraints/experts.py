@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._fields import _check_name, _check_weight, _FieldTypeError, _FieldValueError
+from .fields import FieldTypeError, FieldValueError, check_name, check_weight
 
 EXPERT_INPUTS = ("sequences", "designed", "tokens")
 """What an expert's function receives, for ``N`` states:
@@ -59,12 +59,12 @@ class Expert:
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_name(self.name, "expert")
+        check_name(self.name, "expert")
         if not callable(self.function):
-            raise _FieldTypeError(f"expert {self.name!r}: function must be callable, got {self.function!r}", "kind")
-        object.__setattr__(self, "weight", _check_weight(self.name, self.weight))
+            raise FieldTypeError(f"expert {self.name!r}: function must be callable, got {self.function!r}", "kind")
+        object.__setattr__(self, "weight", check_weight(self.name, self.weight))
         if self.takes not in EXPERT_INPUTS:
-            raise _FieldValueError(
+            raise FieldValueError(
                 f"expert {self.name!r}: takes must be one of {', '.join(map(repr, EXPERT_INPUTS))}, got {self.takes!r}",
                 "takes",
             )
@@ -115,7 +115,7 @@ _REGIONS = {"designed": "designed", "sequence": "sequences"}
 
 def _region(name: str, region: Any) -> str:
     if region not in _REGIONS:
-        raise _FieldValueError(
+        raise FieldValueError(
             f"expert {name!r}: region must be 'designed' or 'sequence', got {region!r}", "params.region"
         )
     return _REGIONS[region]
@@ -155,7 +155,7 @@ def net_charge(
     """
     takes = _region(name, region)
     if isinstance(histidine, bool) or not isinstance(histidine, numbers.Real) or not math.isfinite(histidine):
-        raise _FieldTypeError(
+        raise FieldTypeError(
             f"expert {name!r}: histidine must be a finite number, got {histidine!r}", "params.histidine"
         )
     charge = {"K": 1.0, "R": 1.0, "D": -1.0, "E": -1.0, "H": float(histidine)}
@@ -173,7 +173,7 @@ def residue_count(
     """How many residues are any of ``residues`` (e.g. ``"MW"``); default over the designed ones."""
     takes = _region(name, region)
     if not isinstance(residues, str) or not _residues(residues):
-        raise _FieldTypeError(
+        raise FieldTypeError(
             f"expert {name!r}: residues must be a non-empty string such as 'MW', got {residues!r}", "params.residues"
         )
     chosen = frozenset(_residues(residues))
@@ -193,15 +193,15 @@ def keyword_count(
     overlapping keywords are counted once per non-overlapping match, longest keyword first.
     """
     if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
-        raise _FieldTypeError(
+        raise FieldTypeError(
             f"expert {name!r}: keywords must be a non-empty list of words, got {keywords!r}", "params.keywords"
         )
     if not all(isinstance(k, str) and k.strip() for k in keywords):
-        raise _FieldTypeError(
+        raise FieldTypeError(
             f"expert {name!r}: keywords must be non-empty strings, got {keywords!r}", "params.keywords"
         )
     if not isinstance(case_sensitive, bool):
-        raise _FieldTypeError(f"expert {name!r}: case_sensitive must be true or false", "params.case_sensitive")
+        raise FieldTypeError(f"expert {name!r}: case_sensitive must be true or false", "params.case_sensitive")
     alternatives = "|".join(re.escape(k.strip()) for k in sorted(keywords, key=len, reverse=True))
     regex = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", 0 if case_sensitive else re.IGNORECASE)
 
@@ -220,9 +220,9 @@ def hamming_distance(source: str, *, name: str = "hamming", weight: float = 1.0,
     a negative weight to keep designs near the source.
     """
     if not isinstance(source, str) or not source.strip():
-        raise _FieldTypeError(f"expert {name!r}: source must be a non-empty string, got {source!r}", "params.source")
+        raise FieldTypeError(f"expert {name!r}: source must be a non-empty string, got {source!r}", "params.source")
     if unit not in ("residue", "word"):
-        raise _FieldValueError(f"expert {name!r}: unit must be 'residue' or 'word', got {unit!r}", "params.unit")
+        raise FieldValueError(f"expert {name!r}: unit must be 'residue' or 'word', got {unit!r}", "params.unit")
 
     def units(text: str) -> Sequence[str]:
         return _residues(text) if unit == "residue" else text.split()
@@ -259,35 +259,33 @@ def classifier_log_prob(
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     if not isinstance(spaced, bool):
-        raise _FieldTypeError(f"expert {name!r}: spaced must be true or false", "params.spaced")
+        raise FieldTypeError(f"expert {name!r}: spaced must be true or false", "params.spaced")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise _FieldValueError(f"expert {name!r}: batch_size must be an integer >= 1", "params.batch_size")
+        raise FieldValueError(f"expert {name!r}: batch_size must be an integer >= 1", "params.batch_size")
     directory = Path(path)
     if not directory.is_dir():
-        raise _FieldValueError(
-            f"expert {name!r}: classifier directory {str(directory)!r} does not exist", "params.path"
-        )
+        raise FieldValueError(f"expert {name!r}: classifier directory {str(directory)!r} does not exist", "params.path")
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         model = AutoModelForSequenceClassification.from_pretrained(directory, local_files_only=True).eval()
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise _FieldValueError(
+        raise FieldValueError(
             f"expert {name!r}: no sequence classifier loads from {str(directory)!r}: {first}", "params.path"
         ) from None
     num_labels = int(model.config.num_labels)
     label2id = {str(k): int(v) for k, v in (model.config.label2id or {}).items()}
     if isinstance(label, bool) or not isinstance(label, (int, str)):
-        raise _FieldTypeError(f"expert {name!r}: label must be a class index or name, got {label!r}", "params.label")
+        raise FieldTypeError(f"expert {name!r}: label must be a class index or name, got {label!r}", "params.label")
     if isinstance(label, str):
         if label not in label2id:
-            raise _FieldValueError(
+            raise FieldValueError(
                 f"expert {name!r}: label {label!r} is not one of the classifier's {sorted(label2id)}", "params.label"
             )
         index = label2id[label]
     else:
         if not 0 <= label < num_labels:
-            raise _FieldValueError(
+            raise FieldValueError(
                 f"expert {name!r}: label {label} is out of range for {num_labels} classes", "params.label"
             )
         index = label

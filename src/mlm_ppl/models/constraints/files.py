@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..tokens import TokenCodec
-from ._fields import _check_name, _FieldTypeError, _FieldValueError
 from .experts import EXPERT_KINDS, Expert
-from .rules import _RULE_KINDS, Allowed, Rule
+from .fields import FieldTypeError, FieldValueError, check_name
+from .rules import RULE_KINDS, Allowed, Rule
 
 
-class _entry_errors:
+class entry_errors:
     """Turn a ValueError/TypeError inside the block into one line naming source, entry and key."""
 
     def __init__(self, source: str, entry: str, key: str) -> None:
@@ -34,14 +34,14 @@ class _entry_errors:
             raise ValueError(f"{self.source}: {self.entry}, key {key!r}: {message}") from None
 
 
-def _entries(data: Mapping[str, Any], section: str, source: str) -> list[Mapping[str, Any]]:
-    entries = data.get(section, [])
-    if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+def entries(data: Mapping[str, Any], section: str, source: str) -> list[Mapping[str, Any]]:
+    found = data.get(section, [])
+    if not isinstance(found, list) or not all(isinstance(e, Mapping) for e in found):
         raise ValueError(f"{source}: top level, key {section!r}: must be an array of tables ([[{section}]])")
-    return entries
+    return found
 
 
-def _label(section: str, index: int, entry: Mapping[str, Any]) -> str:
+def entry_label(section: str, index: int, entry: Mapping[str, Any]) -> str:
     name = entry.get("name")
     return f"{section}[{index}]" + (f" ({name!r})" if isinstance(name, str) else "")
 
@@ -49,19 +49,19 @@ def _label(section: str, index: int, entry: Mapping[str, Any]) -> str:
 def _require_keys(entry: Mapping[str, Any], required: tuple[str, ...], optional: tuple[str, ...]) -> None:
     for key in required:
         if key not in entry:
-            raise _FieldValueError("missing", key)
+            raise FieldValueError("missing", key)
     for key in entry:
         if key not in required + optional:
             expected = ", ".join(required + optional)
-            raise _FieldValueError(f"unknown key; expected {expected}", str(key))
+            raise FieldValueError(f"unknown key; expected {expected}", str(key))
 
 
-def _rule_from_dict(entry: Mapping[str, Any], index: int, mlm: TokenCodec | None, source: str) -> Rule:
-    label = _label("rules", index, entry)
-    with _entry_errors(source, label, "kind"):
+def rule_from_dict(entry: Mapping[str, Any], index: int, mlm: TokenCodec | None, source: str) -> Rule:
+    label = entry_label("rules", index, entry)
+    with entry_errors(source, label, "kind"):
         kind = entry.get("kind")
-        if kind not in _RULE_KINDS:
-            raise _FieldValueError(f"kind must be one of {', '.join(map(repr, _RULE_KINDS))}, got {kind!r}", "kind")
+        if kind not in RULE_KINDS:
+            raise FieldValueError(f"kind must be one of {', '.join(map(repr, RULE_KINDS))}, got {kind!r}", "kind")
         rule: Rule
         if kind == "allowed":
             _require_keys(entry, ("kind", "name", "tokens"), ("positions",))
@@ -70,30 +70,30 @@ def _rule_from_dict(entry: Mapping[str, Any], index: int, mlm: TokenCodec | None
                 rule.token_mask(mlm)
         else:
             _require_keys(entry, ("kind", "name", "pattern"), ())
-            rule = _RULE_KINDS[kind](entry["name"], entry["pattern"])
+            rule = RULE_KINDS[kind](entry["name"], entry["pattern"])
     return rule
 
 
-def _expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Expert:
-    label = _label("experts", index, entry)
-    with _entry_errors(source, label, "kind"):
+def expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Expert:
+    label = entry_label("experts", index, entry)
+    with entry_errors(source, label, "kind"):
         kind = entry.get("kind")
         if not isinstance(kind, str):
-            raise _FieldValueError(
+            raise FieldValueError(
                 f"kind must be a built-in ({', '.join(EXPERT_KINDS)}) or 'module:function', got {kind!r}", "kind"
             )
         user = ":" in kind
         _require_keys(entry, ("name", "kind"), ("weight", "params") + (("takes",) if user else ()))
-        name = _check_name(entry["name"], "expert")
+        name = check_name(entry["name"], "expert")
         weight = entry.get("weight", 1.0)
         params = entry.get("params", {})
         if not isinstance(params, Mapping):
-            raise _FieldValueError(f"params must be a table, got {type(params).__name__}", "params")
+            raise FieldValueError(f"params must be a table, got {type(params).__name__}", "params")
         if user:
             function = _import_function(kind, params)
             return Expert(name, function, weight, entry.get("takes", "sequences"), kind=kind, params=params)
         if kind not in EXPERT_KINDS:
-            raise _FieldValueError(
+            raise FieldValueError(
                 f"unknown expert kind {kind!r}; built-ins are {', '.join(EXPERT_KINDS)}, or give 'module:function'",
                 "kind",
             )
@@ -103,12 +103,12 @@ def _expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Expe
         for key in params:
             if key not in accepted:
                 expected = ", ".join(accepted)
-                raise _FieldValueError(f"unknown parameter of {kind!r}; expected {expected}", f"params.{key}")
+                raise FieldValueError(f"unknown parameter of {kind!r}; expected {expected}", f"params.{key}")
         for p, spec in signature.parameters.items():
             if p not in ("name", "weight") and spec.default is inspect.Parameter.empty and p not in params:
-                raise _FieldValueError(f"missing (required by {kind!r})", f"params.{p}")
+                raise FieldValueError(f"missing (required by {kind!r})", f"params.{p}")
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
-            raise _FieldTypeError(f"weight must be a number, got {type(weight).__name__} {weight!r}", "weight")
+            raise FieldTypeError(f"weight must be a number, got {type(weight).__name__} {weight!r}", "weight")
         return factory(name=name, weight=weight, **params)
 
 
@@ -117,13 +117,13 @@ def _import_function(kind: str, params: Mapping[str, Any]) -> Callable[[Any], An
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as err:  # any failure of the user's module is the spec's error
-        raise _FieldValueError(f"cannot import module {module_name!r}: {type(err).__name__}: {err}", "kind") from None
+        raise FieldValueError(f"cannot import module {module_name!r}: {type(err).__name__}: {err}", "kind") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise _FieldValueError(f"module {module_name!r} has no attribute {attr!r}", "kind")
+            raise FieldValueError(f"module {module_name!r} has no attribute {attr!r}", "kind")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise _FieldValueError(f"{kind!r} is not callable", "kind")
+        raise FieldValueError(f"{kind!r} is not callable", "kind")
     if not params:
         return obj
     fn = obj
@@ -134,11 +134,11 @@ def _import_function(kind: str, params: Mapping[str, Any]) -> Callable[[Any], An
     return with_params
 
 
-def _toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_value(key)
+def toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else toml_value(key)
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -150,7 +150,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{toml_key(str(k))} = {toml_value(v)}" for k, v in value.items()) + " }"
     raise ValueError(f"cannot write {type(value).__name__} {value!r} to a spec file")

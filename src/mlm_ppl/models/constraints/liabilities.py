@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._fields import _FieldTypeError, _FieldValueError
 from .experts import Expert, residue_count
+from .fields import FieldTypeError, FieldValueError
 from .rules import Forbid, OddCount, Rule
 
 LIABILITIES: dict[str, Callable[[], Rule | Expert]] = {
@@ -41,7 +41,7 @@ developability guidelines for therapeutic antibody profiling", PNAS 116(10):4025
 
 def liability_constraints(names: Sequence[str] | bool = True) -> tuple[list[Rule], list[Expert]]:
     """The rules and experts of the named liabilities (``True``: all, ``False``: none)."""
-    chosen = _liability_names(names)
+    chosen = liability_names(names)
     rules: list[Rule] = []
     experts: list[Expert] = []
     for n in chosen:
@@ -50,19 +50,19 @@ def liability_constraints(names: Sequence[str] | bool = True) -> tuple[list[Rule
     return rules, experts
 
 
-def _liability_names(names: Any) -> tuple[str, ...]:
+def liability_names(names: Any) -> tuple[str, ...]:
     if names is True:
         return tuple(LIABILITIES)
     if names is False:
         return ()
     if isinstance(names, str) or not isinstance(names, Sequence):
-        raise _FieldTypeError(
+        raise FieldTypeError(
             f"liabilities must be true, false or a list of names, got {type(names).__name__} {names!r}", "liabilities"
         )
     out = []
     for n in names:
         if n not in LIABILITIES:
-            raise _FieldValueError(
+            raise FieldValueError(
                 f"unknown liability {n!r}; choose from {', '.join(map(repr, LIABILITIES))}", "liabilities"
             )
         if n not in out:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..tokens import TokenCodec
-from ._fields import _check_name, _compile, _FieldTypeError, _FieldValueError
+from .fields import FieldTypeError, FieldValueError, check_name, compile_pattern
 
 
 @dataclass(frozen=True)
@@ -39,32 +39,32 @@ class Allowed:
     _EMPTY: ClassVar[str] = "rule {!r} allows no token: an empty alphabet forbids everything"
 
     def __post_init__(self) -> None:
-        _check_name(self.name, "rule")
+        check_name(self.name, "rule")
         tokens = self.tokens
         if isinstance(tokens, str):
             if not tokens.strip():
-                raise _FieldValueError(self._EMPTY.format(self.name), "tokens")
+                raise FieldValueError(self._EMPTY.format(self.name), "tokens")
         else:
             if isinstance(tokens, (bytes, bytearray)) or not isinstance(tokens, Sequence):
-                raise _FieldTypeError(
+                raise FieldTypeError(
                     f"rule {self.name!r}: tokens must be a string or a list of strings, got {type(tokens).__name__}",
                     "tokens",
                 )
             if not all(isinstance(t, str) and t for t in tokens):
-                raise _FieldTypeError(f"rule {self.name!r}: tokens must be non-empty strings, got {tokens!r}", "tokens")
+                raise FieldTypeError(f"rule {self.name!r}: tokens must be non-empty strings, got {tokens!r}", "tokens")
             if not tokens:
-                raise _FieldValueError(self._EMPTY.format(self.name), "tokens")
+                raise FieldValueError(self._EMPTY.format(self.name), "tokens")
             object.__setattr__(self, "tokens", tuple(tokens))
         if self.positions is not None:
             pos = self.positions
             if isinstance(pos, (str, bytes)) or not isinstance(pos, Sequence):
-                raise _FieldTypeError(
+                raise FieldTypeError(
                     f"rule {self.name!r}: positions must be a list of integers, got {type(pos).__name__}", "positions"
                 )
             if not all(isinstance(p, int) and not isinstance(p, bool) for p in pos):
-                raise _FieldTypeError(f"rule {self.name!r}: positions must be integers, got {list(pos)!r}", "positions")
+                raise FieldTypeError(f"rule {self.name!r}: positions must be integers, got {list(pos)!r}", "positions")
             if not pos:
-                raise _FieldValueError(
+                raise FieldValueError(
                     f"rule {self.name!r}: positions is empty; leave it out to mean every free position", "positions"
                 )
             object.__setattr__(self, "positions", tuple(pos))
@@ -87,7 +87,7 @@ class Allowed:
             i = index.get(tok)
             if i is None or not bool(codec.ordinary_mask[i]):
                 what = "a special token" if i is not None else "not in the vocabulary"
-                raise _FieldValueError(
+                raise FieldValueError(
                     f"rule {self.name!r}: token {tok!r} is {what} of model {codec.name!r}; allowed tokens are "
                     "ordinary vocabulary entries",
                     "tokens",
@@ -113,8 +113,8 @@ class _Pattern:
     kind: ClassVar[str]
 
     def __post_init__(self) -> None:
-        _check_name(self.name, "rule")
-        object.__setattr__(self, "regex", _compile(self.name, self.pattern))
+        check_name(self.name, "rule")
+        object.__setattr__(self, "regex", compile_pattern(self.name, self.pattern))
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "pattern": self.pattern}
@@ -156,9 +156,9 @@ class OddCount:
     kind: ClassVar[str] = "odd-count"
 
     def __post_init__(self) -> None:
-        _check_name(self.name, "rule")
+        check_name(self.name, "rule")
         if not isinstance(self.token, str) or not self.token:
-            raise _FieldTypeError(f"rule {self.name!r}: token must be a non-empty string, got {self.token!r}", "token")
+            raise FieldTypeError(f"rule {self.name!r}: token must be a non-empty string, got {self.token!r}", "token")
 
     def token_id(self, codec: TokenCodec) -> int:
         return int(Allowed(self.name, (self.token,)).token_mask(codec).nonzero()[0])
@@ -167,4 +167,4 @@ class OddCount:
 Rule = Allowed | Forbid | Require | OddCount
 """A hard rule: a state that breaks one is infeasible (``log_factor = -inf``)."""
 
-_RULE_KINDS: dict[str, type] = {"allowed": Allowed, "forbid": Forbid, "require": Require}
+RULE_KINDS: dict[str, type] = {"allowed": Allowed, "forbid": Forbid, "require": Require}

@@ -12,11 +12,11 @@ from torch import Tensor
 
 from ..target import Target
 from ..tokens import TokenCodec
-from ._fields import _check_name, _check_weight, _FieldValueError
 from .bound import BoundConstraints
 from .experts import Expert
-from .files import _entries, _entry_errors, _expert_from_dict, _label, _rule_from_dict, _toml_key, _toml_value
-from .liabilities import LIABILITIES, _liability_names, liability_constraints
+from .fields import FieldValueError, check_name, check_weight
+from .files import entries, entry_errors, entry_label, expert_from_dict, rule_from_dict, toml_key, toml_value
+from .liabilities import LIABILITIES, liability_constraints, liability_names
 from .rules import Allowed, Forbid, OddCount, Require, Rule
 from .target import ConstraintTarget
 
@@ -46,7 +46,7 @@ class ConstraintSpec:
         for e in self.experts:
             if not isinstance(e, Expert):
                 raise TypeError(f"experts must be Expert objects, got {type(e).__name__}")
-        self.liabilities: tuple[str, ...] = _liability_names(liabilities)
+        self.liabilities: tuple[str, ...] = liability_names(liabilities)
         extra_rules, extra_experts = liability_constraints(self.liabilities)
         self.all_rules: tuple[Rule, ...] = self.rules + tuple(extra_rules)
         self.all_experts: tuple[Expert, ...] = self.experts + tuple(extra_experts)
@@ -107,10 +107,10 @@ class ConstraintSpec:
     def to_toml(self) -> str:
         """The spec as TOML text (what :meth:`from_toml` reads)."""
         data = self.to_dict()
-        lines = [f"liabilities = {_toml_value(data['liabilities'])}"]
+        lines = [f"liabilities = {toml_value(data['liabilities'])}"]
         for section in ("rules", "experts"):
             for entry in data[section]:
-                lines += ["", f"[[{section}]]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in entry.items()]
+                lines += ["", f"[[{section}]]"] + [f"{toml_key(k)} = {toml_value(v)}" for k, v in entry.items()]
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -143,11 +143,11 @@ class ConstraintSpec:
         unknown = sorted(set(data) - {"liabilities", "rules", "experts"})
         if unknown:
             raise ValueError(f"{source}: top level: unknown key {unknown[0]!r}; expected liabilities, rules, experts")
-        with _entry_errors(source, "top level", "liabilities"):
-            liabilities = _liability_names(data.get("liabilities", ()))
-        rules = [_rule_from_dict(entry, i, mlm, source) for i, entry in enumerate(_entries(data, "rules", source))]
-        experts = [_expert_from_dict(entry, i, source) for i, entry in enumerate(_entries(data, "experts", source))]
-        with _entry_errors(source, "spec", "name"):
+        with entry_errors(source, "top level", "liabilities"):
+            liabilities = liability_names(data.get("liabilities", ()))
+        rules = [rule_from_dict(entry, i, mlm, source) for i, entry in enumerate(entries(data, "rules", source))]
+        experts = [expert_from_dict(entry, i, source) for i, entry in enumerate(entries(data, "experts", source))]
+        with entry_errors(source, "spec", "name"):
             return cls(rules, experts, liabilities=liabilities)
 
 
@@ -170,15 +170,15 @@ def recorded_expert_weights(data: Any, source: str = "<dict>") -> dict[str, floa
     names ``source``, the entry and the key."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{source}: a constraint spec is a table, got {type(data).__name__}")
-    with _entry_errors(source, "top level", "liabilities"):
-        liabilities = _liability_names(data.get("liabilities", ()))
+    with entry_errors(source, "top level", "liabilities"):
+        liabilities = liability_names(data.get("liabilities", ()))
     weights: dict[str, float] = {}
-    for i, entry in enumerate(_entries(data, "experts", source)):
-        with _entry_errors(source, _label("experts", i, entry), "name"):
-            name = _check_name(entry.get("name"), "expert")
+    for i, entry in enumerate(entries(data, "experts", source)):
+        with entry_errors(source, entry_label("experts", i, entry), "name"):
+            name = check_name(entry.get("name"), "expert")
             if name in weights:
-                raise _FieldValueError(f"two experts are named {name!r}; names must be unique", "name")
-            weights[name] = _check_weight(name, entry.get("weight", 1.0))
+                raise FieldValueError(f"two experts are named {name!r}; names must be unique", "name")
+            weights[name] = check_weight(name, entry.get("weight", 1.0))
     for liability in liabilities:
         item = LIABILITIES[liability]()
         if isinstance(item, Expert):

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 
-class _FieldValueError(ValueError):
+class FieldValueError(ValueError):
     """A ValueError about one field of a rule or an expert (``key``: its name in a spec file)."""
 
     def __init__(self, message: str, key: str) -> None:
@@ -17,7 +17,7 @@ class _FieldValueError(ValueError):
         self.key = key
 
 
-class _FieldTypeError(TypeError):
+class FieldTypeError(TypeError):
     """A TypeError about one field of a rule or an expert (``key``: its name in a spec file)."""
 
     def __init__(self, message: str, key: str) -> None:
@@ -25,31 +25,31 @@ class _FieldTypeError(TypeError):
         self.key = key
 
 
-def _check_name(name: Any, what: str) -> str:
+def check_name(name: Any, what: str) -> str:
     if not isinstance(name, str):
-        raise _FieldTypeError(f"a {what}'s name must be text, got {type(name).__name__} {name!r}", "name")
+        raise FieldTypeError(f"a {what}'s name must be text, got {type(name).__name__} {name!r}", "name")
     if not name.strip():
-        raise _FieldValueError(f"a {what}'s name must not be empty", "name")
+        raise FieldValueError(f"a {what}'s name must not be empty", "name")
     return name
 
 
-def _check_weight(name: str, w: Any) -> float:
+def check_weight(name: str, w: Any) -> float:
     if isinstance(w, bool) or not isinstance(w, numbers.Real):
-        raise _FieldTypeError(f"expert {name!r}: weight must be a number, got {type(w).__name__} {w!r}", "weight")
+        raise FieldTypeError(f"expert {name!r}: weight must be a number, got {type(w).__name__} {w!r}", "weight")
     if not math.isfinite(float(w)):
-        raise _FieldValueError(f"expert {name!r}: weight must be finite, got {w!r}", "weight")
+        raise FieldValueError(f"expert {name!r}: weight must be finite, got {w!r}", "weight")
     return float(w)
 
 
-def _compile(name: str, pattern: Any) -> re.Pattern[str]:
+def compile_pattern(name: str, pattern: Any) -> re.Pattern[str]:
     if not isinstance(pattern, str):
-        raise _FieldTypeError(f"rule {name!r}: pattern must be text, got {type(pattern).__name__}", "pattern")
+        raise FieldTypeError(f"rule {name!r}: pattern must be text, got {type(pattern).__name__}", "pattern")
     try:
         regex = re.compile(pattern)
     except re.error as err:
-        raise _FieldValueError(f"rule {name!r}: bad regular expression {pattern!r}: {err}", "pattern") from None
+        raise FieldValueError(f"rule {name!r}: bad regular expression {pattern!r}: {err}", "pattern") from None
     if regex.fullmatch("") is not None:
-        raise _FieldValueError(
+        raise FieldValueError(
             f"rule {name!r}: pattern {pattern!r} matches the empty string; give one that matches at least one "
             "character",
             "pattern",

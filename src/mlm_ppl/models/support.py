@@ -1,0 +1,78 @@
+"""What a :class:`~mlm_ppl.models.MaskedLMDistribution`'s values are: its template's ids (the fixed
+tokens and the masks), and its support :class:`TokenIds`, which Pyro's continuous inference is
+refused on, by a message that names the kernels that move token sites."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pyro.distributions import constraints
+from torch import Tensor
+from torch.distributions import biject_to, transform_to
+
+from .gaps import expand_counts, has_counts
+from .masked_lm import MaskedLM
+
+__all__ = ["TokenIds", "template_ids"]
+
+
+class TokenIds(constraints.Constraint):
+    """The support of :class:`MaskedLMDistribution`: sequences of token ids in ``[0, V)``.
+
+    Discrete, so Pyro's continuous inference cannot move it; and where Pyro would look for a
+    transform to an unconstrained space (plain ``NUTS(model)``, ``HMC``, autoguides), the one
+    registered below refuses with a message naming the kernels that can.
+    """
+
+    is_discrete = True
+    event_dim = 1
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.vocab_size = int(vocab_size)
+
+    def check(self, value: Tensor) -> Tensor:
+        ok = (value >= 0) & (value < self.vocab_size) & (value == value.floor())
+        return ok.all(-1)
+
+    def __repr__(self) -> str:
+        return f"TokenIds(vocab_size={self.vocab_size})"
+
+
+def _no_transform(constraint: TokenIds) -> Any:
+    raise ValueError(
+        "a MaskedLMDistribution site (token ids) reached continuous inference (NUTS, HMC, an autoguide), which "
+        "cannot move discrete sites: sample the model with mlm_ppl.MLMGibbs(NUTS(model)) (NUTS for the continuous "
+        "sites, MH for the tokens) or mlm_ppl.MLMKernel(model) (token sites only); in SVI, hide the site from the "
+        "guide (poutine.block(model, hide=[...])) and treat the tokens as observed or sample them with MCMC"
+    )
+
+
+biject_to.register(TokenIds)(_no_transform)
+transform_to.register(TokenIds)(_no_transform)
+
+
+def template_ids(mlm: MaskedLM, template: str | Tensor) -> Tensor:
+    """``(L,)`` the ids of ``template`` (text, with ``MASK{n}`` counts expanded, or ids), checked:
+    one unpadded sequence the model accepts."""
+    if isinstance(template, str):
+        if has_counts(template):  # MASK{13}: 13 masks (a variable gap MASK{a,b} is refused here)
+            template = expand_counts(template, mlm.vocab[mlm.mask_id])
+        return mlm.encode([template], allow_mask=True).input_ids[0]
+    if isinstance(template, Tensor):
+        ids = template.detach().cpu()
+        if ids.dtype != torch.long or ids.dim() != 1:
+            raise TypeError(
+                f"a template tensor must be 1-D torch.long ids, got {ids.dtype} of shape {tuple(ids.shape)}"
+            )
+        if ((ids < 0) | (ids >= mlm.vocab_size)).any():
+            raise ValueError(f"template ids must lie in [0, {mlm.vocab_size})")
+        if ids.numel() > mlm.max_length:
+            raise ValueError(
+                f"template has {ids.numel()} tokens but model {mlm.name!r} accepts at most {mlm.max_length}"
+            )
+        if (ids == mlm.pad_id).any():
+            raise ValueError("template contains padding; give one unpadded sequence")
+        return ids.clone()
+    raise TypeError(f"template must be a string or a 1-D tensor of token ids, got {type(template).__name__}")
