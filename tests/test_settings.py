@@ -162,3 +162,34 @@ def test_each_kernel_reads_its_older_records_with_the_values_their_runs_had(kern
         del old["kernel_options"][name]
     assert RunSettings.completed(old) == RunSettings.completed(today)
     assert RunSettings.from_dict(old) == RunSettings.from_dict(today)
+
+
+def test_plan_gap_chooses_the_length_mode_in_the_library(tmp_path):
+    """What --length-mode, --length-prior and --kernel decide, decided by campaign.plan_gap (the
+    command line only passes its flags on): the kernel by capability, the prior read once, each
+    refusal naming what to give instead."""
+    from mlm_ppl import campaign
+    from mlm_ppl.inference.registry import length_kernels
+
+    template = "CAR[MASK]{2,4}WG"
+    jump = campaign.plan_gap(template, "jump")
+    assert jump.kernel == length_kernels()[0] == "gap-jump" and jump.prior.source == "uniform"
+    assert jump.prior.record() == {"2": 1 / 3, "3": 1 / 3, "4": 1 / 3}
+    assert campaign.plan_gap(template, "jump", kernel="surrogate-mh").kernel == "surrogate-mh"
+    table = tmp_path / "prior.tsv"
+    table.write_text("2\t1\n4\t3\n")
+    strata = campaign.plan_gap(template, "strata", str(table), kernel="mh")
+    templates, lengths = strata.strata()
+    assert [name for name, _ in templates] == ["L02", "L04"] and templates[1][1] == "CAR" + "[MASK]" * 4 + "WG"
+    assert lengths == {"template": template, "prior": {"2": 0.25, "4": 0.75}, "source": str(table)}
+    for mode, prior, kernel, match in [
+        (None, None, None, "give --length-mode jump"),
+        ("hop", None, None, "--length-mode must be one of jump, strata"),
+        ("jump", None, "mh", "drop --kernel mh"),
+        ("strata", None, "gap-jump", "which kernel gap-jump does not sample"),
+        ("jump", str(tmp_path / "missing.tsv"), None, "missing.tsv"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            campaign.plan_gap(template, mode, prior, kernel)
+    with pytest.raises(ValueError, match="apply to a template with a variable gap"):
+        campaign.plan_gap("CAR[MASK]{3}WG", "jump")

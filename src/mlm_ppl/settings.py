@@ -194,7 +194,7 @@ class RunSettings:
         """The run's :class:`~mlm_ppl.models.gaps.LengthPrior` over ``gap`` (uniform when none is recorded)."""
         if self.length_prior is None:
             return LengthPrior.uniform(gap)
-        return LengthPrior({int(k): w for k, w in self.length_prior.items()}, "recorded")
+        return LengthPrior.from_record(self.length_prior)
 
     def _check_anneal(self) -> None:
         options = self.kernel_options

@@ -9,6 +9,7 @@ from mlm_ppl.models.gaps import (
     LengthPrior,
     LengthReference,
     expand_counts,
+    find_gap,
     has_counts,
     has_variable_gap,
     parse_gap,
@@ -130,3 +131,17 @@ def test_a_length_reference_is_renormalised_over_the_run_lengths(tmp_path):
         LengthReference.read(str(table), [2, 3])
     with pytest.raises(ValueError, match="cannot read it .*give a file of lines LENGTH<TAB>WEIGHT"):
         LengthReference.read(str(tmp_path / "missing.tsv"), [2, 3])
+
+
+def test_find_gap_reads_the_mask_token_off_the_text_and_the_prior_round_trips_its_record():
+    """The one parse of a variable gap before a model loads: the mask token before the gap, either
+    of MASK_TOKENS; a gap after anything else is a one-line error; a record reads back as its prior."""
+    assert find_gap("CAR[MASK]{2,4}WG") == parse_gap("CAR[MASK]{2,4}WG", M)
+    assert find_gap("A<mask>{2}C<mask>{1,3}") == GapTemplate("A<mask><mask>C", "", 1, 3, "<mask>")
+    assert find_gap("CAR[MASK]{3}WG") is None and find_gap(None) is None
+    with pytest.raises(ValueError, match=r"the variable gap '\{2,4\}' at character 3 follows no mask token"):
+        find_gap("CAR{2,4}WG")
+    prior = LengthPrior({3: 0.25, 2: 0.75}, "file.tsv")
+    assert prior.record() == {"2": 0.75, "3": 0.25} and list(prior.record()) == ["2", "3"]
+    back = LengthPrior.from_record(prior.record())
+    assert back.weights == {2: 0.75, 3: 0.25} and back.source == "recorded"

@@ -1,7 +1,8 @@
 """Sampling runs in run directories, from their :class:`~mlm_ppl.settings.RunSettings`: one run
 (in this process or on Ray workers) and batches of templates (one run per template, in this
 process or as Ray tasks). The command line parses flags into settings and prints what these
-return; everything else is here: :mod:`.run` (one run) and :mod:`.batch` (batches).
+return; everything else is here: :mod:`.run` (one run), :mod:`.batch` (batches) and :mod:`.lengths`
+(how a variable gap's lengths are sampled).
 
 A batch directory holds ``config.json`` (the shared settings and the templates),
 ``batch-record.json`` (the same as the batch started, and the run id of each template's run: a
@@ -26,12 +27,14 @@ from .batch import (
     run_batch,
     run_template,
     start_batch,
-    strata,
-    strata_name,
 )
+from .lengths import LENGTH_MODES, GapPlan, plan_gap, strata, strata_name
 from .run import build, build_kernel, build_target, constraints_of, execute
 
 __all__ = [
+    "LENGTH_MODES",
+    "GapPlan",
+    "plan_gap",
     "strata",
     "strata_name",
     "BATCH_FORMAT",

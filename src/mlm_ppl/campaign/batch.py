@@ -21,10 +21,11 @@ from ..inference.distributed import run_tasks_ray
 from ..inference.registry import make_kernel
 from ..inference.runner import Checkpoint
 from ..inference.spec import KernelBase
-from ..models.gaps import GapTemplate, LengthPrior, parse_gap
+from ..models.gaps import LengthPrior, parse_gap
 from ..models.target import energy_from_log_density
 from ..rundir import RunDirectory
 from ..settings import RunSettings
+from .lengths import strata_name
 from .run import build, build_target, constraints_of, execute
 
 BATCH_FORMAT = "mlm-ppl-batch-2"
@@ -82,7 +83,7 @@ class Batch:
         """A batch of strata's ``pi(L)`` (its template of length ``L`` is :func:`strata_name`), or None."""
         if self.lengths is None:
             return None
-        return LengthPrior({int(L): float(w) for L, w in self.lengths["prior"].items()}, self.lengths["source"])
+        return LengthPrior.from_record(self.lengths["prior"], self.lengths["source"])
 
     def write_record(self) -> None:
         self.directory.write_text(
@@ -125,22 +126,6 @@ def parse_templates(lines: Sequence[str], source: str) -> list[tuple[str, str]]:
             raise ValueError(f"{source}, line {i}: name {name!r} is used twice")
         out.append((name, fields[-1].strip()))
     return out
-
-
-def strata_name(length: int) -> str:
-    """The template name (and run directory) of gap length ``length`` in a batch of strata: ``L08``."""
-    return f"L{length:02d}"
-
-
-def strata(text: str, gap: GapTemplate, prior: LengthPrior) -> tuple[list[tuple[str, str]], dict[str, Any]]:
-    """The batch of strata of a template ``text`` with a variable gap: one ``(name, template)`` per
-    length of prior weight > 0, and the batch's ``lengths`` record (``template``: ``text``;
-    ``prior``: ``pi(L)`` by length; ``source``: where the prior came from). Each length is its own
-    run; in the mixture ``sum_L pi(L) p_L`` a draw of length ``L`` weighs ``pi(L) / N_L``
-    (:meth:`~mlm_ppl.models.gaps.LengthPrior.draw_weights`)."""
-    templates = [(strata_name(L), gap.template(L)) for L in sorted(prior.weights)]
-    record = {"template": text, "prior": {str(L): w for L, w in sorted(prior.weights.items())}, "source": prior.source}
-    return templates, record
 
 
 def _check_lengths(lengths: Any, templates: Sequence[tuple[str, str]], file: Path) -> dict[str, Any] | None:

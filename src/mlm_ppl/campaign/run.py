@@ -16,7 +16,7 @@ from ..inference.spec import KernelBase
 from ..models.constraints import ConstraintTarget
 from ..models.distribution import MaskedLMDistribution
 from ..models.gap_target import GapTarget
-from ..models.gaps import has_variable_gap, parse_gap
+from ..models.gaps import find_gap, has_variable_gap
 from ..models.loading import check_model_files, load_mlm
 from ..models.masked_lm import MaskedLM
 from ..models.target import Target
@@ -38,9 +38,11 @@ def build(settings: RunSettings) -> tuple[MaskedLM, Target, KernelBase]:
         length = int(settings.length or 0)
         template = (mask * length) if mlm.residue_level else " ".join([mask] * length)
     if has_variable_gap(template):  # every length in one target (settings: a kernel that moves lengths)
-        gap = parse_gap(template, mlm.vocab[mlm.mask_id])
-        if gap is None:
-            raise ValueError(f"template: no variable gap {mlm.vocab[mlm.mask_id]}{{a,b}} of this model's mask token")
+        gap, mask = find_gap(template), mlm.vocab[mlm.mask_id]
+        if gap is None or gap.mask != mask:
+            raise ValueError(
+                f"template: its variable gap follows no {mask}, model {mlm.name!r}'s mask token; write {mask}{{a,b}}"
+            )
         prior, spec = settings.length_prior_of(gap), settings.constraint_spec()
         gapped = GapTarget(mlm, gap, prior, energy=settings.energy, temperature=settings.temperature, constraints=spec)
         for L in gapped.lengths if spec is not None else ():

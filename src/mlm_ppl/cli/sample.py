@@ -16,11 +16,11 @@ from ..inference.annealing import annealing_note, format_anneal, parse_anneal
 from ..inference.base import INITS
 from ..inference.distributed import WorkersLostError
 from ..inference.estimate import estimate_run
-from ..inference.registry import KERNELS, kernel_class, length_kernels
+from ..inference.registry import KERNELS, kernel_class
 from ..inference.spec import KernelBase
 from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
 from ..models.energy import ENERGIES
-from ..models.gaps import LengthPrior, has_variable_gap, parse_gap
+from ..models.gaps import has_variable_gap
 from ..rundir import RunDirectory
 from ..settings import MAX_CHAINS, STOP_EVERY, RunSettings, option_flags
 from ._common import add_model_args, exists_message, split_lines
@@ -107,7 +107,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     gaps = smp.add_argument_group("loops of several lengths (a --template with a variable gap [MASK]{a,b})")
     gaps.add_argument(
         "--length-mode",
-        choices=("strata", "jump"),
+        choices=campaign.LENGTH_MODES,
         help="jump: one run whose chains move between lengths (kernel gap-jump: insert and delete moves on the "
         "energy, target pi(L) exp(-E/T); or --kernel surrogate-mh around those moves); strata: one run per gap "
         "length into DIR/L08 ..., combined as the "
@@ -335,31 +335,10 @@ def _start_gap(args: argparse.Namespace, out: TextIO) -> int:
         raise ValueError(
             "--length-mode and --length-prior apply to one --template with a variable gap, e.g. 'CAR[MASK]{10,16}WGQG'"
         )
-    if args.length_mode is None:
-        raise ValueError(
-            "the template's variable gap gives loops of several lengths: give --length-mode jump (one run whose "
-            "chains move between lengths, kernel gap-jump) or strata (one run per length), each weighted by "
-            "--length-prior"
-        )
-    gap = parse_gap(args.template, "<mask>" if "<mask>{" in args.template else "[MASK]")
-    assert gap is not None
-    prior = LengthPrior.read(args.length_prior or "uniform", gap)
-    if args.length_mode == "jump":
-        kernel = args.kernel or length_kernels()[0]
-        if not kernel_class(kernel).capabilities.lengths:
-            raise ValueError(
-                f"--length-mode jump samples with a kernel that moves lengths ({', '.join(length_kernels())}: "
-                f"gap-jump's update, insert and delete moves, or surrogate-mh around them); drop --kernel "
-                f"{args.kernel}, or use --length-mode strata to run it on each length"
-            )
-        weights = {str(L): w for L, w in prior.weights.items()}
-        return _start_run(args, out, extra={"kernel": kernel, "length_prior": weights})
-    if args.kernel is not None and not kernel_class(args.kernel).capabilities.fixed:
-        raise ValueError(
-            f"--length-mode strata runs each length as a fixed template, which kernel {args.kernel} does not "
-            "sample; choose another --kernel, or --length-mode jump"
-        )
-    templates, lengths = campaign.strata(args.template, gap, prior)
+    plan = campaign.plan_gap(args.template, args.length_mode, args.length_prior, args.kernel)
+    if plan.mode == "jump":
+        return _start_run(args, out, extra={"kernel": plan.kernel, "length_prior": plan.prior.record()})
+    templates, lengths = plan.strata()
     return _start_batch(args, out, templates, lengths)
 
 

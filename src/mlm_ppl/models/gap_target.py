@@ -228,7 +228,7 @@ class GapTarget(DerivedTarget):
         """What a run records of the gap: the prior (``length_prior``, by length), the padded
         states' gap positions and the pad token."""
         return dict(
-            length_prior={str(L): w for L, w in sorted(self.prior.weights.items())},
+            length_prior=self.prior.record(),
             gap_positions=self.gap_slots.tolist(),
             pad_id=self.pad_id,
         )

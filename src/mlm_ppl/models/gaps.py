@@ -26,6 +26,8 @@ __all__ = [
     "read_length_table",
     "expand_counts",
     "parse_gap",
+    "find_gap",
+    "MASK_TOKENS",
     "has_counts",
     "has_variable_gap",
 ]
@@ -130,6 +132,29 @@ class GapTemplate:
 def has_variable_gap(text: str | None) -> bool:
     """Whether ``text`` has a count of the form ``{a,b}`` (well formed or not: :func:`parse_gap` says)."""
     return text is not None and any(_RANGE.fullmatch(m.group(1)) for m in _COUNT.finditer(text))
+
+
+MASK_TOKENS = ("[MASK]", "<mask>")
+"""The mask tokens :func:`find_gap` recognises before a variable gap (BERT and AntiBERTy; RoBERTa and ESM)."""
+
+
+def find_gap(text: str | None) -> GapTemplate | None:
+    """:func:`parse_gap` with the mask token read off the text (one of :data:`MASK_TOKENS`, the one
+    before its variable gap), before any model is loaded: the one parse of a variable gap, whose
+    :attr:`GapTemplate.mask` the model's own mask token is checked against once it loads. None
+    for a template without a variable gap."""
+    if text is None or not has_variable_gap(text):
+        return None
+    for m in _COUNT.finditer(text):
+        if _RANGE.fullmatch(m.group(1)):
+            mask = next((token for token in MASK_TOKENS if text[: m.start()].endswith(token)), None)
+            if mask is None:
+                raise ValueError(
+                    f"template: the variable gap {m.group(0)!r} at character {m.start()} follows no mask token; "
+                    f"write it after the model's mask token ({' or '.join(t + '{a,b}' for t in MASK_TOKENS)})"
+                )
+            return parse_gap(text, mask)
+    return None
 
 
 def parse_gap(text: str, mask: str) -> GapTemplate | None:
@@ -237,6 +262,16 @@ class LengthPrior:
             return cls.uniform(gap)
         weights = read_length_table(spec, "length prior", gap)
         return cls({L: w for L, w in weights.items() if w > 0}, str(Path(spec)))
+
+    def record(self) -> dict[str, float]:
+        """The prior as a run records it (settings, run attributes, a batch of strata): weight by
+        length as text, in order of length; :meth:`from_record` reads it back."""
+        return {str(L): float(w) for L, w in sorted(self.weights.items())}
+
+    @classmethod
+    def from_record(cls, record: dict[str, float], source: str = "recorded") -> LengthPrior:
+        """The prior of a :meth:`record`."""
+        return cls({int(L): float(w) for L, w in record.items()}, source)
 
     def draw_weights(self, draws_per_length: dict[int, int]) -> dict[int, float]:
         """The weight of one draw of each length in the mixture ``sum_L pi(L) p_L``: ``pi(L) / N_L``
