@@ -288,10 +288,13 @@ class RunSettings:
             raise ValueError(f"{what}: {err}") from None
 
     def constraint_spec(self) -> ConstraintSpec | None:
-        """The run's :class:`~mlm_ppl.models.constraints.ConstraintSpec` (None without constraints)."""
+        """The run's :class:`~mlm_ppl.models.constraints.ConstraintSpec` (None without constraints).
+        Code experts are trusted here: these settings were checked when made (their spec read from
+        the file or record with the reader's consent, :func:`~mlm_ppl.models.constraints.trusting_code`)
+        or unpickled from settings that were."""
         if self.constraints is None:
             return None
-        return ConstraintSpec.from_dict(self.constraints, source="constraints")
+        return ConstraintSpec.from_dict(self.constraints, source="constraints", trust_code=True)
 
     def with_model_files(self) -> RunSettings:
         """The same settings with ``model_files`` read from the model's files now: what a new run records."""

@@ -204,8 +204,9 @@ def test_resume_refuses_an_edited_spec(model_dir, tmp_path, capsys):
             '[[experts]]\nname = "e"\nkind = "residue-count"\nweight = "heavy"\nparams = { residues = "E" }\n',
             "key 'weight': weight must be a number",
         ),  # fmt: skip
-        ([], '[[experts]]\nname = "e"\nkind = "cexperts_cli:raises"\n', "KeyError: 'no such residue'"),
-        ([], '[[experts]]\nname = "e"\nkind = "cexperts_cli:nan"\n', "expert 'e' returned nan"),
+        (["--trust-code"], '[[experts]]\nname = "e"\nkind = "cexperts_cli:raises"\n', "KeyError: 'no such residue'"),
+        (["--trust-code"], '[[experts]]\nname = "e"\nkind = "cexperts_cli:nan"\n', "expert 'e' returned nan"),
+        ([], '[[experts]]\nname = "e"\nkind = "cexperts_cli:nan"\n', "names Python code ('cexperts_cli:nan')"),
         ([], '[[rules]]\nkind = "allowed"\nname = "w"\ntokens = "W"\n', "token 'W' is not in the vocabulary"),
         (
             [],
@@ -258,3 +259,47 @@ def test_settings_recorded_before_constraints_read_as_none_and_specs_are_canonic
     assert RunSettings(template=TEMPLATE, constraints={"rules": []}).constraints is None  # an empty spec: none
     with pytest.raises(ValueError, match=r"constraints: rules\[0\] \('x'\), key 'pattern'"):
         RunSettings.from_dict({**record, "constraints": {"rules": [{"kind": "forbid", "name": "x", "pattern": "("}]}})
+
+
+def test_code_named_in_a_spec_or_a_record_runs_only_with_trust_code(model_dir, tmp_path, capsys, monkeypatch):
+    """Issue 36, rows 1 and 2. An expert that names Python code ('module:function') in --constraints
+    or in the record --resume reads is refused without --trust-code: one line naming the code, its
+    module never imported, nothing written. With consent the run records the module's digest, and a
+    resume after the module's source changed is refused by name (it would relabel the draws)."""
+    import sys
+
+    flag = tmp_path / "imported"
+    module = tmp_path / "trusted_expert.py"
+    module.write_text(
+        f"with open({str(flag)!r}, 'a') as f:\n    f.write('x')\n\n\ndef d_count(sequences):\n"
+        "    return [0.0 for s in sequences]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[experts]]\nname = "d"\nkind = "trusted_expert:d_count"\n')
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out, "--constraints", str(spec), draws="4")) == 2
+    line = _one_line_error(capsys)
+    assert "names Python code ('trusted_expert:d_count')" in line and "--trust-code" in line, line
+    assert not flag.exists() and not out.exists()
+
+    assert main(_sample(model_dir, out, "--constraints", str(spec), "--trust-code", draws="4")) == 0
+    capsys.readouterr()
+    assert flag.exists()
+    recorded = json.loads((out / "config.json").read_text())["constraints"]["experts"][0]
+    assert recorded["kind"] == "trusted_expert:d_count" and recorded["code_digest"].startswith("sha256:")
+
+    monkeypatch.delitem(sys.modules, "trusted_expert")
+    flag.unlink()
+    assert main(["sample", "--resume", str(out), "--no-progress"]) == 2
+    line = _one_line_error(capsys)
+    assert "names Python code ('trusted_expert:d_count')" in line and "config.json" in line, line
+    assert not flag.exists()
+    assert main(["sample", "--resume", str(out), "--no-progress", "--trust-code"]) == 0
+    capsys.readouterr()
+
+    module.write_text(module.read_text().replace("0.0 for s", "5.0 * s.count('D') for s"))
+    monkeypatch.delitem(sys.modules, "trusted_expert")
+    assert main(["sample", "--resume", str(out), "--no-progress", "--trust-code"]) == 2
+    line = _one_line_error(capsys)
+    assert "the code of 'trusted_expert:d_count' changed since this was recorded" in line, line

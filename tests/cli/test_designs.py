@@ -157,7 +157,7 @@ def test_designs_builds_no_expert_a_module_function_whose_module_is_gone(model_d
     spec = tmp_path / "spec.toml"
     spec.write_text('[[experts]]\nname = "e-count"\nkind = "designs_gone_expert:e_count"\nweight = -0.5\n')
     out = tmp_path / "run"
-    assert main(_sample(model_dir, out, "--constraints", str(spec), draws="20")) == 0
+    assert main(_sample(model_dir, out, "--constraints", str(spec), "--trust-code", draws="20")) == 0
     capsys.readouterr()
     module.unlink()
     monkeypatch.delitem(sys.modules, "designs_gone_expert")

@@ -393,14 +393,14 @@ weight = 0.1
 params = { per = 2.0 }
 """
     )
-    spec = ConstraintSpec.from_toml(spec_file, mlm)
+    spec = ConstraintSpec.from_toml(spec_file, mlm, trust_code=True)  # it names my_experts:length_penalty
     assert [r.name for r in spec.all_rules] == ["no-e", "dc", "ad", "unpaired-cysteine"]
     assert [e.name for e in spec.all_experts] == ["kd", "len", "met-trp-oxidation"]
     assert spec.all_experts[1].function(["ACD"]) == [6.0]
 
     again = tmp_path / "again.toml"
     again.write_text(spec.to_toml())
-    back = ConstraintSpec.from_toml(again, mlm)
+    back = ConstraintSpec.from_toml(again, mlm, trust_code=True)
     assert back.to_dict() == spec.to_dict()
     assert back.to_toml() == spec.to_toml()
     torch.testing.assert_close(back.bind(dist).log_factor(states), spec.bind(dist).log_factor(states))
@@ -497,6 +497,10 @@ MALFORMED = [
         "spec, key 'name': two rules or experts are named 'x'",
     ),
     ("[[rules]\n", "not valid TOML"),
+    (
+        '[[experts]]\nname = "e"\nkind = "math:fsum"\ncode_digest = "sha256:0"',
+        "key 'code_digest': the code of 'math:fsum' changed since this was recorded",
+    ),
 ]
 
 
@@ -505,10 +509,50 @@ def test_malformed_spec_files_are_one_line_errors_naming_file_entry_and_key(tmp_
     path = tmp_path / "bad.toml"
     path.write_text(text + "\n")
     with pytest.raises(ValueError) as err:
-        ConstraintSpec.from_toml(path, mlm)
+        ConstraintSpec.from_toml(path, mlm, trust_code=True)  # consent given: the other checks still hold
     message = one_line(err)
     assert message.startswith(f"{path}: "), message
     assert expected in message, message
+
+
+def test_code_in_a_spec_is_refused_without_consent_and_never_imported(tmp_path, mlm, monkeypatch):
+    """A spec file or record naming Python code ('module:function') runs nothing unless the reader
+    consents (trust_code, trusting_code); the refusal names the code; built-ins need no consent; a
+    pickled spec (trusted, as pickle is) rebuilds; a non-UTF-8 file is named."""
+    import pickle
+    import sys
+
+    from mlm_ppl.models.constraints import code_trusted, trusting_code
+
+    module = tmp_path / "spec_side_effect.py"
+    module.write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n\ndef f(s):\n    return [0.0 for _ in s]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = {"experts": [{"name": "e", "kind": "spec_side_effect:f"}, {"name": "h", "kind": "hydropathy"}]}
+    for call in (lambda: ConstraintSpec.from_dict(data, source="run/config.json"), lambda: _from_file(tmp_path, data)):
+        with pytest.raises(ValueError) as err:
+            call()
+        message = one_line(err)
+        assert "experts[0] ('e'), key 'kind': names Python code ('spec_side_effect:f')" in message, message
+        assert "--trust-code" in message and "trust_code=True" in message
+    assert not (tmp_path / "imported").exists() and "spec_side_effect" not in sys.modules
+    assert not code_trusted()
+    with trusting_code():
+        spec = ConstraintSpec.from_dict(data)
+    assert (tmp_path / "imported").exists() and not code_trusted()
+    recorded = spec.to_dict()["experts"][0]
+    assert recorded["code_digest"].startswith("sha256:") and len(recorded["code_digest"]) == 7 + 64
+    assert ConstraintSpec.from_dict({"experts": [data["experts"][1]]}).all_experts[0].name == "h"  # no consent needed
+    assert pickle.loads(pickle.dumps(spec)).to_dict() == spec.to_dict()
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes('[[rules]]\nkind = "forbid"\nname = "caf\xe9"\npattern = "A"\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(bad))}: not UTF-8 text \(byte 37"):
+        ConstraintSpec.from_toml(bad)
+
+
+def _from_file(tmp_path, data):
+    path = tmp_path / "spec.toml"
+    path.write_text('[[experts]]\nname = "e"\nkind = "spec_side_effect:f"\n')
+    return ConstraintSpec.from_toml(path)
 
 
 def test_from_dict_names_its_source():

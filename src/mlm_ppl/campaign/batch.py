@@ -21,6 +21,7 @@ from ..inference.distributed import run_tasks_ray
 from ..inference.registry import make_kernel
 from ..inference.runner import Checkpoint
 from ..inference.spec import KernelBase
+from ..models.constraints import code_trusted, trusting_code
 from ..models.gaps import LengthPrior, parse_gap
 from ..models.target import energy_from_log_density
 from ..rundir import RunDirectory
@@ -349,16 +350,24 @@ def _open_template(
 
 
 def run_template(
-    directory: str, settings: RunSettings, run_id: str | None, checkpoint_seconds: float, threads: int | None = None
+    directory: str,
+    settings: RunSettings,
+    run_id: str | None,
+    checkpoint_seconds: float,
+    trust_code: bool = False,
+    threads: int | None = None,
 ) -> dict:
     """Run (or finish) one template's run in ``directory``, the run the batch started there
     (``run_id``) with ``settings``; its rows (chain, draw, MLM energy, sequence, and the values of
     ``columns``: feasible and each expert, for a constrained run) and summary line.
     Module-level so that a Ray task can run it: a worker that dies leaves the template's
-    checkpoint, and the retried task continues from it."""
+    checkpoint, and the retried task continues from it. ``trust_code``: the batch's caller's
+    consent to code experts (:func:`~mlm_ppl.models.constraints.code_trusted`), for the template's
+    record read here."""
     if threads is not None:
         torch.set_num_threads(threads)
-    run_dir, checkpoint = _open_template(Path(directory), settings, run_id)
+    with trusting_code(trust_code):  # the consent of the batch's caller, in this worker too
+        run_dir, checkpoint = _open_template(Path(directory), settings, run_id)
     with run_dir:
         mlm, _, kernel = build(settings)
         result, report, _ = execute(
@@ -409,8 +418,9 @@ def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], 
             with rundir.start_run(path, settings.for_template(template)) as run_dir:
                 batch.runs[name] = run_dir.run_id
                 batch.write_record()
+    trusted = code_trusted()
     jobs = [
-        (str(batch_dir.path / name), settings.for_template(template), batch.runs[name], checkpoint_seconds)
+        (str(batch_dir.path / name), settings.for_template(template), batch.runs[name], checkpoint_seconds, trusted)
         for name, template in batch.templates
     ]
     if settings.workers:

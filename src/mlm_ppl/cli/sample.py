@@ -18,7 +18,7 @@ from ..inference.distributed import WorkersLostError
 from ..inference.estimate import estimate_run
 from ..inference.registry import KERNELS, kernel_class
 from ..inference.spec import KernelBase
-from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule
+from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule, trusting_code
 from ..models.energy import ENERGIES
 from ..models.gaps import has_variable_gap
 from ..rundir import RunDirectory
@@ -91,6 +91,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--constraints",
         metavar="FILE.toml",
         help="a constraint spec file: liabilities, [[rules]] (allowed, forbid, require) and [[experts]]",
+    )
+    rules.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="allow experts that name Python code (kind = 'module:function') in --constraints or in the record of "
+        "the run --resume continues: their module is imported and run. Without it they are refused",
     )
     rules.add_argument(
         "--forbid",
@@ -254,6 +260,11 @@ def read_templates(source: str) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
+    with trusting_code(args.trust_code):  # code named in a spec file or a run's record: only with consent
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
     from .. import rundir
 
     check_interval(args.checkpoint_seconds, "--checkpoint-seconds")

@@ -63,6 +63,7 @@ from .experts import (
     net_charge,
     residue_count,
 )
+from .files import code_trusted, trusting_code
 from .liabilities import LIABILITIES, liability_constraints
 from .rules import Allowed, Forbid, OddCount, Require, Rule
 from .spec import ConstraintSpec, recorded_expert_weights, weighted_expert_sum
@@ -92,4 +93,6 @@ __all__ = [
     "ConstraintSpec",
     "BoundConstraints",
     "ConstraintTarget",
+    "trusting_code",
+    "code_trusted",
 ]

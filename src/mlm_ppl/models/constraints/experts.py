@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import math
 import numbers
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,10 @@ class Expert:
         parameters it was built with; set by the built-ins and by
         :meth:`ConstraintSpec.from_dict`. ``kind=None`` derives ``"module:function"`` from a
         module-level function when the spec is written out.
+    code_digest : str, optional
+        For an expert named ``"module:function"``: the digest of its module's source file
+        (:func:`module_digest`), set when read from a spec and
+        computed when written out; a spec read again with another digest is refused.
     """
 
     name: str
@@ -57,6 +63,7 @@ class Expert:
     takes: str = "sequences"
     kind: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    code_digest: str | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name, "expert")
@@ -99,6 +106,7 @@ class Expert:
         out: dict[str, Any] = {"name": self.name, "kind": kind, "weight": self.weight}
         if ":" in kind:
             out["takes"] = self.takes
+            out["code_digest"] = self.code_digest or module_digest(kind.partition(":")[0])
         if self.params:
             out["params"] = dict(self.params)
         return out
@@ -326,3 +334,14 @@ def _resolves_to(module: str, qualname: str, fn: Any) -> bool:
     except Exception:  # no such module or attribute, or the module fails to import: no file form
         return False
     return obj is fn
+
+
+def module_digest(module_name: str) -> str:
+    """``sha256:<hex>`` of the source file of the imported module ``module_name`` (what a code
+    expert's record holds); ``builtin:<name>`` for a module without a file (compiled into Python)."""
+    module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return f"builtin:{module_name}"
+    with open(path, "rb") as f:
+        return "sha256:" + hashlib.sha256(f.read()).hexdigest()

@@ -1,5 +1,16 @@
 """Spec files: reading rules and experts from plain data (TOML tables) with errors that name the
-source, the entry and the key, and writing a spec back as TOML."""
+source, the entry and the key, and writing a spec back as TOML.
+
+**No code runs from a file without consent.** An expert of kind ``"module:function"`` names Python
+code: reading it imports that module and calls that function on every state. From a spec file or a
+run's record (``config.json``) that is refused unless the reader consents for this invocation
+(:func:`trusting_code`: ``--trust-code`` on the command line, ``trust_code=True`` in
+:meth:`~mlm_ppl.models.constraints.ConstraintSpec.from_dict`); the refusal names the code. Built-in
+kinds (:data:`~mlm_ppl.models.constraints.EXPERT_KINDS`) are looked up by name and need no consent.
+A code expert's record holds the digest of its module's source file (:func:`module_digest`): read
+again (a resume), a changed file is refused by name, so a run never relabels its draws with another
+function.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +20,34 @@ import json
 import math
 import numbers
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from ..tokens import TokenCodec
-from .experts import EXPERT_KINDS, Expert
+from .experts import EXPERT_KINDS, Expert, module_digest
 from .fields import FieldTypeError, FieldValueError, check_name
 from .rules import RULE_KINDS, Allowed, Rule
+
+_TRUST_CODE: ContextVar[bool] = ContextVar("mlm_ppl_trust_code", default=False)
+
+
+@contextmanager
+def trusting_code(trust: bool = True) -> Iterator[None]:
+    """Within the block, spec data read by :meth:`~mlm_ppl.models.constraints.ConstraintSpec.from_dict`
+    (spec files, run records) may name Python code (``trust``), or may not (``False``, the default
+    outside any block)."""
+    token = _TRUST_CODE.set(bool(trust))
+    try:
+        yield
+    finally:
+        _TRUST_CODE.reset(token)
+
+
+def code_trusted() -> bool:
+    """Whether spec data read now may name Python code (:func:`trusting_code`)."""
+    return _TRUST_CODE.get()
 
 
 class entry_errors:
@@ -83,15 +115,33 @@ def expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Exper
                 f"kind must be a built-in ({', '.join(EXPERT_KINDS)}) or 'module:function', got {kind!r}", "kind"
             )
         user = ":" in kind
-        _require_keys(entry, ("name", "kind"), ("weight", "params") + (("takes",) if user else ()))
+        _require_keys(entry, ("name", "kind"), ("weight", "params") + (("takes", "code_digest") if user else ()))
         name = check_name(entry["name"], "expert")
         weight = entry.get("weight", 1.0)
         params = entry.get("params", {})
         if not isinstance(params, Mapping):
             raise FieldValueError(f"params must be a table, got {type(params).__name__}", "params")
         if user:
+            if not code_trusted():
+                raise FieldValueError(
+                    f"names Python code ({kind!r}): reading it would import that module and run that function, "
+                    "which a spec file or a run's record does only with your consent. If you trust this file, give "
+                    "--trust-code (trust_code=True in Python); otherwise use a built-in expert "
+                    f"({', '.join(EXPERT_KINDS)}), or build the Expert in Python with the function itself",
+                    "kind",
+                )
             function = _import_function(kind, params)
-            return Expert(name, function, weight, entry.get("takes", "sequences"), kind=kind, params=params)
+            digest = module_digest(kind.partition(":")[0])
+            recorded = entry.get("code_digest")
+            if recorded is not None and recorded != digest:
+                raise FieldValueError(
+                    f"the code of {kind!r} changed since this was recorded: its module's source file now has "
+                    f"digest {digest}, the record has {recorded}. A resumed run would score its next draws with "
+                    "another function than its first; restore the module's file, or start a new run",
+                    "code_digest",
+                )
+            takes = entry.get("takes", "sequences")
+            return Expert(name, function, weight, takes, kind=kind, params=params, code_digest=digest)
         if kind not in EXPERT_KINDS:
             raise FieldValueError(
                 f"unknown expert kind {kind!r}; built-ins are {', '.join(EXPERT_KINDS)}, or give 'module:function'",

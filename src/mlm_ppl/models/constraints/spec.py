@@ -15,7 +15,16 @@ from ..tokens import TokenCodec
 from .bound import BoundConstraints
 from .experts import Expert
 from .fields import FieldValueError, check_name, check_weight
-from .files import entries, entry_errors, entry_label, expert_from_dict, rule_from_dict, toml_key, toml_value
+from .files import (
+    entries,
+    entry_errors,
+    entry_label,
+    expert_from_dict,
+    rule_from_dict,
+    toml_key,
+    toml_value,
+    trusting_code,
+)
 from .liabilities import LIABILITIES, liability_constraints, liability_names
 from .rules import Allowed, Forbid, OddCount, Require, Rule
 from .target import ConstraintTarget
@@ -75,7 +84,7 @@ class ConstraintSpec:
             data = self.to_dict()
         except ValueError:
             return super().__reduce_ex__(protocol)
-        return (ConstraintSpec.from_dict, (data,))
+        return (_unpickle, (data,))
 
     # -- binding
     def bind(self, target: Target) -> BoundConstraints:
@@ -114,10 +123,13 @@ class ConstraintSpec:
         return "\n".join(lines) + "\n"
 
     @classmethod
-    def from_toml(cls, path: str | Path, mlm: TokenCodec | None = None) -> ConstraintSpec:
+    def from_toml(
+        cls, path: str | Path, mlm: TokenCodec | None = None, *, trust_code: bool | None = None
+    ) -> ConstraintSpec:
         """Read a spec file (format in the module docstring); with ``mlm``, check the tokens of
         its ``allowed`` rules against the model's vocabulary now. Every malformed entry is a
-        one-line ValueError naming the file, the entry and the key."""
+        one-line ValueError naming the file, the entry and the key. ``trust_code``: as for
+        :meth:`from_dict`."""
         try:
             import tomllib
         except ModuleNotFoundError:  # Python 3.10
@@ -128,16 +140,31 @@ class ConstraintSpec:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except OSError as err:
             raise ValueError(f"{path}: cannot read the constraint spec: {err.strerror or err}") from None
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save the spec as UTF-8"
+            ) from None
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"{path}: not valid TOML: {err}") from None
-        return cls.from_dict(data, mlm=mlm, source=str(path))
+        return cls.from_dict(data, mlm=mlm, source=str(path), trust_code=trust_code)
 
     @classmethod
     def from_dict(
-        cls, data: Mapping[str, Any], *, mlm: TokenCodec | None = None, source: str = "<dict>"
+        cls,
+        data: Mapping[str, Any],
+        *,
+        mlm: TokenCodec | None = None,
+        source: str = "<dict>",
+        trust_code: bool | None = None,
     ) -> ConstraintSpec:
         """Build a spec from plain data: keys ``liabilities``, ``rules`` and ``experts`` as in
-        the TOML format; errors name ``source``, the entry and the key."""
+        the TOML format; errors name ``source``, the entry and the key. An expert that names
+        Python code (``kind = "module:function"``) is refused unless ``trust_code`` is True (None:
+        as :func:`~mlm_ppl.models.constraints.files.trusting_code` says, False outside it); its
+        module's digest, when the data records one, must match the module's file now."""
+        if trust_code is not None:
+            with trusting_code(trust_code):
+                return cls.from_dict(data, mlm=mlm, source=source)
         if not isinstance(data, Mapping):
             raise ValueError(f"{source}: a constraint spec is a table, got {type(data).__name__}")
         unknown = sorted(set(data) - {"liabilities", "rules", "experts"})
@@ -186,3 +213,9 @@ def recorded_expert_weights(data: Any, source: str = "<dict>") -> dict[str, floa
                 raise ValueError(f"{source}: two experts are named {item.name!r}; names must be unique")
             weights[item.name] = item.weight
     return weights
+
+
+def _unpickle(data: dict[str, Any]) -> ConstraintSpec:
+    """A pickled spec rebuilt: trusted, as pickle is (unpickling runs code by its nature); its code
+    experts' digests checked as on any read."""
+    return ConstraintSpec.from_dict(data, source="<pickle>", trust_code=True)
