@@ -175,11 +175,11 @@ class RunSettings:
                 not isinstance(prior, Mapping)
                 or not prior
                 or not all(
-                    isinstance(k, str) and k.isdigit() and isinstance(w, (int, float)) and math.isfinite(w) and w > 0
+                    isinstance(k, str) and k.isdigit() and isinstance(w, (int, float)) and 0 < w <= 1
                     for k, w in prior.items()
                 )
             ):
-                raise ValueError("length_prior must map each gap length (as text) to a weight > 0")
+                raise ValueError("length_prior must map each gap length (as text) to a weight in (0, 1]")
             if not math.isclose(math.fsum(prior.values()), 1.0, rel_tol=1e-9):
                 raise ValueError(f"length_prior's weights sum to {math.fsum(prior.values())}, not 1")
             ordered = sorted(prior.items(), key=lambda kv: int(kv[0]))

@@ -138,7 +138,9 @@ def _check_lengths(lengths: Any, templates: Sequence[tuple[str, str]], file: Pat
         isinstance(prior, dict)
         and isinstance(lengths.get("template"), str)
         and isinstance(lengths.get("source"), str)
-        and all(isinstance(k, str) and k.isdigit() and isinstance(v, (int, float)) and v > 0 for k, v in prior.items())
+        and all(
+            isinstance(k, str) and k.isdigit() and isinstance(v, (int, float)) and 0 < v <= 1 for k, v in prior.items()
+        )
         and math.isclose(math.fsum(prior.values()), 1.0)
     )
     if not ok or [strata_name(int(L)) for L in sorted(prior or {}, key=int)] != [n for n, _ in templates]:

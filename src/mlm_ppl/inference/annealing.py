@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_count, check_positive
+from .._checks import MIN_TEMPERATURE, check_count, check_temperature
 
 __all__ = ["GeometricAnnealing", "annealing_record", "annealing_note", "parse_anneal", "format_anneal"]
 
@@ -35,8 +35,8 @@ class GeometricAnnealing:
     num_steps: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "start", check_positive(self.start, "start"))
-        object.__setattr__(self, "end", check_positive(self.end, "end"))
+        object.__setattr__(self, "start", check_temperature(self.start, "start"))  # every tau lies between the two
+        object.__setattr__(self, "end", check_temperature(self.end, "end"))
         check_count(self.num_steps, "num_steps", 0)
 
     def __call__(self, step: int) -> float:
@@ -62,6 +62,11 @@ def parse_anneal(text: Any, name: str = "anneal") -> tuple[float, float]:
         ) from None
     if not all(math.isfinite(v) and v > 0 for v in (start, end)):
         raise ValueError(f"{name} {text!r}: FROM and TO must be finite numbers > 0 (e.g. 1:0.05)")
+    if min(start, end) < MIN_TEMPERATURE:  # the schedule reaches every tau between FROM and TO
+        raise ValueError(
+            f"{name} {text!r}: FROM and TO must be >= {MIN_TEMPERATURE:g}, as every temperature (smaller ones "
+            "overflow float32 and freeze every chain); e.g. 1:0.05"
+        )
     return start, end
 
 

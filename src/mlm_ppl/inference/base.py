@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_count
+from .._checks import MIN_TEMPERATURE, check_choice, check_count
 from ..models.gap_target import GapTarget
 from ..models.target import Target, log_density
 from .annealing import GeometricAnnealing
@@ -300,9 +300,13 @@ def annealed_log_density(energy: Tensor, log_factor: Tensor, temperature: float,
     """The log density at annealing temperature ``tau``: ``(-E/T + f) / tau`` (``terms="all"``),
     ``-E/(T tau) + f`` (``"mlm"``) or ``-E/T + f/tau`` (``"constraints"``). At ``tau = 1`` every
     form is the target's; as ``tau -> 0`` the chain seeks the mode of the annealed terms. A
-    ``tau`` that is not a finite number > 0 (from a schedule) is a ValueError."""
-    if not (math.isfinite(tau) and tau > 0):
-        raise ValueError(f"the annealing schedule gave tau={tau}; it must return a finite number > 0")
+    ``tau`` that is not a finite number >= :data:`~mlm_ppl._checks.MIN_TEMPERATURE` (from a schedule:
+    any callable, so checked at each step) is a ValueError."""
+    if not (math.isfinite(tau) and tau >= MIN_TEMPERATURE):
+        raise ValueError(
+            f"the annealing schedule gave tau={tau}; it must return a finite number >= {MIN_TEMPERATURE:g} "
+            "(smaller ones overflow float32 and freeze every chain)"
+        )
     if terms == "all":
         return log_density(energy, log_factor, temperature) / tau
     if terms == "mlm":

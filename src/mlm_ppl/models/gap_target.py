@@ -77,12 +77,15 @@ class GapTarget(DerivedTarget):
         temperature: float = 1.0,
         constraints: ConstraintSpec | None = None,
     ) -> None:
-        gap = template if isinstance(template, GapTemplate) else parse_gap(template, mlm.vocab[mlm.mask_id])
+        mask, limit = mlm.vocab[mlm.mask_id], mlm.max_length
+        gap = template if isinstance(template, GapTemplate) else parse_gap(template, mask, limit)
         if gap is None:
             raise ValueError(
                 f"template {template!r} has no variable gap MASK{{a,b}}; sample a fixed template with "
                 "MaskedLMDistribution"
             )
+        shortest = mlm.encode([gap.template(gap.lo)], allow_mask=True).input_ids.shape[1]
+        gap.check_fits(mlm.max_length, int(shortest))  # before anything is built per length
         prior = LengthPrior.uniform(gap) if prior is None else prior
         lengths = sorted(prior.weights)
         if not lengths or not set(lengths) <= set(gap.lengths):

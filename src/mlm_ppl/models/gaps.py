@@ -37,9 +37,31 @@ _FIXED = re.compile(r"\s*(\d+)\s*")
 _RANGE = re.compile(r"\s*(\d+)\s*,\s*(\d+)\s*")
 
 
-def _counts(text: str, mask: str) -> list[tuple[int, int, int, int | None]]:
+MAX_COUNT = 100_000
+"""The most positions a count may ask for before a model is loaded: no masked LM reads sequences
+this long, and a larger count would only cost time and memory before the model's own maximum
+length refuses it."""
+
+
+def _check_count(text: str, mask: str, n: int, limit: int | None) -> None:
+    """A ValueError when a count asks for more than ``limit`` (the model's maximum length) or,
+    without a model, :data:`MAX_COUNT` positions: before anything is built per position."""
+    if limit is not None and n > limit:
+        raise ValueError(
+            f"template: {mask}{text} asks for {n} positions, more than the model accepts ({limit} tokens, special "
+            "tokens included); give a smaller count"
+        )
+    if n > MAX_COUNT:
+        raise ValueError(
+            f"template: {mask}{text} asks for {n} positions; no masked LM reads that many (at most {MAX_COUNT} "
+            "here, and the model's own maximum length when it loads); give a smaller count"
+        )
+
+
+def _counts(text: str, mask: str, limit: int | None = None) -> list[tuple[int, int, int, int | None]]:
     """Every ``{...}`` of ``text``: ``(start, end, a, b)`` with ``b`` None for a fixed count ``{a}``;
-    a ValueError names a count that follows no mask token or is not ``{n}`` / ``{a,b}``."""
+    a ValueError names a count that follows no mask token or is not ``{n}`` / ``{a,b}``, or asks
+    for more positions than ``limit`` (a model's maximum length) or :data:`MAX_COUNT`."""
     out = []
     for m in _COUNT.finditer(text):
         if not text[: m.start()].endswith(mask):
@@ -66,6 +88,7 @@ def _counts(text: str, mask: str) -> list[tuple[int, int, int, int | None]]:
                 f"template: {mask}{m.group(0)} is not a count; give {mask}{{n}} (n masks) or {mask}{{a,b}} "
                 "(a gap of a to b positions)"
             )
+        _check_count(m.group(0), mask, a if b is None else b, limit)
         out.append((m.start() - len(mask), m.end(), a, b))
     stray = re.search(r"[{}]", _COUNT.sub("", text))
     if stray:
@@ -78,10 +101,11 @@ def has_counts(text: str) -> bool:
     return "{" in text or "}" in text
 
 
-def expand_counts(text: str, mask: str) -> str:
+def expand_counts(text: str, mask: str, limit: int | None = None) -> str:
     """``text`` with every fixed count ``MASK{n}`` written out as ``n`` masks; a ValueError for a
-    variable gap (:func:`parse_gap` reads those) or a malformed count."""
-    counts = _counts(text, mask)
+    variable gap (:func:`parse_gap` reads those), a malformed count or one over ``limit`` (the
+    model's maximum length) or :data:`MAX_COUNT`."""
+    counts = _counts(text, mask, limit)
     gaps = [text[s:e] for s, e, _, b in counts if b is not None]
     if gaps:
         raise ValueError(
@@ -157,10 +181,11 @@ def find_gap(text: str | None) -> GapTemplate | None:
     return None
 
 
-def parse_gap(text: str, mask: str) -> GapTemplate | None:
+def parse_gap(text: str, mask: str, limit: int | None = None) -> GapTemplate | None:
     """The :class:`GapTemplate` of a template with one variable gap (fixed counts written out);
-    None for a template without one. A ValueError for two variable gaps or a malformed count."""
-    counts = _counts(text, mask)
+    None for a template without one. A ValueError for two variable gaps, a malformed count or one
+    over ``limit`` (the model's maximum length) or :data:`MAX_COUNT`."""
+    counts = _counts(text, mask, limit)
     gaps = [(s, e, a, b) for s, e, a, b in counts if b is not None]
     if not gaps:
         return None
@@ -207,10 +232,12 @@ def read_length_table(spec: str, what: str, gap: GapTemplate | None = None) -> d
         if not (math.isfinite(w) and w >= 0):
             raise ValueError(f"{where}: the weight must be a finite number >= 0")
         weights[L] = w
-    total = math.fsum(weights.values())
-    if not total > 0:
-        raise ValueError(f"{what} {spec}: its weights sum to {total:g}; they must sum to a positive number")
-    return {L: w / total for L, w in sorted(weights.items())}
+    largest = max(weights.values(), default=0.0)
+    if not largest > 0:
+        raise ValueError(f"{what} {spec}: its weights sum to 0; they must sum to a positive number")
+    scaled = {L: w / largest for L, w in weights.items()}  # in [0, 1]: their sum cannot overflow, whatever their size
+    total = math.fsum(scaled.values())
+    return {L: w / total for L, w in sorted(scaled.items())}
 
 
 @dataclass(frozen=True)

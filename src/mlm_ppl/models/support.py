@@ -58,7 +58,7 @@ def template_ids(mlm: MaskedLM, template: str | Tensor) -> Tensor:
     one unpadded sequence the model accepts."""
     if isinstance(template, str):
         if has_counts(template):  # MASK{13}: 13 masks (a variable gap MASK{a,b} is refused here)
-            template = expand_counts(template, mlm.vocab[mlm.mask_id])
+            template = expand_counts(template, mlm.vocab[mlm.mask_id], mlm.max_length)
         return mlm.encode([template], allow_mask=True).input_ids[0]
     if isinstance(template, Tensor):
         ids = template.detach().cpu()

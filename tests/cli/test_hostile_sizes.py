@@ -1,0 +1,71 @@
+"""Issue 36 (third hostile pass), rows 3, 4, 5 and 9: every bad size is a one-line error before any
+work, in bounded time, never a traceback, a hang or a frozen chain (docs/reliability.md)."""
+
+import json
+import time
+
+import pytest
+from cli_checks import one_line_error
+
+import mlm_ppl
+from mlm_ppl import load_mlm
+from mlm_ppl.cli import main
+
+TEMPLATE = "A[MASK]C[MASK][MASK]"
+
+
+def _sample(model_dir, out, *extra):
+    return ["sample", "--model", str(model_dir), "--template", TEMPLATE, "--chains", "2", "--draws", "4",
+            "--seed", "7", "--out", str(out), "--no-progress", *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (("--anneal", "1:1e-300"), "FROM and TO must be >= 1e-06"),  # row 3: every tau the schedule reaches
+        (("--anneal", "1e-7:1"), "FROM and TO must be >= 1e-06"),
+        (("--template", "A[MASK]{99999999999999999999}C"), "asks for 99999999999999999999 positions"),  # row 4
+        (
+            ("--template", "A[MASK]{1,99999999999999999999999}C", "--length-mode", "jump"),
+            "asks for 99999999999999999999999 positions",
+        ),
+        (("--template", "A[MASK]{1,10000000}C", "--length-mode", "jump"), "asks for 10000000 positions"),  # row 9
+        (("--template", "A[MASK]{1,5000}C", "--length-mode", "jump"), "more than the model accepts"),
+        (("--template", "A[MASK]{5000}C"), "more than the model accepts"),
+    ],
+)
+def test_bad_sizes_are_one_line_errors_in_bounded_time(model_dir, tmp_path, capsys, extra, match):
+    out = tmp_path / "run"
+    start = time.monotonic()
+    assert main(_sample(model_dir, out, *extra)) == 2
+    assert time.monotonic() - start < 30
+    line = one_line_error(capsys)
+    assert match in line, line
+    assert not out.exists()
+
+
+def test_a_schedule_that_reaches_a_tiny_temperature_stops_at_that_step(model_dir):
+    """Row 3 for a Python schedule (any callable): the step whose tau is below the bound says so."""
+    mlm = load_mlm(model_dir)
+    with pytest.raises(ValueError, match=r"gave tau=1e-300; it must return a finite number >= 1e-06"):
+        mlm_ppl.sample(mlm, TEMPLATE, kernel="mh", num_chains=1, num_samples=4, progress=False,
+                       temperature_schedule=_falls_to_nothing)  # fmt: skip
+
+
+def _falls_to_nothing(step):
+    return 1.0 if step < 2 else 1e-300
+
+
+def test_huge_weights_in_a_length_prior_or_reference_are_normalised_not_overflowed(model_dir, tmp_path, capsys):
+    """Row 5: weights of 1e308 overflowed fsum (a traceback); they are scaled before they are summed."""
+    table = tmp_path / "huge.tsv"
+    table.write_text("1\t1e308\n2\t1e308\n")
+    out = tmp_path / "run"
+    args = ["sample", "--model", model_dir, "--template", "A[MASK]{1,2}C", "--length-mode", "jump",
+            "--length-prior", str(table), "--chains", "2", "--draws", "4", "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    assert json.loads((out / "config.json").read_text())["length_prior"] == {"1": 0.5, "2": 0.5}
+    assert main(["diagnose", str(out), "--length-reference", str(table)]) == 0
+    assert "length" in capsys.readouterr().out
