@@ -69,3 +69,21 @@ def test_huge_weights_in_a_length_prior_or_reference_are_normalised_not_overflow
     assert json.loads((out / "config.json").read_text())["length_prior"] == {"1": 0.5, "2": 0.5}
     assert main(["diagnose", str(out), "--length-reference", str(table)]) == 0
     assert "length" in capsys.readouterr().out
+
+
+def test_a_pattern_that_backtracks_for_ever_in_re_is_matched_in_linear_time(model_dir, tmp_path, capsys):
+    """Row 7: --forbid '(A+)+C' on a 28-residue template hung in Python's re (no output in 60 s).
+    Patterns are matched by RE2 (linear time); one RE2 cannot match in bounded time (a lookaround,
+    a backreference) is refused with one line before any work."""
+    template = "A" * 27 + "[MASK]D"
+    out = tmp_path / "run"
+    args = ["sample", "--model", model_dir, "--template", template, "--chains", "2", "--draws", "4",
+            "--seed", "3", "--out", str(out), "--no-progress"]  # fmt: skip
+    start = time.monotonic()
+    assert main([*args, "--forbid", "(A+)+C"]) == 0
+    assert time.monotonic() - start < 60
+    capsys.readouterr()
+    for pattern in ("(?=A)C", r"(A)\1"):
+        assert main([*args, "--overwrite", "--forbid", pattern]) == 2
+        line = one_line_error(capsys)
+        assert "cannot be matched in bounded time" in line and "no lookarounds or backreferences" in line, line

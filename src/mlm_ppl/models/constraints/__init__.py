@@ -21,7 +21,8 @@ as a :class:`ConstraintTarget`: a :class:`~mlm_ppl.models.ConstrainedTarget` tha
 exposes :attr:`ConstraintTarget.allowed`, the ``(F, V)`` alphabets of the free positions, so
 that kernels can restrict their proposals to them. Nothing here moves a state.
 
-Regular expressions read the sequence as :meth:`~mlm_ppl.models.TokenCodec.decode` writes it:
+Regular expressions (RE2's syntax, matched in linear time: no lookarounds or backreferences)
+read the sequence as :meth:`~mlm_ppl.models.TokenCodec.decode` writes it:
 residues without separators for protein models (``"EVQLV..."``), words separated by spaces for
 text models. Positions of :class:`Allowed` count the template's free positions (0 is the first
 mask token; negative values count from the end).

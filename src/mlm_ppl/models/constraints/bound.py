@@ -4,7 +4,6 @@ expert values of states."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -164,7 +163,7 @@ class BoundConstraints:
 
     # -- rules
     @staticmethod
-    def _matches(regex: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    def _matches(regex: Any, text: str) -> Iterator[Any]:
         """Every match, one per start position (so overlapping ones too)."""
         pos = 0
         while pos <= len(text):
@@ -175,7 +174,7 @@ class BoundConstraints:
             pos = m.start() + 1
 
     @staticmethod
-    def _touches(m: re.Match[str], spans: list[tuple[int, int]]) -> bool:
+    def _touches(m: Any, spans: list[tuple[int, int]]) -> bool:
         return any(s < m.end() and m.start() < e for s, e in spans if e > s)
 
     def _framework_matches(self) -> tuple[FrameworkMatch, ...]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -109,7 +108,7 @@ class _Pattern:
 
     name: str
     pattern: str
-    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    regex: Any = field(init=False, repr=False, compare=False)  # RE2's (fields.compile_pattern)
     kind: ClassVar[str]
 
     def __post_init__(self) -> None:
@@ -127,8 +126,9 @@ class Forbid(_Pattern):
     A match counts only when its characters overlap those of a free position's token: a match
     lying wholly in the fixed framework cannot be designed away, so it is reported once at bind
     time (:attr:`BoundConstraints.framework_matches`) and does not make a state infeasible.
-    Matches may overlap one another (each start position is tried). Anchors and lookarounds
-    read the whole decoded sequence.
+    Matches may overlap one another (each start position is tried). Anchors read the whole
+    decoded sequence. Patterns are matched by RE2, in time linear in the sequence's length
+    (no lookarounds or backreferences: such a pattern is refused when the rule is made).
     """
 
     kind: ClassVar[str] = "forbid"
