@@ -87,3 +87,29 @@ def test_a_pattern_that_backtracks_for_ever_in_re_is_matched_in_linear_time(mode
         assert main([*args, "--overwrite", "--forbid", pattern]) == 2
         line = one_line_error(capsys)
         assert "cannot be matched in bounded time" in line and "no lookarounds or backreferences" in line, line
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_a_run_file_with_an_lp_of_inf_or_nan_is_refused_by_diagnose_and_designs(model_dir, tmp_path, capsys, value):
+    """Row 11: an lp of +inf in run.nc was dropped from the verdicts (diagnose exited 0) and ranked
+    first by designs (energy -inf). Both name the draw now; -inf (an infeasible draw) stays valid."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import arviz as az
+
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out)) == 0
+    capsys.readouterr()
+    idata = az.from_netcdf(out / "run.nc")
+    lp = idata.sample_stats["lp"].values.copy()
+    lp[1, 2] = value
+    idata.sample_stats["lp"] = (idata.sample_stats["lp"].dims, lp)
+    idata.to_netcdf(str(tmp_path / "bad.nc"))
+    (out / "run.nc").unlink()
+    (tmp_path / "bad.nc").rename(out / "run.nc")
+    for command in (["diagnose", str(out / "run.nc")], ["designs", str(out), "--top", "3"]):
+        assert main(command) == 2
+        line = one_line_error(capsys)
+        assert f"lp at chain 1, draw 2 is {value}" in line, line

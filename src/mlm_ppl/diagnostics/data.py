@@ -218,7 +218,8 @@ def read_run(path: str) -> "arviz.InferenceData":
     Raises FileNotFoundError when there is no such file, ValueError when it is not an mlm-ppl
     run (no ``tokens`` draws or no ``is_accepted`` statistics) or holds what no run writes: a
     token id outside the model's vocabulary (recorded in the file), a free position outside
-    the sequence.
+    the sequence, an ``lp`` of nan or ``+inf`` (``-inf`` is an infeasible draw's), named by chain
+    and draw.
     """
     import os
 
@@ -231,6 +232,7 @@ def read_run(path: str) -> "arviz.InferenceData":
         if "tokens" not in idata.posterior or "is_accepted" not in idata.sample_stats:
             raise ValueError("no tokens or is_accepted")
         _check_tokens(idata)
+        _check_log_density(idata)
     except Exception as err:
         raise ValueError(f"{path} is not an mlm-ppl run file ({err})") from None
     return idata
@@ -253,6 +255,21 @@ def _check_tokens(idata: "arviz.InferenceData") -> None:
     L = tokens.shape[-1]
     if free is not None and any(not isinstance(i, int) or not 0 <= i < L for i in free):
         raise ValueError(f"free positions {free} lie outside the {L} positions of the draws")
+
+
+def _check_log_density(idata: "arviz.InferenceData") -> None:
+    """A ValueError naming the first draw whose ``lp`` is nan or ``+inf``: a log density is finite,
+    or ``-inf`` for a draw that breaks a rule; verdicts and rankings would silently drop or favour it."""
+    if "lp" not in idata.sample_stats:
+        return
+    lp = np.asarray(idata.sample_stats["lp"].values, dtype=float)
+    bad = np.isnan(lp) | (lp == np.inf)
+    if bad.any():
+        c, d = (int(i) for i in np.argwhere(bad)[0][:2])
+        raise ValueError(
+            f"lp at chain {c}, draw {d} is {lp[c, d]}; a run writes a finite log density, or -inf for an "
+            "infeasible draw"
+        )
 
 
 def attr_list(attrs: Mapping, name: str) -> Any:
