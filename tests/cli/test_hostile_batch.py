@@ -227,3 +227,22 @@ def test_a_pairs_run_refuses_a_changed_data_file_or_model(own_model, tmp_path, c
     assert main(command) == 2
     assert "other settings (model_files.model.safetensors)" in _error(capsys)
     assert _tree(out) == before
+
+
+def test_an_overwrite_whose_new_template_names_a_folder_of_the_users_is_refused_before_any_change(
+    batch, model_dir, tmp_path, capsys
+):
+    """Issue 36 row 6: the new template's folder held the user's files; --overwrite failed with a
+    KeyError and left the batch's marker listing the user's folder. Refused before any change now,
+    naming the folder; the batch and the user's files unchanged."""
+    mine = batch / "c"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    before = _tree(batch)
+    templates = tmp_path / "new.tsv"
+    templates.write_text("a\tA[MASK]C[MASK]\nc\tAC[MASK]E\n")
+    assert main(_batch(model_dir, templates, batch, "--overwrite")) == 2
+    line = _error(capsys)
+    assert f"{str(mine)!r} exists and was not written by the run" in line, line
+    assert _tree(batch) == before
+    assert _resume(batch) == 0  # the old batch is whole

@@ -201,7 +201,7 @@ def start_batch(
     kernel = check_batch(settings, templates, lengths)
     if check_size is not None:
         check_size(kernel)
-    run_dir = RunDirectory.create(directory, "batch", overwrite=overwrite)
+    run_dir = RunDirectory.create(directory, "batch", overwrite=overwrite, names=[name for name, _ in templates])
     batch = Batch(run_dir, settings, list(templates), {}, lengths)
     try:
         batch.write_record()

@@ -361,7 +361,8 @@ def _start_batch(
 
     settings = config_from_flags(args, template=templates[0][1])
     try:
-        RunDirectory.check_new(args.out, "batch", overwrite=args.overwrite)  # before the model loads
+        names = [name for name, _ in templates]  # each template's folder: absent, or the old batch's
+        RunDirectory.check_new(args.out, "batch", overwrite=args.overwrite, names=names)  # before the model loads
         batch = campaign.start_batch(
             args.out,
             settings,

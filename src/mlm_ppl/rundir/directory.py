@@ -14,7 +14,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,16 +71,20 @@ class RunDirectory:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def create(cls, directory: str | os.PathLike, kind: str, *, overwrite: bool = False) -> RunDirectory:
+    def create(
+        cls, directory: str | os.PathLike, kind: str, *, overwrite: bool = False, names: Sequence[str] = ()
+    ) -> RunDirectory:
         """A new run in ``directory``: created if absent, taken if empty, replaced if it holds a run
         of the same kind and ``overwrite`` (only its recorded files are removed).
 
         Raises :class:`RunExistsError` for a directory with anything else in it, or with a run and
-        no ``overwrite``; :class:`RunLockedError` while another process holds it.
+        no ``overwrite``; :class:`RunLockedError` while another process holds it; a ValueError when
+        one of ``names`` (what the new run will write there: a batch's template folders) exists and
+        the old run did not write it (:meth:`check_new`).
         """
         path = Path(directory)
         _check_dir_path(path)
-        owned(path, kind, overwrite)  # refuse before creating anything
+        _check_names(path, owned(path, kind, overwrite), names)  # refuse before creating anything
         made = _make_dirs(path)
         try:
             fd = take_lock(path)
@@ -107,11 +111,15 @@ class RunDirectory:
         return cls(path, kind, fd, marker, made)
 
     @staticmethod
-    def check_new(directory: str | os.PathLike, kind: str, *, overwrite: bool = False) -> None:
-        """The checks of :meth:`create`, without creating or locking anything (to fail before work)."""
+    def check_new(
+        directory: str | os.PathLike, kind: str, *, overwrite: bool = False, names: Sequence[str] = ()
+    ) -> None:
+        """The checks of :meth:`create`, without creating or locking anything (to fail before work):
+        each of ``names`` that the new run will write must be absent, or a file the old run wrote
+        (which the overwrite removes); a folder of the user's with that name is refused, naming it."""
         path = Path(directory)
         _check_dir_path(path)
-        owned(path, kind, overwrite)
+        _check_names(path, owned(path, kind, overwrite), names)
 
     @classmethod
     def open(cls, directory: str | os.PathLike, kind: str) -> RunDirectory:
@@ -255,3 +263,17 @@ def _remove(paths: list[Path]) -> None:
                 p.rmdir()
         else:
             p.unlink(missing_ok=True)
+
+
+def _check_names(path: Path, marker: dict[str, Any] | None, names: Sequence[str]) -> None:
+    """A ValueError naming the first of ``names`` that exists in ``path`` and that the run being
+    replaced (``marker``: None for a new directory) did not write: it is the user's, and a new run
+    neither adopts nor removes it."""
+    listed = set(marker["files"]) if marker is not None else set()
+    for name in names:
+        entry = path / name
+        if (entry.exists() or entry.is_symlink()) and name not in listed:
+            raise ValueError(
+                f"{str(entry)!r} exists and was not written by the run in {str(path)!r}: it is never adopted or "
+                "removed; move it away, or give the template another name"
+            )
