@@ -405,3 +405,24 @@ def test_tiny_temperatures_and_huge_chain_counts_are_refused_before_work(model_d
     assert main(_sample(model_dir, tmp_path / "b", "--chains", "100000")) == 2
     assert "more than 1000" in _one_line_error(capsys) and "--force" in capsys.readouterr().err + "--force"
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_users_file_by_an_output_name_in_a_killed_run_is_refused_never_replaced(model_dir, tmp_path, capsys):
+    """Issue 36 row 10: a run killed before its outputs, a summary.txt of the user's put beside it:
+    --resume and --overwrite replaced it. Both are refused before any work now, naming the file,
+    and the file keeps every byte; the run's checkpoint stays."""
+    out = tmp_path / "run"
+    proc = _cli(*_sample(model_dir, out, "--draws", "100000", "--checkpoint-seconds", "0"))
+    _wait(lambda: _checkpoint_step(out) > 3, proc, "a checkpoint")
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert not (out / "summary.txt").exists()
+    (out / "summary.txt").write_text("my own summary")
+    (out / "trace_lp.png").write_bytes(b"my own plot")
+    for args in (["sample", "--resume", str(out), "--no-progress"], [*_sample(model_dir, out), "--overwrite"]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "exists and was not written by the run" in err and "never adopted, replaced or removed" in err, err
+        assert (out / "summary.txt").read_text() == "my own summary"
+        assert (out / "trace_lp.png").read_bytes() == b"my own plot"
+    assert (out / "checkpoint.pt").exists()

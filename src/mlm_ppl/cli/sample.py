@@ -297,7 +297,9 @@ def _start_run(args: argparse.Namespace, out: TextIO, extra: dict[str, Any] | No
 
     settings = config_from_flags(args, extra=extra)
     try:
-        RunDirectory.check_new(args.out, "sample", overwrite=args.overwrite)  # before the model loads
+        RunDirectory.check_new(
+            args.out, "sample", overwrite=args.overwrite, names=rundir.OUTPUT_NAMES
+        )  # before the model loads
         mlm, _, kernel = campaign.build(settings)  # loads the model and checks template and options first
         check_size(settings, kernel, force=args.force, err=sys.stderr)
         run_dir = rundir.start_run(args.out, settings, overwrite=args.overwrite)

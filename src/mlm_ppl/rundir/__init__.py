@@ -31,7 +31,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .directory import CONFIG, LOCK, MARKER, RunDirectory, RunExistsError, RunLockedError, kind_of
-from .outputs import OUTPUTS, PLOTS, plots_of, write_outputs
+from .outputs import OUTPUT_NAMES, OUTPUTS, PLOTS, plots_of, write_outputs
 
 __all__ = [
     "CONFIG",
@@ -39,6 +39,7 @@ __all__ = [
     "MARKER",
     "LOCK",
     "OUTPUTS",
+    "OUTPUT_NAMES",
     "PLOTS",
     "plots_of",
     "RunDirectory",
@@ -65,7 +66,7 @@ def start_run(directory: str | os.PathLike, settings: RunSettings, *, overwrite:
     refuses a model whose files changed."""
     if settings.model_files is None:
         raise ValueError("a run directory records its model's files: give settings.with_model_files()")
-    run_dir = RunDirectory.create(directory, "sample", overwrite=overwrite)
+    run_dir = RunDirectory.create(directory, "sample", overwrite=overwrite, names=OUTPUT_NAMES)
     try:
         run_dir.write_text(CONFIG, json.dumps({"format": FORMAT, **settings.to_dict()}, indent=1, sort_keys=True))
     except BaseException:
@@ -84,6 +85,7 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
     """
     run_dir = RunDirectory.open(directory, "sample")
     try:
+        run_dir.check_names(OUTPUT_NAMES)  # a run killed before its outputs: a file of the user's by their name
         config = _read_config(run_dir.path)
         checkpoint = None
         for name in checkpoint_files(run_dir.path):

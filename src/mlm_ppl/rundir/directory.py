@@ -143,13 +143,20 @@ class RunDirectory:
         return cls(path, kind, fd, marker, ())
 
     # ------------------------------------------------------------------ writing
+    def check_names(self, names: Sequence[str]) -> None:
+        """A ValueError naming the first of ``names`` (what this run will write) that exists here and
+        that the run did not write: a file of the user's is never replaced (checked before work)."""
+        _check_names(self.path, self._marker, names)
+
     def record(self, name: str) -> Path:
-        """Record ``name`` in the marker (before it is written); returns its path."""
+        """Record ``name`` in the marker (before it is written); returns its path. A ValueError if
+        ``name`` exists and the run did not write it (a file of the user's is never replaced)."""
         if not is_plain_name(name):
             raise ValueError(f"run files are plain names in the directory, got {name!r}")
         if self._lock_fd < 0:
             raise ValueError(f"run directory {str(self.path)!r} is closed")
         if name not in self._marker["files"]:
+            _check_names(self.path, self._marker, [name])
             self._marker["files"].append(name)
             write_marker(self.path, self._marker)
         return self.path / name
@@ -274,6 +281,6 @@ def _check_names(path: Path, marker: dict[str, Any] | None, names: Sequence[str]
         entry = path / name
         if (entry.exists() or entry.is_symlink()) and name not in listed:
             raise ValueError(
-                f"{str(entry)!r} exists and was not written by the run in {str(path)!r}: it is never adopted or "
-                "removed; move it away, or give the template another name"
+                f"{str(entry)!r} exists and was not written by the run in {str(path)!r}: it is never adopted, "
+                "replaced or removed; move it away (or, for a batch's template, give the template another name)"
             )

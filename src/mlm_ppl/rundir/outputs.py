@@ -7,11 +7,14 @@ from typing import Any
 from ..inference.runner import Run
 from .directory import RunDirectory
 
-__all__ = ["OUTPUTS", "PLOTS", "plots_of", "write_outputs"]
+__all__ = ["OUTPUTS", "OUTPUT_NAMES", "PLOTS", "plots_of", "write_outputs"]
 
 PLOTS = ("trace_lp.png", "rank_lp.png", "acceptance.png", "token_frequency.png")
 OUTPUTS = ("run.nc", "samples.txt", "summary.txt", *PLOTS)
 LENGTH_PLOT = "length.png"
+OUTPUT_NAMES = (*OUTPUTS, LENGTH_PLOT)
+"""Every name a sampling run's outputs may take: a file of the user's by one of them is refused
+when the run starts or resumes (:meth:`~mlm_ppl.rundir.RunDirectory.check_names`), not replaced."""
 
 
 def plots_of(idata: Any) -> tuple[str, ...]:
