@@ -79,3 +79,44 @@ def test_a_worker_killed_more_often_than_ray_restarts_it_stops_with_how_to_resum
     assert last.startswith("mlm-ppl sample: error: a Ray worker died more often than Ray restarts one (3 times)"), err
     assert f"the checkpoints are kept: continue with mlm-ppl sample --resume {out}" in last, last
     assert (out / "checkpoint-g0.pt").exists() and (out / "config.json").exists()
+
+
+def test_a_server_that_answers_the_check_then_falls_silent_fails_in_bounded_time_leaving_nothing(
+    model_dir, tmp_path, monkeypatch
+):
+    """Issue 36: a fake gRPC server that answers the preface with a SETTINGS frame and then says
+    nothing hung ray.init past 60 s and left a run directory. Connecting is bounded now
+    (CONNECT_SECONDS, shortened here), and it happens before the directory is made."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'mlm-ppl[ray]')")
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # an empty SETTINGS frame, then silence
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    script = (
+        "import sys; import mlm_ppl.inference.distributed as d; d.CONNECT_SECONDS = 5.0; "
+        "from mlm_ppl.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    env = {**os.environ, "RAY_ADDRESS": address}
+    try:
+        t0 = time.monotonic()
+        rc, _, err = _run([sys.executable, "-c", script, *_sample(model_dir, tmp_path / "run")], env, 120)
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert rc == 2 and "Traceback" not in err, err
+    assert f"the Ray cluster at '{address}' accepted the connection but did not finish connecting within 5 s" in err
+    assert time.monotonic() - t0 < 90
+    assert not (tmp_path / "run").exists()

@@ -29,7 +29,7 @@ from .batch import (
     start_batch,
 )
 from .lengths import LENGTH_MODES, GapPlan, plan_gap, strata, strata_name
-from .run import build, build_kernel, build_target, constraints_of, execute
+from .run import build, build_kernel, build_target, connect_workers, constraints_of, execute
 
 __all__ = [
     "LENGTH_MODES",
@@ -47,6 +47,7 @@ __all__ = [
     "build",
     "build_target",
     "build_kernel",
+    "connect_workers",
     "execute",
     "constraints_of",
     "start_batch",

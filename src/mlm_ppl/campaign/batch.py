@@ -27,7 +27,7 @@ from ..models.target import energy_from_log_density
 from ..rundir import RunDirectory
 from ..settings import RunSettings
 from .lengths import strata_name
-from .run import build, build_target, constraints_of, execute
+from .run import build, build_target, connect_workers, constraints_of, execute
 
 BATCH_FORMAT = "mlm-ppl-batch-2"
 
@@ -201,6 +201,7 @@ def start_batch(
     kernel = check_batch(settings, templates, lengths)
     if check_size is not None:
         check_size(kernel)
+    connect_workers(settings, batch=True)  # Ray answers before the directory is made (or nothing is left)
     run_dir = RunDirectory.create(directory, "batch", overwrite=overwrite, names=[name for name, _ in templates])
     batch = Batch(run_dir, settings, list(templates), {}, lengths)
     try:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from typing import Any
 
 from .. import rundir
 from ..diagnostics import stop_when_converged
-from ..inference.distributed import run_chains_ray, split_chains
+from ..inference.distributed import connect, run_chains_ray, split_chains
 from ..inference.registry import make_kernel
 from ..inference.runner import Checkpoint, Run, run_chains
 from ..inference.spec import KernelBase
@@ -91,6 +92,16 @@ def _dry_run(target: ConstraintTarget) -> None:
             f"constraints: the experts fail on the template filled with the first allowed tokens "
             f"({bound.codec.decode(state[None])[0]!r}): {message}"
         ) from None
+
+
+def connect_workers(settings: RunSettings, *, batch: bool = False) -> None:
+    """For settings with ``workers``: connect to Ray now (the cluster at ``RAY_ADDRESS``, or a local
+    instance), before the run's directory is made, so that a cluster that does not answer leaves
+    nothing behind. The local instance gets the CPUs the run (or, ``batch``, the batch) asks for."""
+    if settings.workers is None:
+        return
+    groups = settings.workers if batch else len(split_chains(settings.chains, settings.workers))
+    connect(num_cpus=max(groups, os.cpu_count() or 1))
 
 
 def build_kernel(settings: RunSettings) -> KernelBase:

@@ -302,6 +302,7 @@ def _start_run(args: argparse.Namespace, out: TextIO, extra: dict[str, Any] | No
         )  # before the model loads
         mlm, _, kernel = campaign.build(settings)  # loads the model and checks template and options first
         check_size(settings, kernel, force=args.force, err=sys.stderr)
+        campaign.connect_workers(settings)  # Ray answers before the directory is made (or nothing is left)
         run_dir = rundir.start_run(args.out, settings, overwrite=args.overwrite)
     except rundir.RunExistsError as err:
         raise _exists(err) from None

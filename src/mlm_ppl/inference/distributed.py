@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -142,8 +143,38 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
     if address is None:
         ray.init(num_cpus=num_cpus, **kwargs)
     else:
-        ray.init(address=address, **kwargs)
+        _init_within(ray, address, kwargs, CONNECT_SECONDS)
     return ray
+
+
+CONNECT_SECONDS = 60.0
+"""How long connecting to a Ray cluster at an address may take: a server that answers the address
+check and then falls silent would otherwise hang ``ray.init`` for ever."""
+
+
+def _init_within(ray: Any, address: str, kwargs: dict[str, Any], seconds: float) -> None:
+    """``ray.init(address=...)`` in a thread of its own; a ValueError when it has not returned after
+    ``seconds`` (the thread is left behind as a daemon: Ray cannot cancel a connection)."""
+    outcome: list[BaseException | None] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=address, **kwargs)
+            outcome.append(None)
+        except BaseException as err:  # handed to the caller's thread
+            outcome.append(err)
+
+    thread = threading.Thread(target=init, name="ray-init", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise ValueError(
+            f"the Ray cluster at {address!r} accepted the connection but did not finish connecting within "
+            f"{seconds:g} s; check the head (`ray status`), fix RAY_ADDRESS, or unset it to run on a local Ray "
+            "instance"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 class GroupCheckpoints:
