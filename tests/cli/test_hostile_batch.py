@@ -246,3 +246,30 @@ def test_an_overwrite_whose_new_template_names_a_folder_of_the_users_is_refused_
     assert f"{str(mine)!r} exists and was not written by the run" in line, line
     assert _tree(batch) == before
     assert _resume(batch) == 0  # the old batch is whole
+
+
+@pytest.mark.slow
+def test_a_batch_of_ten_thousand_templates_starts_sampling_within_seconds(model_dir, tmp_path):
+    """Issue 36 row 8: a 10,000-template batch created every template's folder, rewriting its record
+    twice and its marker once per folder, before sampling any (about 45 minutes by extrapolation).
+    The marker and the record are written once for all; each run is created just before it runs."""
+    import random
+
+    from test_reliability import _cli, _wait
+
+    rng = random.Random(0)
+    templates = tmp_path / "many.tsv"
+    templates.write_text(
+        "".join(f"t{i:05d}\tA[MASK]C{''.join(rng.choice('ACDE') for _ in range(3))}[MASK]\n" for i in range(10_000))
+    )
+    out = tmp_path / "batch"
+    start = time.monotonic()
+    proc = _cli(*_batch(model_dir, templates, out))
+    try:
+        _wait(lambda: (out / "t00000" / "run.nc").exists(), proc, "the first template's outputs", timeout=120)
+        assert time.monotonic() - start < 120
+        assert json.loads((out / "batch-record.json").read_text())["runs"]["t09999"] is None  # not created yet
+        assert not (out / "t09999").exists()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()

@@ -410,28 +410,46 @@ def run_template(
 
 def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], None] | None = None) -> str:
     """Run every template of a locked batch (as Ray tasks when its settings have ``workers``), then
-    write ``designs.tsv`` and ``summary.txt``; returns the summary's text. The run of each template
-    not started yet is created first, here, and its id recorded before it runs."""
+    write ``designs.tsv`` and ``summary.txt``; returns the summary's text. Set-up is linear in the
+    number of templates: the marker and the record are written once for all of them; each run not
+    started yet is created just before it runs (on Ray, all of them first, the record written once
+    after), so the first template samples within seconds however long the batch is."""
     batch_dir, settings = batch.directory, batch.settings
-    for name, template in batch.templates:
-        path = batch_dir.record(name)  # each template's directory is the batch's (an overwrite removes it)
-        if not _started(path):
-            batch.runs[name] = None  # being created: a kill before its id is recorded leaves it recognisable
-            batch.write_record()
-            with rundir.start_run(path, settings.for_template(template)) as run_dir:
-                batch.runs[name] = run_dir.run_id
-                batch.write_record()
+    batch_dir.record_all([name for name, _ in batch.templates])  # the template folders are the batch's
+    pending = {name for name, _ in batch.templates if not _started(batch_dir.path / name)}
+    if pending:  # a kill while they are created leaves them recognisable: a resume adopts what it finds
+        batch.runs.update(dict.fromkeys(pending))
+        batch.write_record()
     trusted = code_trusted()
-    jobs = [
-        (str(batch_dir.path / name), settings.for_template(template), batch.runs[name], checkpoint_seconds, trusted)
-        for name, template in batch.templates
-    ]
+
+    def job(name: str, template: str) -> tuple:
+        return (
+            str(batch_dir.path / name),
+            settings.for_template(template),
+            batch.runs[name],
+            checkpoint_seconds,
+            trusted,
+        )
+
+    def create(name: str, template: str) -> None:
+        with rundir.start_run(batch_dir.path / name, settings.for_template(template)) as run_dir:
+            batch.runs[name] = run_dir.run_id
+
+    results = []
     if settings.workers:
+        for name, template in batch.templates:
+            if name in pending:
+                create(name, template)
+        if pending:
+            batch.write_record()
+        jobs = [job(name, template) for name, template in batch.templates]
         results = run_tasks_ray(run_template, jobs, workers=settings.workers, on_done=on_done, device=settings.device)
     else:
-        results = []
-        for job in jobs:
-            results.append(run_template(*job))
+        for name, template in batch.templates:
+            if name in pending:
+                create(name, template)
+                batch.write_record()
+            results.append(run_template(*job(name, template)))
             if on_done is not None:
                 on_done()
     extra = results[0]["columns"] if results else []  # one spec for the batch: the same columns everywhere
