@@ -133,11 +133,11 @@ print(f"{4 * (NUM_SAMPLES + WARMUP)} iterations in {time.perf_counter() - start:
 
 # %% [markdown]
 # ## Diagnostics for both kinds of sites
-# `from_pyro` turns the run into ArviZ InferenceData: the loop as `tokens` with its
-# functionals (`lp`, the Hamming distances, and here the hydropathy of the decoded loop) beside
-# `w`, `b`, `s`. At full size `w`, `b` and `s` have R-hat below 1.05 (checked in the cell, so a
+# `from_pyro` turns the run into ArviZ InferenceData: the loop under its site's name, `x`, with
+# its functionals (`lp`, `x_hamming_start`, `x_hamming_reference`, and here the hydropathy of the
+# decoded loop, `x_hydropathy`) beside `w`, `b`, `s`. At full size `w`, `b` and `s` have R-hat below 1.05 (checked in the cell, so a
 # build where they did not converge fails instead of being committed). The loop is the hard
-# part: its rows (`lp`, the Hamming distances, `hydropathy`) and the per-chain verdicts show how
+# part: its rows (`lp`, the Hamming distances, `x_hydropathy`) and the per-chain verdicts show how
 # far its chains mixed in this budget, converged or not.
 
 # %%
@@ -150,7 +150,7 @@ if not SMOKE:
 # %%
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # ArviZ on recent matplotlib
-    az.plot_trace(idata, var_names=["w", "b", "s", "hydropathy"], compact=True, figsize=(9, 7))
+    az.plot_trace(idata, var_names=["w", "b", "s", "x_hydropathy"], compact=True, figsize=(9, 7))
 plt.tight_layout()
 plt.show()
 

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -202,12 +203,12 @@ def test_from_pyro_gives_inference_data_for_both_kinds_of_sites(tiny4):
         mcmc.run()
     idata = from_pyro(mcmc)
     post = idata.posterior
-    assert post["tokens"].shape == (2, 12, d.template.numel()) and post["tokens"].dtype.kind == "i"
+    assert post["x"].shape == (2, 12, d.template.numel()) and post["x"].dtype.kind == "i"  # its Pyro name
     assert post["w"].shape == (2, 12) and post["w"].dtype.kind == "f"
     assert set(idata.sample_stats.data_vars) == set(MetropolisHastings.stat_names())
-    assert torch.equal(torch.as_tensor(post["tokens"].values), mcmc.get_samples(group_by_chain=True)["x"].long())
+    assert torch.equal(torch.as_tensor(post["x"].values), mcmc.get_samples(group_by_chain=True)["x"].long())
     report = summary(idata)
-    assert {"lp", "w", "hamming_reference"} <= set(report.table.index) and len(report.chains) == 2
+    assert {"lp", "w", "x_hamming_reference"} <= set(report.table.index) and len(report.chains) == 2
 
     def bare():
         pyro.sample("x", d)
@@ -216,7 +217,7 @@ def test_from_pyro_gives_inference_data_for_both_kinds_of_sites(tiny4):
     mcmc = MCMC(kernel, num_samples=5, disable_progbar=True)
     mcmc.run()
     idata = from_pyro(mcmc)
-    assert idata.posterior["tokens"].shape == (3, 5, d.template.numel())
+    assert idata.posterior["x"].shape == (3, 5, d.template.numel())
     with pytest.raises(TypeError, match="MLMKernel or MLMGibbs"):
         from_pyro(MCMC(NUTS(lambda: pyro.sample("w", dist.Normal(0.0, 1.0))), num_samples=1))
 
@@ -295,10 +296,14 @@ def test_sequences_under_a_plate_coupled_by_a_factor_match_enumeration(smooth64,
     assert mcmc.get_samples()["x"].shape == (6, 2, d.template.numel())
     assert mcmc.kernel.draw_stats[-1]["x"]["lp"].shape == (6, 2)
     idata = from_pyro(mcmc, element=1)
-    assert idata.posterior["tokens"].shape == (1, 6, d.template.numel())
-    assert torch.equal(torch.as_tensor(idata.posterior["tokens"].values[0]), mcmc.get_samples()["x"][:, 1].long())
-    with pytest.raises(ValueError, match="element="):
-        from_pyro(mcmc)
+    assert idata.posterior["x_1"].shape == (1, 6, d.template.numel()) and "x_0" not in idata.posterior
+    assert torch.equal(torch.as_tensor(idata.posterior["x_1"].values[0]), mcmc.get_samples()["x"][:, 1].long())
+    both = from_pyro(mcmc)  # every sequence of the plate, each with its functionals, in one InferenceData
+    for e in (0, 1):
+        assert torch.equal(torch.as_tensor(both.posterior[f"x_{e}"].values[0]), mcmc.get_samples()["x"][:, e].long())
+        assert f"x_{e}_hamming_reference" in both.posterior and f"x_{e}_lp" in both.sample_stats
+    stats = both.sample_stats
+    np.testing.assert_allclose(stats["lp"].values, stats["x_0_lp"].values + stats["x_1_lp"].values)
     with pytest.raises(ValueError, match=r"MLMKernel moves one token site.*under a pyro.plate.*MLMGibbs\(model"):
         MLMKernel(model, seed=0).setup(0)
 
@@ -340,3 +345,41 @@ def test_surrogate_mh_token_updates_keep_both_log_factors_current(tiny4):
     assert torch.allclose(state.log_factor.double(), expected.double().expand(1), atol=1e-5)
     assert torch.equal(state.inner.log_factor, state.log_factor)
     assert set(kernel.draw_stats[-1]["x"]) >= {"n_moves", "inner_acceptance", "masked_copies"}
+
+
+def test_from_pyro_keeps_every_token_site_under_its_pyro_name_in_one_inference_data(tiny4):
+    """Issue 37: from_pyro renamed the token site to `tokens` and read one site per call. Now every
+    token site keeps its name (heavy, light), with its functionals named after it, beside the
+    continuous sites, in one InferenceData that mlm_ppl.summary covers."""
+    import warnings
+
+    from mlm_ppl import from_pyro, summary
+
+    heavy, light = MaskedLMDistribution(tiny4, "A[MASK][MASK]C"), MaskedLMDistribution(tiny4, "[MASK]C[MASK]")
+
+    def model():
+        pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("heavy", heavy)
+        pyro.sample("light", light)
+
+    pyro.set_rng_seed(0)
+    with warnings.catch_warnings():  # two sequential chains in this process
+        warnings.filterwarnings("ignore", "num_chains=2 is more than available_cpu")
+        mcmc = MCMC(MLMGibbs(NUTS(model), seed=0), num_samples=10, warmup_steps=2, num_chains=2, disable_progbar=True)
+        mcmc.run()
+    idata = from_pyro(mcmc)
+    post, stats, samples = idata.posterior, idata.sample_stats, mcmc.get_samples(group_by_chain=True)
+    for name in ("heavy", "light"):
+        assert torch.equal(torch.as_tensor(post[name].values), samples[name].long())
+        assert {f"{name}_hamming_start", f"{name}_hamming_reference"} <= set(post.data_vars)
+        assert post[name].dims == ("chain", "draw", f"{name}_position")
+    assert "tokens" not in post and "w" in post
+    np.testing.assert_allclose(stats["lp"].values, stats["heavy_lp"].values + stats["light_lp"].values)
+    assert (stats["n_changed"].values == stats["heavy_n_changed"].values + stats["light_n_changed"].values).all()
+    table = summary(idata).table
+    assert {"lp", "w", "heavy_hamming_reference", "light_hamming_reference"} <= set(table.index)
+    assert not {"heavy", "light"} & set(table.index)  # draws, not functionals
+    only = from_pyro(mcmc, site="light")
+    assert "light" in only.posterior and "heavy" not in only.posterior
+    with pytest.raises(ValueError, match="'x' is not a token site of the model; they are"):
+        from_pyro(mcmc, site="x")

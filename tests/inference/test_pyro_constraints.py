@@ -318,13 +318,13 @@ def test_the_record_holds_the_rule_and_expert_functionals(d, which):
     mcmc = MCMC(kernel, num_samples=6, warmup_steps=0, disable_progbar=True)
     mcmc.run()
     post = from_pyro(mcmc).posterior
-    names = {"rule_no_e", "rule_last", "rule_no_dc_da", "feasible", "expert_hydropathy"}
+    names = {"x_rule_no_e", "x_rule_last", "x_rule_no_dc_da", "x_feasible", "x_expert_hydropathy"}
     assert names <= set(post.data_vars)
-    assert float(post["feasible"].min()) == 1.0
-    tokens = torch.as_tensor(post["tokens"].values)
+    assert float(post["x_feasible"].min()) == 1.0
+    tokens = torch.as_tensor(post["x"].values)
     C, D, L = tokens.shape
     values = d.constraints.expert_values(tokens.reshape(-1, L))["hydropathy"].reshape(C, D)
-    torch.testing.assert_close(torch.as_tensor(post["expert_hydropathy"].values), values)
+    torch.testing.assert_close(torch.as_tensor(post["x_expert_hydropathy"].values), values)
 
 
 # ---------------------------------------------------------------------- (e) errors

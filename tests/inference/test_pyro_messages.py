@@ -110,8 +110,8 @@ def test_pyro_summaries_of_token_draws_name_mlm_ppl_from_pyro(d):
     assert x.float().mean() > 0 and (x == 5).sum() >= 0  # explicit conversions and counts still work
     assert type(x[0] + 1) is torch.Tensor  # arithmetic gives plain tensors
     idata = from_pyro(mcmc)
-    assert idata.posterior["tokens"].shape == (2, 4, d.template.numel())
-    assert torch.equal(torch.as_tensor(idata.posterior["tokens"].values).reshape(8, -1), x)
+    assert idata.posterior["x"].shape == (2, 4, d.template.numel())
+    assert torch.equal(torch.as_tensor(idata.posterior["x"].values).reshape(8, -1), x)
 
 
 def test_pyro_diagnostics_and_arviz_stop_with_the_same_one_message_beside_continuous_sites(d):
@@ -138,7 +138,7 @@ def test_pyro_diagnostics_and_arviz_stop_with_the_same_one_message_beside_contin
     with pytest.raises(TypeError, match="token ids are labels"):
         pyro.ops.stats.effective_sample_size(mcmc.get_samples(group_by_chain=True)["x"])  # outside MCMC's wrapper
     idata = from_pyro(mcmc)
-    assert set(idata.posterior.data_vars) >= {"w", "tokens"}
+    assert set(idata.posterior.data_vars) >= {"w", "x"}
     w = mcmc.get_samples(group_by_chain=True)["w"]
     assert torch.allclose(torch.as_tensor(idata.posterior["w"].values), w)
 

@@ -177,39 +177,114 @@ def from_pyro(
     """InferenceData of a finished ``pyro.infer.MCMC`` run of :class:`~mlm_ppl.MLMKernel` or
     :class:`~mlm_ppl.MLMGibbs`, where ``az.from_pyro`` and ``MCMC.summary`` stop on token draws.
 
-    The token site (``site``, default: the only one; ``element`` picks one sequence of a site
-    under a ``pyro.plate``) becomes ``tokens`` with the functionals of
-    :func:`to_inference_data`; an ``MLMGibbs`` run's other latent sites (continuous and
-    discrete) are added as they are, so :func:`summary` gives R-hat and ESS for both kinds.
-    A site whose distribution has ``constraints`` adds their functionals per draw
-    (``rule_<name>``, ``feasible``, ``expert_<name>``: :func:`constraint_functionals`).
-    ``mlm`` defaults to the token site's model.
+    Every token site keeps its Pyro name, all of them in one InferenceData: a site ``heavy``
+    gives the draws ``heavy`` (dims chain, draw, ``heavy_position``) and its functionals named after
+    it (``heavy_hamming_start``, ``heavy_hamming_reference``, and, for a site with constraints,
+    ``heavy_rule_<name>``, ``heavy_feasible``, ``heavy_expert_<name>``: :func:`to_inference_data`,
+    :func:`constraint_functionals`). Each sequence of a site under a ``pyro.plate`` is its own
+    variable, ``x_0``, ``x_1`` ..., with its own functionals. ``site`` (and ``element``, one sequence
+    of a plate) keeps only that one. An ``MLMGibbs`` run's other latent sites (continuous and
+    discrete) are added as they are, so :func:`summary` gives R-hat and ESS for every site.
+    ``sample_stats`` hold each sequence's statistics as ``<name>_lp``, ``<name>_is_accepted`` ...,
+    and, as :func:`summary` reads them, ``lp`` (the sum of the token sites' log densities),
+    ``is_accepted`` (any of them moved), ``n_changed`` and ``n_moves`` (summed) and
+    ``acceptance_rate`` (their mean). ``mlm`` defaults to each site's model; ``reference``,
+    ``indicators`` and ``functions`` apply to every sequence. A run of :func:`mlm_ppl.sample` or
+    the command line (:func:`to_inference_data`, ``run.nc``) names its one sequence ``tokens``.
     """
     from ..inference.gibbs import MLMGibbs, run_from_gibbs
     from ..inference.pyro_kernel import MLMKernel, run_from_mcmc
     from ..inference.starts import target_constraints
 
     kernel = mcmc.kernel
-    others: dict[str, np.ndarray] = {}
+    samples = mcmc.get_samples(group_by_chain=True)
     if isinstance(kernel, MLMKernel):
-        run, target = run_from_mcmc(mcmc, kernel, site, element), kernel.target
+        sites = [kernel.site]
     elif isinstance(kernel, MLMGibbs):
-        run = run_from_gibbs(mcmc, kernel, site, element)
-        target = kernel.site_target(site or kernel.mlm_sites[0], element)
-        samples = mcmc.get_samples(group_by_chain=True)
-        others = {k: v.detach().cpu().numpy() for k, v in samples.items() if k not in kernel.mlm_sites}
+        sites = list(kernel.mlm_sites)
     else:
         raise TypeError(f"from_pyro reads MCMC runs of MLMKernel or MLMGibbs, not {type(kernel).__name__}")
-    mlm = mlm if mlm is not None else getattr(target, "mlm", None)
-    return to_inference_data(
-        run,
-        mlm=mlm,
-        reference=reference,
-        indicators=indicators,
-        functions=functions,
-        other_sites=others,
-        constraints=target_constraints(target),
-    )
+    if site is not None and site not in sites:
+        raise ValueError(f"{site!r} is not a token site of the model; they are {sites}")
+    pairs: list[tuple[str, int | None]] = []
+    for name in sites if site is None else [site]:
+        plated = isinstance(kernel, MLMGibbs) and kernel.is_plated(name)
+        if not plated:
+            if element is not None:
+                raise ValueError(f"site {name!r} is one sequence; element= applies to sites under a pyro.plate")
+            pairs.append((name, None))
+        elif element is not None:
+            pairs.append((name, element))
+        else:
+            pairs += [(name, e) for e in range(int(samples[name].shape[2]))]
+    posterior: dict[str, np.ndarray] = {}
+    per_sequence: list[dict[str, np.ndarray]] = []
+    dims: dict[str, list[str]] = {}
+    attrs: dict[str, Any] = {}
+    for name, e in pairs:
+        label = name if e is None else f"{name}_{e}"
+        if isinstance(kernel, MLMKernel):
+            run, target = run_from_mcmc(mcmc, kernel, name, e), kernel.target
+        else:
+            run, target = run_from_gibbs(mcmc, kernel, name, e), kernel.site_target(name, e)
+        own = to_inference_data(
+            run,
+            mlm=mlm if mlm is not None else getattr(target, "mlm", None),
+            reference=reference,
+            indicators=indicators,
+            functions=functions,
+            constraints=target_constraints(target),
+        )
+        for var, values in own.posterior.data_vars.items():
+            key = label if var == "tokens" else f"{label}_{var}"
+            _put(posterior, key, values.values)
+        dims[label] = [f"{label}_position"]
+        stats = {k: v.values for k, v in own.sample_stats.data_vars.items()}
+        per_sequence.append(stats)
+        attrs = attrs or dict(own.attrs)
+    stats_out = _combined_stats(pairs, per_sequence)
+    if isinstance(kernel, MLMGibbs):
+        for name, values in samples.items():
+            if name not in kernel.mlm_sites:
+                _put(posterior, name, values.detach().cpu().numpy())
+    attrs["token_sites"] = json.dumps([name if e is None else f"{name}_{e}" for name, e in pairs])
+    az = load_arviz()
+    with warnings.catch_warnings():  # fewer draws than chains is a short run, not a transposed array
+        warnings.filterwarnings("ignore", "More chains", UserWarning)
+        return az.from_dict(posterior=posterior, sample_stats=stats_out, dims=dims, attrs=attrs)
+
+
+def _put(out: dict[str, np.ndarray], name: str, values: np.ndarray) -> None:
+    """``out[name] = values``, refusing a name already taken (a site named like another's functional)."""
+    if name in out:
+        raise ValueError(
+            f"two variables would be named {name!r} (a site named like another site's functional); rename one"
+        )
+    out[name] = values
+
+
+def _combined_stats(pairs: list[tuple[str, int | None]], stats: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Sample statistics of several token sequences: each as ``<label>_<stat>``, and the ones
+    :func:`summary` reads over all of them: ``lp`` summed, ``is_accepted`` any, ``n_changed`` and
+    ``n_moves`` summed, ``acceptance_rate`` averaged. One sequence: its own statistics as they are."""
+    if len(stats) == 1:
+        return dict(stats[0])
+    out: dict[str, np.ndarray] = {}
+    for (name, e), own in zip(pairs, stats):
+        label = name if e is None else f"{name}_{e}"
+        for k, v in own.items():
+            out[f"{label}_{k}"] = v
+    combine: dict[str, Callable[..., np.ndarray]] = {
+        "lp": np.sum,
+        "n_changed": np.sum,
+        "n_moves": np.sum,
+        "acceptance_rate": np.mean,
+        "is_accepted": np.any,
+    }
+    for k, how in combine.items():
+        if all(k in own for own in stats):
+            out[k] = how(np.stack([own[k] for own in stats]), axis=0)
+    return out
 
 
 def read_run(path: str) -> "arviz.InferenceData":

@@ -7,7 +7,7 @@ import json
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -168,7 +168,7 @@ def summary(
     """
     az = load_arviz()
     post = idata.posterior
-    names = [v for v in post.data_vars if v != "tokens" and not np.isnan(post[v].values).all()]
+    names = [v for v in post.data_vars if not _is_sequence(post[v]) and not np.isnan(post[v].values).all()]
     lp_values = idata.sample_stats["lp"].values if "lp" in idata.sample_stats else None
     # lp is a functional unless the kernel does not compute it (NaN) or a draw has density 0 (-inf:
     # no R-hat; its chain's verdict is "infeasible")
@@ -186,8 +186,9 @@ def summary(
     accepted = idata.sample_stats["is_accepted"].values
     verdicts, reasons = [], []
     note = _annealing(idata.attrs)
-    # hamming_start depends on each chain's own start: chains legitimately disagree on it
-    varying = [n for n in names if n != "hamming_start" and np.nanstd(post[n].values) > 0]
+    # hamming_start (a token site's <site>_hamming_start) depends on each chain's own start: chains
+    # legitimately disagree on it
+    varying = [n for n in names if not _from_start(n) and np.nanstd(post[n].values) > 0]
     for c in range(n_chains):
         infeasible = 0 if lp_values is None else int(np.isneginf(lp_values[c]).sum())
         if infeasible:
@@ -255,6 +256,17 @@ def summary(
         lengths=length_marginal(idata),
         length_reference=reference_for(idata, length_reference),
     )
+
+
+def _is_sequence(values: Any) -> bool:
+    """Whether a posterior variable holds token draws (``tokens``, or a Pyro token site's draws: a
+    dimension of positions), not a functional."""
+    return any(str(d) == "position" or str(d).endswith("_position") for d in values.dims)
+
+
+def _from_start(name: str) -> bool:
+    """Whether a functional measures the distance to each chain's own start (left out of verdicts)."""
+    return name == "hamming_start" or name.endswith("_hamming_start")
 
 
 def stop_when_converged(
