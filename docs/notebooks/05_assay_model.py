@@ -134,11 +134,12 @@ print(f"{4 * (NUM_SAMPLES + WARMUP)} iterations in {time.perf_counter() - start:
 # %% [markdown]
 # ## Diagnostics for both kinds of sites
 # `from_pyro` turns the run into ArviZ InferenceData: the loop under its site's name, `x`, with
-# its functionals (`lp`, `x_hamming_start`, `x_hamming_reference`, and here the hydropathy of the
-# decoded loop, `x_hydropathy`) beside `w`, `b`, `s`. At full size `w`, `b` and `s` have R-hat below 1.05 (checked in the cell, so a
-# build where they did not converge fails instead of being committed). The loop is the hard
-# part: its rows (`lp`, the Hamming distances, `x_hydropathy`) and the per-chain verdicts show how
-# far its chains mixed in this budget, converged or not.
+# its functionals (`lp`, `x_hamming_start`, `x_hamming_reference`, and here the hydropathy of
+# the decoded loop, `x_hydropathy`) beside `w`, `b`, `s`. At full size `w`, `b` and `s` have
+# R-hat below 1.05 (checked in the cell, so a build where they did not converge fails instead
+# of being committed). The loop is the hard part: its rows (`lp`, the Hamming distances,
+# `x_hydropathy`) and the per-chain verdicts show how far its chains mixed in this budget,
+# converged or not.
 
 # %%
 idata = mlm_ppl.from_pyro(mcmc, functions={"hydropathy": loop_hydropathy})
