@@ -2,6 +2,8 @@
 returns them, and every road that cannot work (plain NUTS, enumeration, moments, unbounded
 discrete latents) ends in a message that names the tool to use instead."""
 
+import math
+import time
 import warnings
 
 import pyro
@@ -79,7 +81,7 @@ def test_a_token_site_in_an_svi_guide_is_refused_with_the_reason(d):
         pyro.sample("x", d)
 
     svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 0.01}), pyro.infer.Trace_ELBO())
-    with pytest.raises(NotImplementedError, match="MaskedLMDistribution site in a guide: its log_prob is unnormalised"):
+    with pytest.raises(NotImplementedError, match=r"sampled under SVI \(latent in the model, or in the guide\)"):
         svi.step()
 
 
@@ -171,3 +173,51 @@ def test_handlers_a_kernel_cannot_honour_are_refused_by_name(d):
         d.log_prob(d.template)
     # outside the kernels a blocked site is drawn as Pyro draws it, hidden from the trace
     assert "x" not in poutine.trace(poutine.block(model, hide=["x"])).get_trace().nodes
+
+
+def test_nuts_with_jit_compile_inside_mlmgibbs_is_refused_by_name(d):
+    """Issue 37 item 1: a compiled potential keeps the token values it was traced with, so
+    MLMGibbs(NUTS(model, jit_compile=True)) sampled w given the first tokens (E[w] 0.021 against
+    an exact 0.794). Refused, naming what to use."""
+
+    def model():
+        pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("x", d)
+
+    with pytest.raises(ValueError, match=r"jit_compile=True.*keeps the token sites' values.*NUTS\(model\)"):
+        MLMGibbs(NUTS(model, jit_compile=True))
+    MLMGibbs(NUTS(model))  # the default builds
+
+
+def test_svi_with_a_latent_token_site_is_refused_and_with_an_observed_one_runs(d):
+    """Issue 37 item 3: SVI with the token site left latent drew it by MH chains each step (about
+    1.35 s) and scored it unnormalised: not an ELBO. Refused with what works; a site conditioned
+    on a fixed sequence is an ordinary observed site and SVI fits the other sites."""
+    from pyro.infer import SVI, Trace_ELBO
+    from pyro.optim import Adam
+
+    y = torch.tensor([0.3, -0.2])
+    fixed = d.template.clone()
+    fixed[d.free_positions] = d.allowed.long().argmax(-1)
+
+    def model(y, x_obs=None):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        x = pyro.sample("x", d, obs=x_obs)
+        score = (x[..., d.free_positions] == int(fixed[d.free_positions[0]])).double().mean()
+        with pyro.plate("assays", len(y)):
+            pyro.sample("y", dist.Normal(w * score, 0.7), obs=y)
+
+    def guide(y, x_obs=None):
+        loc = pyro.param("loc", torch.tensor(0.0))
+        pyro.sample("w", dist.Normal(loc, 1.0))
+
+    pyro.clear_param_store()
+    svi = SVI(model, guide, Adam({"lr": 0.01}), Trace_ELBO())
+    start = time.monotonic()
+    with pytest.raises(NotImplementedError, match=r"sampled under SVI.*MLMGibbs\(NUTS\(model\)\).*obs="):
+        svi.step(y)
+    assert time.monotonic() - start < 1.0  # refused before any chain runs
+    loss = svi.step(y, fixed)
+    assert math.isfinite(loss)
+    with pytest.raises(ValueError, match=r"SVI cannot infer a token site.*obs="):
+        torch.distributions.biject_to(d.support)

@@ -110,6 +110,13 @@ class MLMGibbs(MCMCKernel):
                 "inner_kernel must be a pyro.infer.HMC or NUTS built on the model, e.g. NUTS(model), or the model "
                 "itself when it has no continuous latent sites"
             )
+        if is_hmc and getattr(inner_kernel, "_jit_compile", False):
+            raise ValueError(
+                "MLMGibbs cannot run NUTS/HMC with jit_compile=True: the compiled potential keeps the token sites' "
+                "values it was traced with, so the continuous sites would be sampled given the first tokens whatever "
+                "the chain does to them (a wrong posterior, silently). Build the inner kernel without it: "
+                "NUTS(model) (jit_compile=False, the default)"
+            )
         if kernel in KERNELS and not KERNELS[kernel].capabilities.gibbs:
             raise ValueError(
                 f"kernel {kernel!r} cannot move a token site inside MLMGibbs: it does not sample the rest of the "

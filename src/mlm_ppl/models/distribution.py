@@ -30,7 +30,7 @@ from .crop import cropped_copies
 from .energy import check_energy, token_scores
 from .frozen import FrozenFrame
 from .masked_lm import MaskedLM
-from .support import TokenIds, template_ids
+from .support import SVI_REFUSED, TokenIds, template_ids, under_svi
 from .target import Evaluation, log_density
 
 __all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler"]  # TokenIds: models/support.py
@@ -419,10 +419,16 @@ class MaskedLMDistribution(TorchDistribution):
         ``sampler_options=dict(num_steps=...)`` to choose the length. :class:`~mlm_ppl.MLMKernel`
         and :class:`~mlm_ppl.MLMGibbs` never call it: they hold token sites while tracing.
 
+        Refused inside Pyro's SVI (a latent token site there would be drawn by these approximate
+        chains and scored by an unnormalised ``log_prob``: not the ELBO SVI promises); the message
+        names ``MLMGibbs(NUTS(model))`` and conditioning on fixed sequences.
+
         The chains are run by the sampler that :mod:`mlm_ppl.inference` registers
         (:func:`register_sampler`) when it is imported, as it is by ``import mlm_ppl``: the
         distribution describes the target and never imports the code that moves states.
         """
+        if under_svi():  # a latent token site under SVI: approximate draws, an unnormalised score
+            raise NotImplementedError(SVI_REFUSED)
         if _SAMPLER is None:
             raise RuntimeError("no sampler is registered for MaskedLMDistribution.sample; import mlm_ppl first")
         shape = torch.Size(sample_shape) + self.batch_shape

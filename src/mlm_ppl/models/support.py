@@ -4,6 +4,7 @@ refused on, by a message that names the kernels that move token sites."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -14,7 +15,7 @@ from torch.distributions import biject_to, transform_to
 from .gaps import expand_counts, has_counts
 from .masked_lm import MaskedLM
 
-__all__ = ["TokenIds", "template_ids"]
+__all__ = ["SVI_REFUSED", "TokenIds", "template_ids", "under_svi"]
 
 
 class TokenIds(constraints.Constraint):
@@ -44,9 +45,32 @@ def _no_transform(constraint: TokenIds) -> Any:
     raise ValueError(
         "a MaskedLMDistribution site (token ids) reached continuous inference (NUTS, HMC, an autoguide), which "
         "cannot move discrete sites: sample the model with mlm_ppl.MLMGibbs(NUTS(model)) (NUTS for the continuous "
-        "sites, MH for the tokens) or mlm_ppl.MLMKernel(model) (token sites only); in SVI, hide the site from the "
-        "guide (poutine.block(model, hide=[...])) and treat the tokens as observed or sample them with MCMC"
+        "sites, MH for the tokens) or mlm_ppl.MLMKernel(model) (token sites only). SVI cannot infer a token site "
+        "(its ELBO needs a normalised log_prob): condition it on fixed sequences (obs=...) to fit the other sites"
     )
+
+
+SVI_REFUSED = (
+    "a MaskedLMDistribution site is sampled under SVI (latent in the model, or in the guide): each step would "
+    "draw it by approximate "
+    "Metropolis-Hastings chains (MaskedLMDistribution.sample) and score it with its unnormalised log_prob, "
+    "which is not the ELBO SVI promises. Sample the posterior with MCMC(mlm_ppl.MLMGibbs(NUTS(model))), or "
+    "condition the site on fixed sequences (obs=..., poutine.condition) to fit the other sites by SVI"
+)
+
+
+def under_svi() -> bool:
+    """Whether the caller runs inside Pyro's SVI or an ELBO (a frame of the stack belongs to one):
+    what :meth:`~mlm_ppl.models.MaskedLMDistribution.sample` refuses (:data:`SVI_REFUSED`)."""
+    from pyro.infer import SVI
+    from pyro.infer.elbo import ELBO
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), (SVI, ELBO)):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 biject_to.register(TokenIds)(_no_transform)
