@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._checks import check_choice, check_count, check_seed, check_temperature, check_type
-from .inference.annealing import GeometricAnnealing, annealing_record, format_anneal, parse_anneal
+from .inference.annealing import (
+    SCHEDULE_OPTION,
+    TERMS_OPTION,
+    GeometricAnnealing,
+    annealing_record,
+    format_anneal,
+    options_schedule,
+    options_terms,
+    parse_anneal,
+)
 from .inference.base import INITS
 from .inference.registry import KERNELS, kernel_class, length_kernels
 from .inference.spec import OptionInfo
@@ -61,15 +70,16 @@ class RunSettings:
     tokens of ``Allowed`` rules, their positions, the experts on a real state) is checked when the
     target is built (:func:`mlm_ppl.campaign.build`). ``anneal``: ``"FROM:TO"`` (two finite
     numbers > 0, kept as :func:`~mlm_ppl.inference.annealing.format_anneal` writes them), the
-    kernel's ``temperature_schedule`` over the whole run (:meth:`schedule`), for a kernel that
-    anneals; ``kernel_options.anneal_terms`` says which terms. ``until_converged``: end the run
-    at the first multiple of :data:`STOP_EVERY` draws whose summary says every chain converged
-    (:func:`~mlm_ppl.diagnostics.stop_when_converged`); ``draws`` is then the most it takes. Not
+    kernel's annealing schedule over the whole run (:meth:`schedule`), for a kernel that
+    anneals; its options say which terms (:func:`~mlm_ppl.inference.annealing.options_terms`).
+    ``until_converged``: end the run at the first multiple of :data:`STOP_EVERY` draws whose
+    summary says every chain converged (:func:`~mlm_ppl.diagnostics.stop_when_converged`);
+    ``draws`` is then the most it takes. Not
     with ``anneal`` (an annealed run's verdict is never converged) nor ``workers`` (the rule
     needs every chain's draws in one process). ``length_prior``: the
     ``pi(L)`` of a template with a variable gap ``MASK{a,b}`` (length as text -> weight; None:
     uniform), which only a kernel that moves lengths samples (``capabilities.lengths``: gap-jump,
-    surrogate-MH around its moves; gap-jump samples nothing else). A ``temperature_schedule`` in the
+    surrogate-MH around its moves; gap-jump samples nothing else). An annealing schedule in the
     kernel's options is refused (a callable cannot be recorded: give ``anneal``). A TypeError or
     ValueError names the setting to fix.
     """
@@ -90,7 +100,7 @@ class RunSettings:
     anneal: str | None = _flag(
         None,
         "anneal tau geometrically from FROM at the first step to TO at the last (warmup + draws x thin "
-        "steps), e.g. 1:0.05; a mode seeker, its draws are not samples of the target (mh, surrogate-mh)",
+        "steps), e.g. 1:0.05; a mode seeker, its draws are not samples of the target (kernels that anneal)",
         metavar="FROM:TO",
     )
     dtype: str | None = None
@@ -198,14 +208,14 @@ class RunSettings:
 
     def _check_anneal(self) -> None:
         options = self.kernel_options
-        if getattr(options, "temperature_schedule", None) is not None:
+        if options_schedule(options) is not None:
             raise ValueError(
-                "kernel_options: a temperature_schedule cannot be recorded with a run; "
+                f"kernel_options: a {SCHEDULE_OPTION} cannot be recorded with a run; "
                 "give anneal='FROM:TO' (tau geometrically from FROM to TO over the run)"
             )
         if self.anneal is None:
-            if getattr(options, "anneal_terms", "all") != "all":
-                raise ValueError("anneal_terms applies to an annealed run; give anneal='FROM:TO' too")
+            if options_terms(options) != "all":
+                raise ValueError(f"{TERMS_OPTION} applies to an annealed run; give anneal='FROM:TO' too")
             return
         check_type(self.anneal, "anneal", str)
         kernel = kernel_class(self.kernel)
@@ -220,7 +230,7 @@ class RunSettings:
         return self.warmup + self.draws * self.thin
 
     def schedule(self) -> GeometricAnnealing | None:
-        """The kernel's ``temperature_schedule`` of ``anneal``: tau from FROM at the first step
+        """The kernel's annealing schedule of ``anneal``: tau from FROM at the first step
         (step 0) to TO at the last (step ``total_steps - 1``), geometrically; None without ``anneal``."""
         if self.anneal is None:
             return None
@@ -228,14 +238,14 @@ class RunSettings:
 
     def annealing(self) -> dict | None:
         """What a run of these settings records of its annealing (``run.attrs["annealing"]``), or None."""
-        return annealing_record(self.schedule(), getattr(self.kernel_options, "anneal_terms", "all"))
+        return annealing_record(self.schedule(), options_terms(self.kernel_options))
 
     def kernel_arguments(self) -> dict[str, Any]:
         """The kernel's options as :func:`~mlm_ppl.inference.make_kernel` takes them: the recorded
-        ones and, for an annealed run, its ``temperature_schedule`` (:meth:`schedule`)."""
+        ones and, for an annealed run, its schedule (:meth:`schedule`)."""
         arguments = self.kernel_options.to_dict()
         if self.anneal is not None:
-            arguments["temperature_schedule"] = self.schedule()
+            arguments[SCHEDULE_OPTION] = self.schedule()
         return arguments
 
     def to_dict(self) -> dict[str, Any]:
@@ -252,14 +262,14 @@ class RunSettings:
     def completed(cls, values: Mapping[str, Any]) -> dict[str, Any]:
         """A record as a record of today's format would hold it: each setting added since
         (:data:`_ADDED`) and each kernel option added since (its kernel's ``older_records``) that it lacks
-        at its default, and, where it has no ``anneal``, its kernel's ``anneal_terms`` as ``"all"``
+        at its default, and, where it has no ``anneal``, what its kernel anneals as ``"all"``
         (without a schedule it annealed nothing). What
         :meth:`from_dict` reads, and what a resume compares (an old run resumed once has
         checkpoints in today's form beside its old ``config.json``)."""
         out = dict(values)
         options = out.get("kernel_options")
-        if "anneal" not in out and isinstance(options, Mapping) and options.get("anneal_terms", "all") != "all":
-            out["kernel_options"] = options = {**options, "anneal_terms": "all"}
+        if "anneal" not in out and isinstance(options, Mapping) and options_terms(options) != "all":
+            out["kernel_options"] = options = {**options, TERMS_OPTION: "all"}
         kernel = out.get("kernel")
         added = KERNELS[kernel].older_records if isinstance(kernel, str) and kernel in KERNELS else None
         if added and isinstance(options, Mapping):

@@ -17,7 +17,33 @@ from typing import Any
 
 from .._checks import MIN_TEMPERATURE, check_count, check_temperature
 
-__all__ = ["GeometricAnnealing", "annealing_record", "annealing_note", "parse_anneal", "format_anneal"]
+__all__ = [
+    "GeometricAnnealing",
+    "SCHEDULE_OPTION",
+    "TERMS_OPTION",
+    "annealing_record",
+    "annealing_note",
+    "parse_anneal",
+    "format_anneal",
+    "options_schedule",
+    "options_terms",
+]
+
+SCHEDULE_OPTION = "temperature_schedule"
+"""The option by which a kernel that anneals takes its schedule (:meth:`KernelBase.anneals
+<mlm_ppl.inference.spec.KernelBase.anneals>`): a callable ``step -> tau``, which no record holds."""
+TERMS_OPTION = "anneal_terms"
+"""The option that says what a kernel's schedule anneals (``"all"`` by default)."""
+
+
+def options_schedule(options: Any) -> Callable[[int], float] | None:
+    """The annealing schedule of a kernel's options (an Options object or its record), None without one."""
+    return options.get(SCHEDULE_OPTION) if isinstance(options, Mapping) else getattr(options, SCHEDULE_OPTION, None)
+
+
+def options_terms(options: Any) -> str:
+    """What a kernel's options anneal (an Options object or its record): ``"all"`` where they do not say."""
+    return options.get(TERMS_OPTION, "all") if isinstance(options, Mapping) else getattr(options, TERMS_OPTION, "all")
 
 
 @dataclass(frozen=True)
