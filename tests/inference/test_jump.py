@@ -84,8 +84,10 @@ def test_bad_moves_and_priors_are_refused(tiny4_64):
         GapTarget(tiny4_64, gap, LengthPrior({4: 1.0}, "bad"))
     with pytest.raises(ValueError, match=r"lengths \[1, 3\] have a hole: a chain moves one length at a time"):
         GapTarget(tiny4_64, gap, LengthPrior({1: 0.5, 3: 0.5}, "holed"))
-    with pytest.raises(ValueError, match="accepts at most"):  # at construction, not when a chain gets there
+    with pytest.raises(ValueError, match="more than the model accepts"):  # at construction, before any length
         GapTarget(tiny4_64, "A[MASK]{1,600}C")
+    with pytest.raises(ValueError, match="more than the model accepts"):  # a parsed gap too: check_fits first
+        GapTarget(tiny4_64, parse_gap("A[MASK]{1,600}C", "[MASK]"))
     with pytest.raises(ValueError, match="has no variable gap"):
         GapTarget(tiny4_64, "A[MASK]C")
 
