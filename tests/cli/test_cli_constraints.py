@@ -300,6 +300,8 @@ def test_code_named_in_a_spec_or_a_record_runs_only_with_trust_code(model_dir, t
 
     module.write_text(module.read_text().replace("0.0 for s", "5.0 * s.count('D') for s"))
     monkeypatch.delitem(sys.modules, "trusted_expert")
+    flag.unlink()
     assert main(["sample", "--resume", str(out), "--no-progress", "--trust-code"]) == 2
     line = _one_line_error(capsys)
     assert "the code of 'trusted_expert:d_count' changed since this was recorded" in line, line
+    assert not flag.exists()  # refused before the changed module ran

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import math
 import numbers
 import re
@@ -337,10 +338,20 @@ def _resolves_to(module: str, qualname: str, fn: Any) -> bool:
 
 
 def module_digest(module_name: str) -> str:
-    """``sha256:<hex>`` of the source file of the imported module ``module_name`` (what a code
-    expert's record holds); ``builtin:<name>`` for a module without a file (compiled into Python)."""
-    module = sys.modules.get(module_name) or importlib.import_module(module_name)
-    path = getattr(module, "__file__", None)
+    """``sha256:<hex>`` of the source file of module ``module_name`` (what a code expert's record
+    holds), found without running the module when it is not imported yet; ``builtin:<name>`` for a
+    module without a file (compiled into Python). A ValueError when there is no such module."""
+    module = sys.modules.get(module_name)
+    if module is not None:
+        path = getattr(module, "__file__", None)
+    else:
+        try:
+            spec = importlib.util.find_spec(module_name)
+        except (ImportError, ValueError) as err:
+            raise FieldValueError(f"cannot find module {module_name!r}: {err}", "kind") from None
+        if spec is None:
+            raise FieldValueError(f"cannot import module {module_name!r}: no such module", "kind")
+        path = spec.origin if spec.has_location else None
     if not path:
         return f"builtin:{module_name}"
     with open(path, "rb") as f:

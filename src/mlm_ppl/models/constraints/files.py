@@ -130,8 +130,7 @@ def expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Exper
                     f"({', '.join(EXPERT_KINDS)}), or build the Expert in Python with the function itself",
                     "kind",
                 )
-            function = _import_function(kind, params)
-            digest = module_digest(kind.partition(":")[0])
+            digest = module_digest(kind.partition(":")[0])  # before the import: changed code does not run
             recorded = entry.get("code_digest")
             if recorded is not None and recorded != digest:
                 raise FieldValueError(
@@ -140,6 +139,7 @@ def expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Exper
                     "another function than its first; restore the module's file, or start a new run",
                     "code_digest",
                 )
+            function = _import_function(kind, params)
             takes = entry.get("takes", "sequences")
             return Expert(name, function, weight, takes, kind=kind, params=params, code_digest=digest)
         if kind not in EXPERT_KINDS:
