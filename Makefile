@@ -64,7 +64,7 @@ LENGTHS_RUN := --model antiberty --template '$(subst $(subst x,[MASK],xxxxxxxxxx
 	--until-converged --seed 0
 lengths: venv
 	if [ -f $(LENGTHS)/config.json ]; then \
-		$(VENV)/bin/mlm-ppl sample --resume $(LENGTHS) $(LENGTHS_RUN); \
+		$(VENV)/bin/mlm-ppl sample --resume $(LENGTHS); \
 	else \
 		$(VENV)/bin/mlm-ppl sample $(LENGTHS_RUN) --out $(LENGTHS); \
 	fi

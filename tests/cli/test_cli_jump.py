@@ -140,6 +140,11 @@ def test_a_jump_run_of_surrogate_mh_moves_lengths_inside_its_inner_chain(model_d
     changed = np.diff(lengths, axis=1) != 0
     assert (stats["is_accepted"].values[:, 1:][changed]).all()  # a length changes only by an accepted move
     assert "gap length: prior, draws, frequency" in str(summary(idata))
+    # the run's own lengths: a resume names no length mode (make lengths once passed its flags again)
+    before = (out / "run.nc").read_bytes()
+    assert main(["sample", "--resume", str(out), "--length-mode", "jump", *extra]) == 2
+    assert "give --resume DIR without --length-mode" in one_line_error(capsys)
+    assert (out / "run.nc").read_bytes() == before
 
 
 @pytest.mark.parametrize(

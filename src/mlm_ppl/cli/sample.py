@@ -270,7 +270,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     check_interval(args.checkpoint_seconds, "--checkpoint-seconds")
     if args.resume:
         if args.length_mode or args.length_prior:
-            raise ValueError("--resume continues a batch of strata with its own lengths; give only --resume DIR")
+            raise ValueError(
+                "--resume continues a run or a batch of strata with its own lengths and length prior; "
+                "give --resume DIR without --length-mode and --length-prior"
+            )
         if args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
             raise ValueError("--out and --resume name different directories; give only --resume DIR")
         if args.templates:
