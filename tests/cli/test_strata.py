@@ -114,7 +114,7 @@ def test_length_options_need_a_variable_gap_and_a_new_run(model_dir, tmp_path, c
     assert recorded_settings(done).template == "A[MASK]{2}C"
     capsys.readouterr()
     assert main(["sample", "--resume", str(done), "--length-prior", "uniform"]) == 2
-    assert "give only --resume DIR" in one_line_error(capsys)
+    assert "give --resume DIR without --length-mode and --length-prior" in one_line_error(capsys)
 
 
 def test_a_batch_of_strata_resumes_to_the_same_designs_and_keeps_its_prior(model_dir, tmp_path, capsys):
