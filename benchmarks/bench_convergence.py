@@ -6,7 +6,7 @@ masked, ``E_norm`` in float32; ``bench_sampling.cdrh3_task``). Every variant sta
 half of its draws, pooled, evenly spaced), so that the effective sample size measures mixing at
 stationarity, not the way there. Two parts:
 
-* ``mixing`` (the default): each variant runs alone (2 threads) for ``--minutes`` from those
+* ``mixing`` (the default): each variant runs alone (``--threads``, default 2) for ``--minutes`` from those
   starts with the same seed, one after another. Each appends one JSON line per outer step to
   ``<variant>.jsonl`` in ``--log-dir`` (flushed at once: a killed run keeps what it measured;
   ``--from-logs DIR`` reports such logs without running anything). Per variant: outer steps, wall
@@ -55,6 +55,10 @@ VARIANTS = {
     "frozen-208": dict(SURROGATE, surrogate_frame="frozen", inner_steps=208),
     "main": dict(SURROGATE, surrogate_frame="frozen", inner_steps=26, p_unmask=0.5),  # the main job now
     "main-52": dict(SURROGATE, surrogate_frame="frozen", inner_steps=52, p_unmask=0.5),
+    # the main job's inner chain as 4 replicas of the surrogate at temperatures 1, 1.25, 1.56, 1.95
+    "replicas-4": dict(
+        SURROGATE, surrogate_frame="frozen", inner_steps=26, p_unmask=0.5, replicas=4, replica_spacing=1.25, p_swap=0.3
+    ),
 }
 FIDELITY = {
     "whole, bfloat16": dict(SURROGATE),
@@ -73,7 +77,7 @@ def kernel_of(dist, name):
 
 
 def mixing(args, log_dir):
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     mlm, dist, start, reference = cdrh3_task(chains=args.chains, starts=args.starts)
     free = dist.free_positions
     exact = Counter.on(mlm)  # the float32 target's model: only exact evaluations run on it
@@ -161,7 +165,7 @@ def report(log_dir, json_path=None):
 
 
 def fidelity(args):
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     _, dist, states, _ = cdrh3_task(chains=args.draws, starts=args.starts)
     energy = torch.cat([dist.evaluate(states[i : i + 4]).energy for i in range(0, len(states), 4)])
     print("| surrogate | draws | sd of E - E~ (nats) | outer acceptance, mixed inner chain | its bound |")
@@ -183,6 +187,7 @@ def main():
     parser.add_argument("--minutes", type=float, default=20.0, help="minutes per variant")
     parser.add_argument("--variants", default="mh,whole-52,frozen-208,main")
     parser.add_argument("--draws", type=int, default=40, help="fidelity: the run's draws to compare on")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (2: the machine's cores)")
     parser.add_argument("--log-dir")
     parser.add_argument("--from-logs", help="report the logs of an earlier run, running nothing")
     parser.add_argument("--json")

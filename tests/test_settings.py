@@ -70,7 +70,8 @@ def test_a_config_file_names_itself_and_every_missing_or_unknown_setting():
 
 def test_one_flag_per_kernel_option_across_kernels():
     flags = option_flags()
-    assert [k for k, _ in flags["top_k"]] == ["mh", "surrogate-mh", "pseudo-gibbs"]
+    assert [k for k, _ in flags["top_k"]] == ["mh", "surrogate-mh", "replica-mh", "pseudo-gibbs"]
+    assert [k for k, _ in flags["replicas"]] == ["surrogate-mh", "replica-mh"]  # declared once, in TemperingOptions
     assert "temperature_schedule" not in flags  # Python only: a callable has no flag and no config entry
     assert flags["compute_lp"][0][1].type is bool
 

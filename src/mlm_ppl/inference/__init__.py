@@ -5,8 +5,8 @@ exact enumeration of tiny state spaces.
   :mod:`.registry`: the kernels by name (:func:`register` adds one everywhere);
 * :mod:`.base`: the kernel contract, the one ``accept``, proposals, scans, starting states;
   :mod:`.annealing`: schedules a run records, and the note of an annealed run;
-* :mod:`.mh`, :mod:`.surrogate_mh`, :mod:`.pseudo_gibbs`, :mod:`.mask_predict`, :mod:`.jump`
-  (gap-jump: the lengths of a variable gap): one algorithm each;
+* :mod:`.mh`, :mod:`.surrogate_mh`, :mod:`.tempering` (replica exchange), :mod:`.pseudo_gibbs`,
+  :mod:`.mask_predict`, :mod:`.jump` (gap-jump: the lengths of a variable gap): one algorithm each;
 * :mod:`.exact`: enumeration and exact transition matrices;
 * :mod:`.streams`: one random stream per chain (a chain's draws depend only on ``(seed, c)``);
   :mod:`.starts`: starting states that break no hard rule;
@@ -44,6 +44,7 @@ from .runner import STAT_NAMES, Checkpoint, Run, run_chains, step_stats
 from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams, chain_seed
 from .surrogate_mh import SurrogateInfo, SurrogateMH, SurrogateOptions, SurrogateState
+from .tempering import ReplicaInfo, ReplicaMH, ReplicaState, TemperingOptions
 
 __all__ = [
     # running chains
@@ -84,6 +85,10 @@ __all__ = [
     "SurrogateOptions",
     "SurrogateState",
     "SurrogateInfo",
+    "ReplicaMH",
+    "TemperingOptions",
+    "ReplicaState",
+    "ReplicaInfo",
     "PseudoGibbs",
     "PseudoGibbsOptions",
     "PseudoGibbsState",

@@ -49,6 +49,9 @@ __all__ = [
     "annealed_log_density",
     "scheduled_log_density",
     "ANNEAL_TERMS",
+    "state_rows",
+    "cat_states",
+    "choose_rows",
 ]
 
 SCANS = ("random", "random_sweep", "left_to_right")
@@ -335,3 +338,29 @@ def geometric_annealing(start: float, end: float, num_steps: int) -> GeometricAn
     steps, then constant (Goyal et al. 2021, section 7: anneal towards the mode): a
     :class:`~mlm_ppl.inference.annealing.GeometricAnnealing`, which a run records."""
     return GeometricAnnealing(start, end, num_steps)
+
+
+# ---------------------------------------------------------------------- rows of a kernel's state
+def _per_chain(field: Any, C: int) -> bool:
+    """Whether a state's field holds one row per chain (the tokens, energies, conditionals), not a
+    count or an empty sweep order."""
+    return isinstance(field, Tensor) and field.dim() > 0 and field.shape[0] == C
+
+
+def state_rows(state: Any, c: int, C: int) -> Any:
+    """Chain ``c`` of an inner state (a NamedTuple of C chains) as a state of one chain."""
+    return type(state)(*[f[c : c + 1] if _per_chain(f, C) else f for f in state])
+
+
+def cat_states(states: list[Any]) -> Any:
+    """One-chain inner states joined into one state of their chains, in order."""
+    first = states[0]
+    return type(first)(*[torch.cat(fields) if _per_chain(fields[0], 1) else fields[0] for fields in zip(*states)])
+
+
+def choose_rows(take: Tensor, new: Any, old: Any) -> Any:
+    """Per chain, the inner state ``new`` where ``take``, else ``old`` (the rest of ``new``: its step)."""
+    C = take.shape[0]
+    return type(new)(
+        *[torch.where(take.reshape(C, *[1] * (a.dim() - 1)), a, b) if _per_chain(a, C) else a for a, b in zip(new, old)]
+    )

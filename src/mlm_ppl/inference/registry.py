@@ -19,6 +19,7 @@ from .mh import MetropolisHastings
 from .pseudo_gibbs import PseudoGibbs
 from .spec import Capabilities, KernelBase, Options
 from .surrogate_mh import SurrogateMH
+from .tempering import ReplicaMH
 
 __all__ = ["KERNELS", "register", "unregister", "kernel_class", "length_kernels", "make_kernel"]
 
@@ -95,5 +96,5 @@ def make_kernel(name: str, target: Target, **options: Any) -> KernelBase:
     return kernel_class(name)(target, **options)
 
 
-for _builtin in (MetropolisHastings, SurrogateMH, PseudoGibbs, MaskPredict, GapJump):  # the registration line
+for _builtin in (MetropolisHastings, SurrogateMH, ReplicaMH, PseudoGibbs, MaskPredict, GapJump):  # registration
     register(_builtin)

@@ -45,16 +45,20 @@ from ..models.target import Evaluation, Target
 from .base import (
     accept,
     acceptance_probability,
+    cat_states,
     check_states,
+    choose_rows,
     fill_template,
     mh_log_ratio,
     scheduled_log_density,
+    state_rows,
 )
 from .exact import enumerate_states, transition_matrix
 from .jump import GapJump, check_moves, move_options
-from .mh import MetropolisHastings, MHState, ProposalOptions
+from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, option
 from .streams import ChainStreams
+from .tempering import ReplicaMH, ReplicaState, TemperingOptions
 
 __all__ = [
     "SurrogateOptions",
@@ -77,7 +81,7 @@ _UPDATE, _INSERT, _DELETE = move_options()  # the inner chain's moves on a varia
 
 
 @dataclass(frozen=True)
-class SurrogateOptions(ProposalOptions):
+class SurrogateOptions(TemperingOptions):
     """Options of :class:`SurrogateMH`."""
 
     inner_steps: int | None = option(
@@ -122,7 +126,7 @@ class SurrogateState(NamedTuple):
     tokens: Tensor  # (C, L) long
     energy: Tensor  # (C,) E(x), the target's
     log_factor: Tensor  # (C,)
-    inner: MHState  # the surrogate chain at tokens (a GapJumpState on a variable gap)
+    inner: MHState | ReplicaState  # the surrogate chain at tokens (a GapJumpState on a variable gap)
     step: int
 
 
@@ -214,6 +218,9 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         "p_update": 0.5,
         "p_insert": 0.25,
         "p_delete": 0.25,
+        "replicas": 1,  # 0.5: replica exchange of the inner chain
+        "replica_spacing": 1.5,
+        "p_swap": 0.2,
     }
     options: SurrogateOptions
     surrogate: Any  # SurrogateTarget, or a GapTarget of them (a variable gap)
@@ -241,17 +248,18 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
                 "template has no variable gap MASK{a,b}: leave them out"
             )
         self.surrogate = surrogate_of(target)
+        moves = ("block_size", "p_unmask", "unmask_size", "proposal_temperature", "top_k", "top_p")
+        proposals: dict[str, Any] = {name: getattr(o, name) for name in moves}
+        if o.replicas > 1:  # replicas of the inner chain at higher temperatures of the surrogate
+            exchanges = dict(replicas=o.replicas, replica_spacing=o.replica_spacing, p_swap=o.p_swap)
+            self.inner = ReplicaMH(self.surrogate, **exchanges, **proposals)
+            return
         schedule = o.temperature_schedule
         inner_steps = self.inner_steps
         self.inner = MetropolisHastings(
             self.surrogate,
             scan="random",
-            block_size=o.block_size,
-            p_unmask=o.p_unmask,
-            unmask_size=o.unmask_size,
-            proposal_temperature=o.proposal_temperature,
-            top_k=o.top_k,
-            top_p=o.top_p,
+            **proposals,
             # the inner chain runs at its outer step's tau, so the outer correction stays valid
             temperature_schedule=None if schedule is None else (lambda s: schedule(s // inner_steps)),
             anneal_terms=o.anneal_terms,
@@ -263,7 +271,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         of the state), so one exact evaluation per outer step pays for every length change inside."""
         o = self.options
         given: list[str] = [
-            name for name in ("block_size", "proposal_temperature", "top_k", "top_p") if name in o.given()
+            name for name in ("block_size", "proposal_temperature", "top_k", "top_p", "replicas") if name in o.given()
         ]
         if o.temperature_schedule is not None:
             given.append("annealing schedule")
@@ -317,8 +325,10 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
             o = self.options
             reads = o.p_update * self.inner.kernel(self.surrogate.longest).proposal_cost() + o.p_insert + o.p_delete
             per_step = surrogate.positions.numel() + reads
-        else:
-            per_step = surrogate.positions.numel() + self.inner.proposal_cost()
+        else:  # with replicas, a local step evaluates each replica's proposal; an exchange, none
+            o = self.options
+            local = o.replicas * (1 - o.p_swap) if o.replicas > 1 else 1.0
+            per_step = surrogate.positions.numel() * local + self.inner.proposal_cost()
         return (self.inner_steps * per_step * crop + full) / full
 
     # -- state
@@ -351,7 +361,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         if self.inner.capabilities.lengths:  # its chains step one at a time: each chain's copies counted as run
             ends = []
             for c in range(C):
-                one, stream = _rows(start, c, C), streams.subset([c])
+                one, stream = state_rows(start, c, C), streams.subset([c])
                 before = sum(t.copies for t in self._surrogates())
                 for _ in range(self.inner_steps):
                     one, info = self.inner.step(one, stream)
@@ -359,7 +369,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
                     accepted[c] += float(info.is_accepted[0])
                 copies[c] = sum(t.copies for t in self._surrogates()) - before
                 ends.append(one)
-            return _cat(ends), moves, accepted / self.inner_steps, copies
+            return cat_states(ends), moves, accepted / self.inner_steps, copies
         inner = start
         window = self.surrogate.positions.numel()
         for _ in range(self.inner_steps):
@@ -394,7 +404,10 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         if take.any():
             kept = take[moved]
             energy[take], log_factor[take] = ev.energy[kept], ev.log_factor[kept]
-        new_inner = _choose(take, inner, start)
+        # with replicas the inner state also moves where replica 0 did not (the hotter ones did): that
+        # move's outer ratio is 1 (the surrogate's hot terms are in both densities), so it is taken
+        keep = take | ~moved if self.options.replicas > 1 else take
+        new_inner = choose_rows(keep, inner, start)
         new = SurrogateState(new_inner.tokens, energy, log_factor, new_inner, state.step + 1)
         info = SurrogateInfo(
             lp=self.log_density(energy, log_factor),
@@ -414,6 +427,8 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         surrogate, corrected by the outer acceptance. Uses the kernels' own code."""
         if isinstance(self.target, GapTarget):
             raise TypeError("on a variable gap the states have several lengths: use SurrogateMH.gap_matrix()")
+        if self.options.replicas > 1:
+            raise TypeError("with replicas the states are the replicas' joint states: use SurrogateMH.replica_matrix()")
         Q = torch.linalg.matrix_power(transition_matrix(self.inner, states), self.inner_steps)
         lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
         sur = self.surrogate.evaluate(states)
@@ -438,6 +453,28 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         exact_lp = torch.cat(lp)
         return self._corrected(Q, exact_lp, torch.cat(lp_sur)), torch.log_softmax(exact_lp, 0)
 
+    def replica_matrix(self) -> tuple[Tensor, Tensor]:
+        """With replicas: the ``(S**K, S**K)`` exact matrix of one step over every joint state of the
+        inner chain's replicas (ordered as :meth:`ReplicaMH.replica_matrix
+        <mlm_ppl.inference.tempering.ReplicaMH.replica_matrix>`): the inner chain's exact matrix to
+        the power ``inner_steps``, corrected by the outer acceptance; and the ``(S**K,)`` log
+        probabilities of the law it leaves invariant, the target's in replica 0 and the tempered
+        surrogate's in the others (its marginal over replica 0 is the target)."""
+        if self.options.replicas == 1:
+            raise TypeError("replica_matrix is for replicas > 1; use exact.transition_matrix(kernel)")
+        inner: ReplicaMH = self.inner
+        Q = torch.linalg.matrix_power(inner.replica_matrix()[0], self.inner_steps)
+        states = enumerate_states(self.target)
+        K = self.options.replicas
+        ev, sur = self.target.evaluate(states), self.surrogate.evaluate(states)
+        lp, lp_sur = (self.log_density(e.energy, e.log_factor).double() for e in (ev, sur))
+        hot = torch.zeros(1, dtype=torch.float64)  # the hot replicas' terms, the same in both
+        for k in range(1, K):
+            hot = (hot[:, None] + inner._log_probs(states, k)[None, :]).flatten()
+        joint = (lp[:, None] + hot[None, :]).flatten()
+        joint_sur = (lp_sur[:, None] + hot[None, :]).flatten()
+        return self._corrected(Q, joint, joint_sur), torch.log_softmax(joint, 0)
+
     def _corrected(self, Q: Tensor, lp: Tensor, lp_sur: Tensor) -> Tensor:
         """The inner chain's matrix ``Q`` with each move accepted as :meth:`step` accepts it, from the
         states' target and surrogate log densities ``lp`` and ``lp_sur``."""
@@ -448,28 +485,3 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         P.diagonal().zero_()
         P.diagonal().copy_(1 - P.sum(1))
         return P
-
-
-def _per_chain(field: Any, C: int) -> bool:
-    """Whether a state's field holds one row per chain (the tokens, energies, conditionals), not a
-    count or an empty sweep order."""
-    return isinstance(field, Tensor) and field.dim() > 0 and field.shape[0] == C
-
-
-def _rows(state: Any, c: int, C: int) -> Any:
-    """Chain ``c`` of an inner state (a NamedTuple of C chains) as a state of one chain."""
-    return type(state)(*[f[c : c + 1] if _per_chain(f, C) else f for f in state])
-
-
-def _cat(states: list[Any]) -> Any:
-    """One-chain inner states joined into one state of their chains, in order."""
-    first = states[0]
-    return type(first)(*[torch.cat(fields) if _per_chain(fields[0], 1) else fields[0] for fields in zip(*states)])
-
-
-def _choose(take: Tensor, new: Any, old: Any) -> Any:
-    """Per chain, the inner state ``new`` where ``take``, else ``old`` (the rest of ``new``: its step)."""
-    C = take.shape[0]
-    return type(new)(
-        *[torch.where(take.reshape(C, *[1] * (a.dim() - 1)), a, b) if _per_chain(a, C) else a for a, b in zip(new, old)]
-    )

@@ -10,7 +10,15 @@ from .loading import antiberty_paths, load_mlm
 from .masked_lm import MaskedConditionals, MaskedLM, NonFiniteLogitsError
 from .pairs import PAIR_METHODS, PairConditionals, PairJoint, derive_pair_joint, pair_conditionals, pair_joint
 from .surrogate import SurrogateTarget
-from .target import ConstrainedTarget, DerivedTarget, Evaluation, ScaledTarget, Target, WindowedTarget
+from .target import (
+    ConstrainedTarget,
+    DerivedTarget,
+    Evaluation,
+    ScaledTarget,
+    Target,
+    TemperedTarget,
+    WindowedTarget,
+)
 from .tokens import Encoding, TokenCodec
 
 __all__ = [
@@ -32,6 +40,7 @@ __all__ = [
     "Evaluation",
     "ConstrainedTarget",
     "ScaledTarget",
+    "TemperedTarget",
     "DerivedTarget",
     "WindowedTarget",
     "SurrogateTarget",

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from .._checks import check_temperature
+
 if TYPE_CHECKING:
     from .frozen import FrozenFrame
 
@@ -37,6 +39,7 @@ __all__ = [
     "DerivedTarget",
     "ConstrainedTarget",
     "ScaledTarget",
+    "TemperedTarget",
     "log_density",
     "energy_from_log_density",
 ]
@@ -304,6 +307,24 @@ class DerivedTarget:
         if positions is None and dtype is None and context is None and frame is None:
             return self.base.evaluate(tokens)
         return self.base.evaluate(tokens, positions, dtype=dtype, context=context, frame=frame)  # type: ignore[call-arg]
+
+
+class TemperedTarget(DerivedTarget):
+    """The base target at ``factor`` times its temperature: ``p_t(x) ∝ exp(-E(x)/(T factor) +
+    log_factor(x))``, the log-factor (hard rules, likelihood terms) as it is. A replica of replica
+    exchange (:class:`~mlm_ppl.inference.ReplicaMH`); everything but the temperature is the base's,
+    its evaluation included (the energy does not depend on the temperature)."""
+
+    def __init__(self, base: Target, factor: float) -> None:
+        super().__init__(base)
+        self.factor = check_temperature(factor, "factor")
+
+    @property
+    def temperature(self) -> float:
+        return self.base.temperature * self.factor
+
+    def __repr__(self) -> str:
+        return f"TemperedTarget({self.base!r}, factor={self.factor:g})"
 
 
 class ConstrainedTarget(DerivedTarget):

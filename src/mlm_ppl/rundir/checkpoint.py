@@ -110,9 +110,11 @@ def _pack_state(state: Any) -> dict[str, Any]:
 
 def _nested_class(annotated: type, name: str | None) -> type:
     """The class of a nested state: the registered kernel State of that name, or (a checkpoint
-    written before states were named) the field's annotation."""
+    written before states were named) the field's annotation, the first of a union (what those
+    versions wrote)."""
     if name is None:
-        return annotated
+        arms = typing.get_args(annotated)
+        return arms[0] if arms else annotated
     for kernel in KERNELS.values():
         if kernel.State.__name__ == name:
             return kernel.State

@@ -1,0 +1,336 @@
+"""Replica exchange (parallel tempering) of MH chains: a chain at the target's temperature and
+``replicas - 1`` copies of it at higher temperatures, which cross between modes and hand their
+states down by exchanges.
+
+**The argument** (Swendsen & Wang 1986; Geyer 1991). Each chain holds ``K = replicas`` states
+``x_0 .. x_{K-1}``, replica ``k`` at temperature ``T t_k``, ``t_k = replica_spacing**k``; their
+joint law is ``prod_k p_k(x_k)``, ``p_k(x) ∝ exp(-E(x)/(T t_k) + log_factor(x))`` (the log-factor,
+hard rules included, is the same in every replica), so ``x_0`` alone follows the target. A step
+is, with probability ``p_swap``, an exchange of the states of a uniformly chosen pair of
+neighbouring replicas ``(j, j+1)``, accepted with
+
+    log a = (E(x_j) - E(x_{j+1})) (1/(T t_j) - 1/(T t_{j+1}))
+
+(the MH ratio of the joint law; the log-factors only change places), and otherwise one MH step in
+every replica (:class:`~mlm_ppl.inference.MetropolisHastings` with random scan on
+:class:`~mlm_ppl.models.TemperedTarget`, its proposals at ``proposal_temperature * t_k``). Each
+alternative is reversible for the joint law and is chosen independently of the state, so the step
+is a fixed mixture of reversible kernels and reversible: what surrogate-MH's inner chain must be
+(``SurrogateMH(replicas=K)``: the exchanges happen on the cheap surrogate, one exact correction per
+outer step). An exchange costs no forward pass (the energies are known). :meth:`ReplicaMH.replica_matrix`
+is the exact matrix of one step over every joint state of a tiny target.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from .._checks import check_share, check_type, count_at_least
+from ..models.target import Target, TemperedTarget, log_density
+from .base import accept, acceptance_probability, check_states
+from .exact import enumerate_states, state_index, transition_matrix
+from .mh import MetropolisHastings, MHState, ProposalOptions
+from .spec import Capabilities, KernelBase, option
+from .streams import ChainStreams
+
+__all__ = ["TemperingOptions", "ReplicaMH", "ReplicaState", "ReplicaInfo", "joint_index"]
+
+MAX_TOP_TEMPERATURE = 1000.0
+"""The hottest replica's temperature factor ``replica_spacing**(replicas - 1)`` at most."""
+
+
+def _check_spacing(value: Any, name: str) -> float:
+    value = check_type(value, name, float)
+    if not 1 < value <= 100:
+        raise ValueError(
+            f"{name} must lie in (1, 100] (the ratio of neighbouring replicas' temperatures), got {value!r}"
+        )
+    return float(value)
+
+
+@dataclass(frozen=True)
+class TemperingOptions(ProposalOptions):
+    """MH's proposals (:class:`~mlm_ppl.inference.mh.ProposalOptions`) and the replicas, declared
+    once: :class:`ReplicaMH`'s options and surrogate-MH's inner chain's."""
+
+    replicas: int = option(
+        1,
+        "replicas of each chain at temperatures T * replica_spacing**k, k = 0 .. replicas - 1, exchanging "
+        "states (1: none)",
+        check=count_at_least(1),
+    )
+    replica_spacing: float = option(1.5, "ratio of neighbouring replicas' temperatures", check=_check_spacing)
+    p_swap: float = option(
+        0.2,
+        "probability that a step proposes to exchange the states of a random pair of neighbouring replicas "
+        "(else every replica takes an MH step)",
+        check=check_share,
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.replicas == 1:
+            given = [name for name in ("replica_spacing", "p_swap") if name in self.given()]
+            if given:
+                raise ValueError(f"{' and '.join(given)} do nothing without replicas > 1: give replicas too")
+            return
+        if not 0 < self.p_swap < 1:
+            raise ValueError(
+                f"p_swap={self.p_swap} with {self.replicas} replicas: it must lie in (0, 1), so that the replicas "
+                "both move and exchange"
+            )
+        if self.replica_spacing ** (self.replicas - 1) > MAX_TOP_TEMPERATURE:
+            raise ValueError(
+                f"replica_spacing={self.replica_spacing} with {self.replicas} replicas puts the hottest at "
+                f"{self.replica_spacing ** (self.replicas - 1):.3g} times the temperature (at most "
+                f"{MAX_TOP_TEMPERATURE:g}); fewer replicas or a smaller spacing"
+            )
+        if self.temperature_schedule is not None:
+            raise ValueError(
+                "replica exchange samples its target; an annealing schedule seeks modes: leave out the schedule, "
+                "or anneal without replicas (kernel 'mh' or 'surrogate-mh')"
+            )
+
+    def factors(self) -> list[float]:
+        """Each replica's temperature factor ``replica_spacing**k``: 1 first (the target's)."""
+        return [self.replica_spacing**k for k in range(self.replicas)]
+
+
+class ReplicaState(NamedTuple):
+    """State of C chains of K replicas each; ``tokens``, ``energy`` and ``log_factor`` are replica
+    0's (the target's temperature): what a run records and surrogate-MH corrects."""
+
+    tokens: Tensor  # (C, L) replica 0's
+    energy: Tensor  # (C,)
+    log_factor: Tensor  # (C,)
+    replica_tokens: Tensor  # (C, K, L)
+    replica_energy: Tensor  # (C, K)
+    replica_log_factor: Tensor  # (C, K)
+    cond_logits: Tensor  # (C, K, F, V) each replica's conditionals (its next single-site proposals)
+    step: int
+
+
+class ReplicaInfo(NamedTuple):
+    """Per-step statistics of C chains."""
+
+    lp: Tensor  # (C,) log target density of replica 0 after the step
+    is_accepted: Tensor  # (C,) replica 0's MH step accepted, or (an exchange step) the exchange
+    acceptance_rate: Tensor  # (C,) its min(1, exp(log a))
+    n_changed: Tensor  # (C,) positions of replica 0 that changed
+    evaluated: Tensor  # (C,) long: replicas whose proposal ran its masked copies
+    is_swap: Tensor  # (C,) bool: the step proposed an exchange
+
+
+class ReplicaMH(KernelBase[TemperingOptions]):
+    """Replica exchange of random-scan MH chains (see the module docstring): exact for the target,
+    which replica 0 samples.
+
+    Parameters
+    ----------
+    target : Target
+    replicas : int
+        Replicas per chain, at temperatures ``T * replica_spacing**k`` (1: plain MH).
+    replica_spacing : float
+        Ratio of neighbouring replicas' temperatures, in (1, 100].
+    p_swap : float
+        Probability that a step proposes an exchange (in (0, 1) with replicas > 1).
+    block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p
+        Each replica's MH proposals (:class:`~mlm_ppl.inference.MetropolisHastings`), at
+        ``proposal_temperature`` times the replica's temperature factor.
+    """
+
+    name = "replica-mh"
+    Options = TemperingOptions
+    State = ReplicaState
+    Info = ReplicaInfo
+    capabilities = Capabilities(log_factor=True, gibbs=False, complete_start=True, exact_matrix=False)
+    options: TemperingOptions
+
+    @classmethod
+    def anneals(cls) -> bool:
+        """Never: its options declare a schedule (MH's proposals), which it refuses."""
+        return False
+
+    def bind_target(self, target: Target) -> None:
+        o = self.options
+        self.factors = o.factors()
+        self.kernels = [
+            MetropolisHastings(
+                target if t == 1 else TemperedTarget(target, t),
+                scan="random",
+                block_size=o.block_size,
+                p_unmask=o.p_unmask,
+                unmask_size=o.unmask_size,
+                proposal_temperature=o.proposal_temperature * t,
+                top_k=o.top_k,
+                top_p=o.top_p,
+                anneal_terms=o.anneal_terms,
+            )
+            for t in self.factors
+        ]
+        self.proposal_copies = torch.zeros(0, dtype=torch.long)  # (C,) of the last step, all replicas'
+
+    def evaluations_per_step(self) -> float:
+        """A local step evaluates every replica's proposal; an exchange evaluates nothing."""
+        mh = self.kernels[0]
+        return (
+            (1 - self.options.p_swap if self.options.replicas > 1 else 1.0)
+            * len(self.kernels)
+            * (1 + mh.proposal_cost() / max(1, self.target.num_free))
+        )
+
+    def proposal_cost(self) -> float:
+        """Masked copies one step's proposals read per chain, on average, over its replicas."""
+        o = self.options
+        return (1 - o.p_swap if o.replicas > 1 else 1.0) * len(self.kernels) * self.kernels[0].proposal_cost()
+
+    # -- state
+    def init(self, tokens: Tensor) -> ReplicaState:
+        """Every replica of a chain starts at its tokens ``(C, L)`` (one evaluation: the energy does
+        not depend on the temperature)."""
+        tokens = check_states(self.target, tokens)
+        ev = self.target.evaluate(tokens)
+        K = len(self.kernels)
+        return ReplicaState(
+            tokens,
+            ev.energy,
+            ev.log_factor,
+            tokens[:, None].expand(-1, K, -1).clone(),
+            ev.energy[:, None].expand(-1, K).clone(),
+            ev.log_factor[:, None].expand(-1, K).clone(),
+            ev.cond_logits[:, None].expand(-1, K, -1, -1).clone(),
+            0,
+        )
+
+    def with_log_factor(self, state: ReplicaState, log_factor: Tensor) -> ReplicaState:
+        raise TypeError(
+            "replica exchange holds states at higher temperatures whose log-factor a Gibbs update does not give; "
+            "inside MLMGibbs leave out replicas (kernel 'mh' or 'surrogate-mh' without replicas)"
+        )
+
+    def _replica(self, state: ReplicaState, k: int, rows: Tensor) -> MHState:
+        empty = torch.empty(0, dtype=torch.long)
+        return MHState(
+            state.replica_tokens[rows, k],
+            state.replica_energy[rows, k],
+            state.replica_log_factor[rows, k],
+            state.cond_logits[rows, k],
+            state.step,
+            empty,
+        )
+
+    # -- one step
+    def step(self, state: ReplicaState, streams: ChainStreams) -> tuple[ReplicaState, ReplicaInfo]:
+        """Per chain, with probability ``p_swap`` an exchange of a random pair of neighbouring
+        replicas, otherwise one MH step of every replica."""
+        C, K = state.replica_tokens.shape[:2]
+        tokens, energy = state.replica_tokens.clone(), state.replica_energy.clone()
+        factor, cond = state.replica_log_factor.clone(), state.cond_logits.clone()
+        swap = streams.rand((C,)) < self.options.p_swap if K > 1 else torch.zeros(C, dtype=torch.bool)
+        is_accepted = torch.zeros(C, dtype=torch.bool)
+        rate = torch.zeros(C)
+        evaluated = torch.zeros(C, dtype=torch.long)
+        self.proposal_copies = torch.zeros(C, dtype=torch.long)
+        local = (~swap).nonzero().flatten()
+        if local.numel():
+            sub = streams.subset(local.tolist())
+            for k, kernel in enumerate(self.kernels):
+                new, moved = kernel.step(self._replica(state, k, local), sub)
+                tokens[local, k], energy[local, k], factor[local, k], cond[local, k] = (
+                    new.tokens,
+                    new.energy,
+                    new.log_factor,
+                    new.cond_logits,
+                )
+                evaluated[local] += moved.evaluated.long()
+                self.proposal_copies[local] += kernel.proposal_copies
+                if k == 0:
+                    is_accepted[local], rate[local] = moved.is_accepted, moved.acceptance_rate.float()
+        exchanges = swap.nonzero().flatten()
+        if exchanges.numel():
+            sub = streams.subset(exchanges.tolist())
+            j = sub.randint(K - 1)  # (n,) the lower replica of each pair
+            log_a = self._swap_ratio(energy[exchanges, j], energy[exchanges, j + 1], factor[exchanges, j],
+                                     factor[exchanges, j + 1], j)  # fmt: skip
+            ok = accept(log_a, sub)
+            is_accepted[exchanges], rate[exchanges] = ok, acceptance_probability(log_a).float()
+            rows, lo = exchanges[ok], j[ok]
+            for field in (tokens, energy, factor, cond):
+                a, b = field[rows, lo].clone(), field[rows, lo + 1].clone()
+                field[rows, lo], field[rows, lo + 1] = b, a
+        new_state = ReplicaState(tokens[:, 0], energy[:, 0], factor[:, 0], tokens, energy, factor, cond, state.step + 1)
+        info = ReplicaInfo(
+            lp=log_density(energy[:, 0], factor[:, 0], self.target.temperature),
+            is_accepted=is_accepted,
+            acceptance_rate=rate,
+            n_changed=(tokens[:, 0] != state.tokens).sum(-1),
+            evaluated=evaluated,
+            is_swap=swap,
+        )
+        return new_state, info
+
+    def _swap_ratio(
+        self, energy_lo: Tensor, energy_hi: Tensor, factor_lo: Tensor, factor_hi: Tensor, lo: Tensor
+    ) -> Tensor:
+        """The exchange's MH log ratio for pairs of replicas ``(lo, lo + 1)`` ``(n,)`` holding states of
+        these energies and log-factors (float64): the one formula of :meth:`step` and
+        :meth:`replica_matrix`. The log-factors only change places; a state of density 0 stays where
+        it is (-inf)."""
+        T = self.target.temperature
+        temps = torch.tensor([T * t for t in self.factors], dtype=torch.float64)
+        log_a = (energy_lo.double() - energy_hi.double()) * (1 / temps[lo] - 1 / temps[lo + 1])
+        feasible = (factor_lo > -math.inf) & (factor_hi > -math.inf)
+        return torch.where(feasible, log_a, -math.inf)
+
+    # -- exact transition matrix over the joint states (tiny targets)
+    def replica_matrix(self) -> tuple[Tensor, Tensor]:
+        """``(S**K, S**K)`` exact matrix of one step over every joint state ``(x_0, .., x_{K-1})`` of
+        the target's ``S`` states (row-major, ``x_0`` slowest: index ``sum_k i_k S**(K-1-k)``), from
+        the kernels' own code, and ``(S**K,)`` the joint law's log probabilities, whose marginal over
+        ``x_0`` is the target."""
+        states = enumerate_states(self.target)
+        S, K = states.shape[0], len(self.kernels)
+        local = transition_matrix(self.kernels[0], states)
+        joint_lp = self._log_probs(states, 0)
+        for k in range(1, K):
+            local = torch.kron(local, transition_matrix(self.kernels[k], states))
+            joint_lp = (joint_lp[:, None] + self._log_probs(states, k)[None, :]).flatten()
+        if K == 1:
+            return local, joint_lp
+        ev = self.target.evaluate(states)
+        energy, factor = ev.energy, ev.log_factor
+        digits = torch.stack(torch.meshgrid(*[torch.arange(S)] * K, indexing="ij"), -1).reshape(-1, K)  # (S**K, K)
+        weights = S ** torch.arange(K - 1, -1, -1)
+        rows = torch.arange(S**K)
+        exchange = torch.zeros((S**K, S**K), dtype=torch.float64)
+        for j in range(K - 1):
+            lo, hi = digits[:, j], digits[:, j + 1]
+            swapped = digits.clone()
+            swapped[:, j], swapped[:, j + 1] = hi, lo
+            dest = (swapped * weights).sum(-1)
+            a = acceptance_probability(
+                self._swap_ratio(energy[lo], energy[hi], factor[lo], factor[hi], torch.full((S**K,), j))
+            )
+            exchange.index_put_((rows, dest), a / (K - 1), accumulate=True)
+            exchange.index_put_((rows, rows), (1 - a) / (K - 1), accumulate=True)
+        p = self.options.p_swap
+        return (1 - p) * local + p * exchange, torch.log_softmax(joint_lp, 0)
+
+    def _log_probs(self, states: Tensor, k: int) -> Tensor:
+        """``(S,)`` replica ``k``'s unnormalised log density of every state."""
+        ev = self.kernels[k].target.evaluate(states)
+        return self.kernels[k].log_density(ev.energy, ev.log_factor).double()
+
+
+def joint_index(states: Tensor, target: Target, replicas: int) -> Any:
+    """The row of joint states ``(N, K, L)`` in :meth:`ReplicaMH.replica_matrix`."""
+    index = state_index(target)
+    S = enumerate_states(target).shape[0]
+    weights = S ** torch.arange(replicas - 1, -1, -1)
+    N = states.shape[0]
+    return (index(states.reshape(N * replicas, -1)).reshape(N, replicas) * weights).sum(-1)
