@@ -5,6 +5,7 @@ import torch
 
 from mlm_ppl import MaskedLMDistribution, rundir
 from mlm_ppl.inference import make_kernel, run_chains
+from mlm_ppl.inference.annealing import GeometricAnnealing
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
 
@@ -28,6 +29,27 @@ def test_a_run_resumed_from_a_checkpoint_on_disk_equals_the_whole_run(tiny4, tmp
     assert set(resumed.stats) == set(whole.stats)
     for name, values in whole.stats.items():
         assert torch.allclose(resumed.stats[name].double(), values.double(), rtol=0, atol=0, equal_nan=True), name
+
+
+@pytest.mark.parametrize("kernel", ["mh", "surrogate-mh"])
+def test_a_checkpoint_of_fewer_draws_continues_to_a_raised_cap(tiny4, kernel):
+    """The checkpoint of a finished run of 6 draws (or of one interrupted at 4) continues to 10: the
+    draws of a run of 10. An annealing kernel, whose schedule spans the run, refuses."""
+    k = make_kernel(kernel, MaskedLMDistribution(tiny4, TEMPLATE))
+    whole = run_chains(k, 3, 10, warmup_steps=2, seed=4)
+    cps = []
+    run_chains(k, 3, 6, warmup_steps=2, seed=4, on_checkpoint=cps.append, checkpoint_seconds=0)
+    for cp in (cps[-1], next(cp for cp in cps if cp.step == 6)):
+        raised = run_chains(k, 3, 10, warmup_steps=2, seed=4, resume=cp)
+        assert torch.equal(raised.tokens, whole.tokens)
+        for name, values in whole.stats.items():
+            assert torch.equal(raised.stats[name].double(), values.double()), name
+    schedule = GeometricAnnealing(1, 0.1, 7)
+    annealing = make_kernel("mh", MaskedLMDistribution(tiny4, TEMPLATE), temperature_schedule=schedule)
+    cps.clear()
+    run_chains(annealing, 3, 6, warmup_steps=2, seed=4, on_checkpoint=cps.append, checkpoint_seconds=0)
+    with pytest.raises(ValueError, match="the kernel anneals over the run's steps"):
+        run_chains(annealing, 3, 10, warmup_steps=2, seed=4, resume=cps[-1])
 
 
 def test_a_nested_state_is_read_as_the_class_it_names_or_as_its_annotation(tiny4, tmp_path):

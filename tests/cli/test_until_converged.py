@@ -135,3 +135,33 @@ def test_until_converged_is_part_of_the_record_and_refused_where_it_cannot_work(
     assert main(_args(model_dir, bad, "--draws", "20", "--until-converged", "--anneal", "1:0.1")) == 2
     assert "an annealed run seeks a mode and never converges" in capsys.readouterr().err
     assert not os.path.exists(bad)
+
+
+@pytest.mark.slow
+def test_a_finished_run_goes_on_to_a_raised_cap_with_the_draws_of_a_longer_run(model_dir, tmp_path, capsys):
+    """``--resume DIR --draws N`` with N above the run's cap: the run (finished, not converged)
+    continues to N draws, exactly the draws of a run started with N; both records say N, so a plain
+    resume afterwards only writes the outputs. A lower cap, and a raise of an annealed run, are refused
+    before anything changes."""
+    out, longer = tmp_path / "run", tmp_path / "longer"
+    assert main(_args(model_dir, out, "--draws", "12", "--until-converged")) == 0
+    assert "not converged" in (out / "summary.txt").read_text()
+    assert main(_args(model_dir, longer, "--draws", "30", "--until-converged")) == 0
+    assert main(["sample", "--resume", str(out), "--no-progress", "--draws", "30", "--until-converged"]) == 0
+    assert json.loads((out / "config.json").read_text())["draws"] == 30
+    tokens = [az.from_netcdf(d / "run.nc").posterior["tokens"].values for d in (out, longer)]
+    assert tokens[0].shape[1] == 30
+    np.testing.assert_array_equal(*tokens)
+    assert (out / "samples.txt").read_text() == (longer / "samples.txt").read_text()
+    capsys.readouterr()
+    assert main(["sample", "--resume", str(out), "--no-progress"]) == 0
+    assert "already complete" in capsys.readouterr().err
+    assert main(["sample", "--resume", str(out), "--no-progress", "--draws", "20"]) == 2
+    assert "a run's cap can only be raised (it has 30 draws)" in capsys.readouterr().err
+    annealed = tmp_path / "annealed"
+    assert main(_args(model_dir, annealed, "--draws", "5", "--anneal", "1:0.1")) == 0
+    before = (annealed / "config.json").read_text(), (annealed / "checkpoint.pt").read_bytes()
+    capsys.readouterr()
+    assert main(["sample", "--resume", str(annealed), "--no-progress", "--draws", "10"]) == 2
+    assert "its cap cannot be raised" in capsys.readouterr().err
+    assert ((annealed / "config.json").read_text(), (annealed / "checkpoint.pt").read_bytes()) == before

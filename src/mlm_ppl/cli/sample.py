@@ -128,7 +128,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     smp.add_argument(
         "--overwrite", action="store_true", help="replace an existing mlm-ppl run directory (never another directory)"
     )
-    smp.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
+    smp.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the interrupted run in DIR (with a higher --draws: raise its cap and go on to it)",
+    )
     smp.add_argument(
         "--ray",
         action="store_true",
@@ -284,7 +288,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
                 return _run_batch(batch, args, out)
         run_dir, settings, checkpoint = rundir.resume_run(args.resume)
         with run_dir:
-            _check_resume_flags(args, settings)
+            raise_to = args.draws if args.draws is not None and args.draws != settings.draws else None
+            _check_resume_flags(args, settings if raise_to is None else dataclasses.replace(settings, draws=raise_to))
+            if raise_to is not None:  # a higher cap: the run goes on to it (refused where it cannot)
+                settings = rundir.raise_cap(run_dir, settings, checkpoint, raise_to)
             mlm, _, kernel = campaign.build(settings)
             return _sample(run_dir, settings, checkpoint, mlm, kernel, args, out)
     if has_variable_gap(args.template) or args.length_mode or args.length_prior:

@@ -154,12 +154,14 @@ class Checkpoint:
 
 
 def _check_checkpoint(cp: Checkpoint, C: int, D: int, L: int, W: int, thin: int) -> None:
-    """A ValueError unless ``cp`` can continue this run: shapes, step, draws taken and RNG state agree."""
-    total = W + D * thin
+    """A ValueError unless ``cp`` can continue this run: shapes, step, draws taken and RNG state agree.
+    A checkpoint of the same run with a lower cap (fewer draws; the cap raised since) continues it."""
+    kept = cp.draws.shape[1] if cp.draws.dim() == 3 and 0 < cp.draws.shape[1] < D else D
+    total = W + kept * thin
     if not isinstance(cp.step, int) or not 0 <= cp.step <= total:
         raise ValueError(f"checkpoint is at step {cp.step!r}; this run has steps 0 to {total}")
-    taken = min(D, max(0, (cp.step - W) // thin))
-    shapes = {"draws": (cp.draws, (C, D, L)), "initial": (cp.initial, (C, L))}
+    taken = min(kept, max(0, (cp.step - W) // thin))
+    shapes = {"draws": (cp.draws, (C, kept, L)), "initial": (cp.initial, (C, L))}
     shapes["state tokens"] = (cp.state.tokens, (C, L))
     shapes.update({f"statistic {k}": (v, (C, taken)) for k, v in cp.stats.items()})
     for what, (tensor, shape) in shapes.items():
@@ -216,7 +218,10 @@ def run_chains(
         >= 0; 0: after every step), after the last step, and when the run is interrupted (then
         ``KeyboardInterrupt`` propagates).
     resume : Checkpoint, optional
-        Continue from a checkpoint of the same run: the result equals the uninterrupted run.
+        Continue from a checkpoint of the same run: the result equals the uninterrupted run. A
+        checkpoint of the same run with a lower ``num_samples`` (a cap raised since, e.g. of a run
+        that did not converge) continues it to the new cap, with the draws of an uninterrupted run
+        of that many; not for a kernel that anneals (its schedule spans the run's steps).
     chains : sequence of int, optional
         The indices of these chains in a bigger run (default ``0 .. num_chains-1``): a group of
         chains ``[4, 5]`` run here gives exactly chains 4 and 5 of the whole run.
@@ -248,9 +253,15 @@ def run_chains(
     total = W + D * thin
     if resume is not None:
         _check_checkpoint(resume, C, D, L, W, thin)
+        if resume.draws.shape[1] < D and kernel.annealing() is not None:
+            raise ValueError(
+                f"the checkpoint is of a run of {resume.draws.shape[1]} draws, and the kernel anneals over the "
+                "run's steps: its schedule cannot be stretched; resume with the run's own num_samples"
+            )
         state, step0, initial = resume.state, resume.step, resume.initial
         streams.set_state(resume.streams)
-        draws = resume.draws.clone()
+        draws = torch.zeros((C, D, L), dtype=torch.long)
+        draws[:, : resume.draws.shape[1]] = resume.draws  # all of them, or the first of a run whose cap was raised
         stats: dict[str, list[Tensor]] = {k: list(v.unbind(1)) for k, v in resume.stats.items()}
     else:
         state = kernel.init(initial_tokens(kernel, C, streams, init))

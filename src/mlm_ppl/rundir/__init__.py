@@ -12,6 +12,7 @@ run. See ``docs/reliability.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -48,6 +49,7 @@ __all__ = [
     "RunLockedError",
     "start_run",
     "resume_run",
+    "raise_cap",
     "save_checkpoint",
     "load_checkpoint",
     "group_checkpoints",
@@ -68,7 +70,7 @@ def start_run(directory: str | os.PathLike, settings: RunSettings, *, overwrite:
         raise ValueError("a run directory records its model's files: give settings.with_model_files()")
     run_dir = RunDirectory.create(directory, "sample", overwrite=overwrite, names=OUTPUT_NAMES)
     try:
-        run_dir.write_text(CONFIG, json.dumps({"format": FORMAT, **settings.to_dict()}, indent=1, sort_keys=True))
+        _write_config(run_dir, settings)
     except BaseException:
         run_dir.discard()
         raise
@@ -104,6 +106,38 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
         run_dir.close()
         raise
     return run_dir, settings, checkpoint
+
+
+def raise_cap(run_dir: RunDirectory, settings: RunSettings, checkpoint: Checkpoint | None, draws: int) -> RunSettings:
+    """The settings of the run in the locked ``run_dir`` with its cap raised to ``draws`` (more than
+    it has), recorded in its checkpoint (its draws so far unchanged) and then in ``config.json``;
+    the run then continues to the new cap with the draws of an uninterrupted run of that many
+    (:func:`~mlm_ppl.inference.run_chains`). Refused for an annealed run (its schedule spans the
+    run's steps) and a run on Ray workers."""
+    if not isinstance(draws, int) or draws <= settings.draws:
+        raise ValueError(
+            f"--draws {draws} with --resume: a run's cap can only be raised (it has {settings.draws} draws); "
+            f"give more than {settings.draws}, or leave --draws out"
+        )
+    if settings.anneal is not None:
+        raise ValueError(
+            f"the run anneals over its {settings.total_steps} steps ({settings.anneal}); its cap cannot be raised: "
+            "resume it with its own --draws, or start a new run"
+        )
+    if settings.workers is not None:
+        raise ValueError(
+            "the run's chains ran on Ray workers, whose checkpoints keep their own caps: resume it with its own "
+            "--draws, or start a new run"
+        )
+    raised = dataclasses.replace(settings, draws=draws)
+    if checkpoint is not None:
+        save_checkpoint(run_dir, checkpoint, raised.to_dict())
+    _write_config(run_dir, raised)
+    return raised
+
+
+def _write_config(run_dir: RunDirectory, settings: RunSettings) -> None:
+    run_dir.write_text(CONFIG, json.dumps({"format": FORMAT, **settings.to_dict()}, indent=1, sort_keys=True))
 
 
 def flat_record(record: Mapping[str, Any]) -> dict[str, Any]:
