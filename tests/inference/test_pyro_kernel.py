@@ -129,7 +129,7 @@ def test_models_the_kernel_cannot_run(tiny4):
     with pytest.raises(ValueError, match="'mask-predict' is a decoder from the masked template, not an MCMC kernel"):
         MLMKernel(plated, kernel="mask-predict")
     with pytest.raises(
-        ValueError, match=r"unknown kernel 'zigzag'; choose one of 'mh', 'surrogate-mh', 'pseudo-gibbs'$"
+        ValueError, match=r"unknown kernel 'zigzag'; choose one of 'mh', 'surrogate-mh', 'replica-mh', 'pseudo-gibbs'$"
     ):
         MLMKernel(plated, kernel="zigzag")
     with pytest.raises(TypeError, match="seed must be an int"):

@@ -40,10 +40,11 @@ def test_states_round_trip_and_bad_states_are_refused():
         ChainStreams(0, [-1])
 
 
-@pytest.mark.parametrize("kernel", ["mh", "surrogate-mh", "pseudo-gibbs", "mask-predict"])
+@pytest.mark.parametrize("kernel", ["mh", "surrogate-mh", "replica-mh", "pseudo-gibbs", "mask-predict"])
 def test_a_chain_draws_the_same_beside_any_number_of_chains(tiny4_64, kernel):
     """Chains 0-1 of a 4-chain run are a 2-chain run; chains [2, 3] run on their own are chains 2-3."""
-    k = make_kernel(kernel, MaskedLMDistribution(tiny4_64, TEMPLATE))
+    options = dict(replicas=3, p_swap=0.4) if kernel == "replica-mh" else {}  # exchanges and local steps per chain
+    k = make_kernel(kernel, MaskedLMDistribution(tiny4_64, TEMPLATE), **options)
     four = run_chains(k, 4, 12, warmup_steps=3, thin=2, seed=11)
     two = run_chains(k, 2, 12, warmup_steps=3, thin=2, seed=11)
     last = run_chains(k, 2, 12, warmup_steps=3, thin=2, seed=11, chains=[2, 3])

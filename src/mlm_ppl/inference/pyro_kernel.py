@@ -73,7 +73,7 @@ class MLMKernel(MCMCKernel):
         Several token sites, one under a ``pyro.plate``, or other latent sites are refused with
         the kernel to use instead: ``MLMGibbs(model)`` (token and discrete sites) or
         ``MLMGibbs(NUTS(model))`` (continuous sites).
-    kernel : {"mh", "surrogate-mh", "pseudo-gibbs"}
+    kernel : {"mh", "surrogate-mh", "replica-mh", "pseudo-gibbs"}
         Which kernel moves the tokens; ``**kernel_options`` go to it (``scan``,
         ``block_size``, ``top_k`` ...).
     num_chains : int
