@@ -177,6 +177,7 @@ def test_bad_templates_and_directories(model_dir, tmp_path, capsys):
     assert "not an mlm-ppl run file" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # about 8-9 s: left out of make test-fast, run in CI
 def test_surrogate_mh_from_the_cli_matches_the_exact_energy_distribution(tmp_path, capsys):
     """`--kernel surrogate-mh --surrogate-window 0 --inner-steps 3` on a tiny text model: 8000
     draws follow the enumerated E_norm distribution (225 states; the chains' |lambda_2| is 0.45,

@@ -69,6 +69,7 @@ def _digest(directory):
 
 
 # ---------------------------------------------------------------------- 1. the marker's file names
+@pytest.mark.slow  # about 8-9 s: left out of make test-fast, run in CI
 def test_marker_names_outside_the_directory_are_refused_and_nothing_is_removed(model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(_sample(model_dir, out)) == 0
@@ -235,6 +236,7 @@ def _give_away(path, mode):
     os.chmod(path, mode)
 
 
+@pytest.mark.slow  # about 8-9 s: left out of make test-fast, run in CI
 def test_out_in_a_folder_the_user_cannot_write_is_a_message(unprivileged):
     prefix, base, env = unprivileged
     closed = base / "closed"

@@ -81,6 +81,7 @@ def test_a_worker_killed_more_often_than_ray_restarts_it_stops_with_how_to_resum
     assert (out / "checkpoint-g0.pt").exists() and (out / "config.json").exists()
 
 
+@pytest.mark.slow  # about 8-9 s: left out of make test-fast, run in CI
 def test_a_server_that_answers_the_check_then_falls_silent_fails_in_bounded_time_leaving_nothing(
     model_dir, tmp_path, monkeypatch
 ):
