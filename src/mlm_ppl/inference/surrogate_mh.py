@@ -326,9 +326,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
             reads = o.p_update * self.inner.kernel(self.surrogate.longest).proposal_cost() + o.p_insert + o.p_delete
             per_step = surrogate.positions.numel() + reads
         else:  # with replicas, a local step evaluates each replica's proposal; an exchange, none
-            o = self.options
-            local = o.replicas * (1 - o.p_swap) if o.replicas > 1 else 1.0
-            per_step = surrogate.positions.numel() * local + self.inner.proposal_cost()
+            per_step = surrogate.positions.numel() * self.options.local_steps() + self.inner.proposal_cost()
         return (self.inner_steps * per_step * crop + full) / full
 
     # -- state
@@ -465,12 +463,9 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         inner: ReplicaMH = self.inner
         Q = torch.linalg.matrix_power(inner.replica_matrix()[0], self.inner_steps)
         states = enumerate_states(self.target)
-        K = self.options.replicas
         ev, sur = self.target.evaluate(states), self.surrogate.evaluate(states)
         lp, lp_sur = (self.log_density(e.energy, e.log_factor).double() for e in (ev, sur))
-        hot = torch.zeros(1, dtype=torch.float64)  # the hot replicas' terms, the same in both
-        for k in range(1, K):
-            hot = (hot[:, None] + inner._log_probs(states, k)[None, :]).flatten()
+        hot = inner.hot_log_probs(states)  # the hot replicas' terms, the same in both
         joint = (lp[:, None] + hot[None, :]).flatten()
         joint_sur = (lp_sur[:, None] + hot[None, :]).flatten()
         return self._corrected(Q, joint, joint_sur), torch.log_softmax(joint, 0)

@@ -96,6 +96,11 @@ class TemperingOptions(ProposalOptions):
                 "or anneal without replicas (kernel 'mh' or 'surrogate-mh')"
             )
 
+    def local_steps(self) -> float:
+        """Replica MH steps per step, on average: ``replicas (1 - p_swap)`` (an exchange takes none);
+        1 without replicas. What one step's evaluations and proposal reads scale with."""
+        return self.replicas * (1 - self.p_swap) if self.replicas > 1 else 1.0
+
     def factors(self) -> list[float]:
         """Each replica's temperature factor ``replica_spacing**k``: 1 first (the target's)."""
         return [self.replica_spacing**k for k in range(self.replicas)]
@@ -177,17 +182,11 @@ class ReplicaMH(KernelBase[TemperingOptions]):
 
     def evaluations_per_step(self) -> float:
         """A local step evaluates every replica's proposal; an exchange evaluates nothing."""
-        mh = self.kernels[0]
-        return (
-            (1 - self.options.p_swap if self.options.replicas > 1 else 1.0)
-            * len(self.kernels)
-            * (1 + mh.proposal_cost() / max(1, self.target.num_free))
-        )
+        return self.options.local_steps() * (1 + self.kernels[0].proposal_cost() / max(1, self.target.num_free))
 
     def proposal_cost(self) -> float:
         """Masked copies one step's proposals read per chain, on average, over its replicas."""
-        o = self.options
-        return (1 - o.p_swap if o.replicas > 1 else 1.0) * len(self.kernels) * self.kernels[0].proposal_cost()
+        return self.options.local_steps() * self.kernels[0].proposal_cost()
 
     # -- state
     def init(self, tokens: Tensor) -> ReplicaState:
@@ -296,10 +295,9 @@ class ReplicaMH(KernelBase[TemperingOptions]):
         states = enumerate_states(self.target)
         S, K = states.shape[0], len(self.kernels)
         local = transition_matrix(self.kernels[0], states)
-        joint_lp = self._log_probs(states, 0)
         for k in range(1, K):
             local = torch.kron(local, transition_matrix(self.kernels[k], states))
-            joint_lp = (joint_lp[:, None] + self._log_probs(states, k)[None, :]).flatten()
+        joint_lp = (self._log_probs(states, 0)[:, None] + self.hot_log_probs(states)[None, :]).flatten()
         if K == 1:
             return local, joint_lp
         ev = self.target.evaluate(states)
@@ -320,6 +318,14 @@ class ReplicaMH(KernelBase[TemperingOptions]):
             exchange.index_put_((rows, rows), (1 - a) / (K - 1), accumulate=True)
         p = self.options.p_swap
         return (1 - p) * local + p * exchange, torch.log_softmax(joint_lp, 0)
+
+    def hot_log_probs(self, states: Tensor) -> Tensor:
+        """``(S**(K-1),)`` the hot replicas' joint unnormalised log density over every joint state of
+        replicas 1 .. K-1 (``[0.]`` without them), ordered as :meth:`replica_matrix` orders them."""
+        hot = torch.zeros(1, dtype=torch.float64)
+        for k in range(1, len(self.kernels)):
+            hot = (hot[:, None] + self._log_probs(states, k)[None, :]).flatten()
+        return hot
 
     def _log_probs(self, states: Tensor, k: int) -> Tensor:
         """``(S,)`` replica ``k``'s unnormalised log density of every state."""
