@@ -45,7 +45,7 @@ STOP_EVERY = 10
 """Draws between two convergence checks of an ``until_converged`` run (fixed: where a run stops is
 part of its record, and a resumed run stops where the uninterrupted one would)."""
 
-_ADDED = frozenset({"constraints", "anneal", "until_converged", "length_prior"})
+_ADDED = frozenset({"constraints", "anneal", "until_converged", "length_prior", "starts"})
 """Settings a record written before them lacks (read as their defaults)."""
 
 
@@ -79,7 +79,10 @@ class RunSettings:
     needs every chain's draws in one process). ``length_prior``: the
     ``pi(L)`` of a template with a variable gap ``MASK{a,b}`` (length as text -> weight; None:
     uniform), which only a kernel that moves lengths samples (``capabilities.lengths``: gap-jump,
-    surrogate-MH around its moves; gap-jump samples nothing else). An annealing schedule in the
+    surrogate-MH around its moves; gap-jump samples nothing else). ``starts``: the chains start where
+    the chains of an earlier run of the same model and template are (``{"run": its directory,
+    "sha256": of those states}``, :func:`mlm_ppl.campaign.starts_record`) instead of a fill of the
+    template (``init``); None: a fill. Not with ``workers``. An annealing schedule in the
     kernel's options is refused (a callable cannot be recorded: give ``anneal``). A TypeError or
     ValueError names the setting to fix.
     """
@@ -110,6 +113,7 @@ class RunSettings:
     constraints: dict[str, Any] | None = None
     until_converged: bool = False
     length_prior: dict[str, float] | None = None
+    starts: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         for name in ("model", "template", "dtype", "device"):
@@ -158,6 +162,7 @@ class RunSettings:
                 f"(got {self.draws})"
             )
         self._check_gap()
+        self._check_starts()
         if self.until_converged and self.workers is not None:
             raise ValueError(
                 "until_converged: the convergence check needs every chain's draws in one process; "
@@ -198,6 +203,25 @@ class RunSettings:
             raise ValueError(
                 "a variable gap's run (--length-mode jump) runs in one process for now; drop --ray, or sample "
                 "each length as its own run: --length-mode strata (its runs go to Ray workers)"
+            )
+
+    def _check_starts(self) -> None:
+        """``starts``: the earlier run's directory and the sha256 of its chains' states; one process."""
+        if self.starts is None:
+            return
+        starts = self.starts
+        if not (
+            isinstance(starts, Mapping)
+            and set(starts) == {"run", "sha256"}
+            and isinstance(starts["run"], str)
+            and isinstance(starts["sha256"], str)
+            and re.fullmatch(r"[0-9a-f]{64}", starts["sha256"])
+        ):
+            raise ValueError("starts must hold 'run' (a run directory) and 'sha256' (of its states: 64 hex digits)")
+        object.__setattr__(self, "starts", {"run": starts["run"], "sha256": starts["sha256"]})
+        if self.workers is not None:
+            raise ValueError(
+                "starts: chains started from an earlier run's states run in one process for now; drop --ray"
             )
 
     def length_prior_of(self, gap: GapTemplate) -> LengthPrior:
@@ -256,6 +280,8 @@ class RunSettings:
             out["model_files"] = dict(self.model_files)
         if self.constraints is not None:
             out["constraints"] = json.loads(json.dumps(self.constraints))  # a copy the caller may change
+        if self.starts is not None:
+            out["starts"] = dict(self.starts)
         return out
 
     @classmethod
@@ -312,6 +338,11 @@ class RunSettings:
 
     def for_template(self, template: str) -> RunSettings:
         """The same settings for another template, in one process (a batch's template run)."""
+        if self.starts is not None:
+            raise ValueError(
+                "starts: a batch's runs start from fills of their own templates; start one run from an earlier run "
+                "(--template and --starts-from), or leave starts out"
+            )
         return dataclasses.replace(self, template=template, length=None, workers=None)
 
 

@@ -147,6 +147,25 @@ def test_two_runs_started_at_the_same_instant_leave_one_consistent_run(model_dir
     assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
 
 
+def test_a_run_being_created_at_this_instant_is_named_as_in_use_and_a_stale_start_is_taken(model_dir, tmp_path, capsys):
+    """The instant in which another process holds the new directory's lock and is writing its marker
+    (a temporary file beside the lock): a second run is refused as in use by that process, never as
+    a foreign directory. The same two files left by a process killed then start a run as usual."""
+    from mlm_ppl.rundir.lock import release_lock, take_lock
+
+    out = tmp_path / "run"
+    out.mkdir()
+    fd = take_lock(out)
+    (out / "..mlm-ppl.k3j9x2.tmp").write_text('{"format": ')  # the marker as it is written
+    try:
+        assert main(_sample(model_dir, out)) == 2
+        assert f"is in use by process {os.getpid()}" in _one_line_error(capsys)
+    finally:
+        release_lock(out, fd, remove=False)
+    assert main(_sample(model_dir, out, "--draws", "5")) == 0  # killed before its marker: the directory is free
+    assert json.loads((out / rundir.MARKER).read_text())["kind"] == "sample"
+
+
 def test_links_planted_in_a_run_directory_are_never_written_through(model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(_sample(model_dir, out)) == 0

@@ -29,7 +29,16 @@ from .batch import (
     start_batch,
 )
 from .lengths import LENGTH_MODES, GapPlan, plan_gap, strata, strata_name
-from .run import build, build_kernel, build_target, connect_workers, constraints_of, execute
+from .run import (
+    build,
+    build_kernel,
+    build_target,
+    connect_workers,
+    constraints_of,
+    execute,
+    start_states,
+    starts_record,
+)
 
 __all__ = [
     "LENGTH_MODES",
@@ -49,6 +58,8 @@ __all__ = [
     "build_kernel",
     "connect_workers",
     "execute",
+    "starts_record",
+    "start_states",
     "constraints_of",
     "start_batch",
     "resume_batch",

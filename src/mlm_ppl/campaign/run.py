@@ -3,6 +3,7 @@ builds, and its execution in a run directory (in this process or on Ray workers)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -104,6 +105,48 @@ def connect_workers(settings: RunSettings, *, batch: bool = False) -> None:
     connect(num_cpus=max(groups, os.cpu_count() or 1))
 
 
+def starts_record(settings: RunSettings, directory: str) -> RunSettings:
+    """``settings`` of a new run whose chains start where the chains of the run in ``directory`` are
+    (:func:`~mlm_ppl.rundir.chain_states`), with ``starts`` recorded: that run's directory and the
+    sha256 of its states. Checked before any work: the earlier run must be of the same model (its
+    files too), template or length, and number of chains; a ValueError says what differs."""
+    tokens, earlier = rundir.chain_states(directory)
+    differ = [
+        f"{name} ({getattr(settings, name)!r} here, {getattr(earlier, name)!r} there)"
+        for name in ("model", "template", "length")
+        if getattr(settings, name) != getattr(earlier, name)
+    ]
+    if settings.model_files is not None and earlier.model_files not in (None, settings.model_files):
+        differ.append("model_files (the model's files changed since that run)")
+    if differ:
+        raise ValueError(
+            f"starts: the run in {directory!r} is not of this model and template: {', '.join(differ)}; "
+            "start from a run of the same model and template"
+        )
+    if tokens.shape[0] != settings.chains:
+        raise ValueError(
+            f"starts: the run in {directory!r} has {tokens.shape[0]} chains and this run {settings.chains}; "
+            f"give --chains {tokens.shape[0]}"
+        )
+    return dataclasses.replace(settings, starts={"run": str(directory), "sha256": rundir.states_digest(tokens)})
+
+
+def start_states(settings: RunSettings) -> Any:
+    """What a new run's chains start from: ``settings.init`` (a fill of the template), or with
+    ``settings.starts`` the states of the earlier run it names, which must still be those it
+    recorded (their sha256)."""
+    if settings.starts is None:
+        return settings.init
+    directory = settings.starts["run"]
+    tokens, _ = rundir.chain_states(directory)
+    if rundir.states_digest(tokens) != settings.starts["sha256"]:
+        raise ValueError(
+            f"starts: the chains of the run in {directory!r} are no longer where this run was to start from "
+            "(that run went on, or its directory was replaced); start a new run from it"
+        )
+    return tokens
+
+
 def build_kernel(settings: RunSettings) -> KernelBase:
     """The kernel of a run (what each Ray worker builds for itself)."""
     return build(settings)[2]
@@ -123,8 +166,8 @@ def execute(
     on Ray workers when ``settings.workers`` is set) and write the outputs: ``(run, summary,
     paths written)``.
 
-    A failure before the first checkpoint removes what the run wrote; Ctrl-C propagates after
-    the checkpoint is saved.
+    A new run starts from :func:`start_states`. A failure before the first checkpoint removes what
+    the run wrote; Ctrl-C propagates after the checkpoint is saved.
     """
     record = settings.to_dict()
     options: dict[str, Any] = dict(
@@ -136,6 +179,8 @@ def execute(
         checkpoint_seconds=checkpoint_seconds,
     )
     try:
+        if checkpoint is None:  # a new run (or one stopped before its first checkpoint): its starts
+            options["init"] = start_states(settings)
         if settings.workers is not None:
             groups = len(split_chains(settings.chains, settings.workers))
             result = run_chains_ray(

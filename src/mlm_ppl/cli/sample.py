@@ -28,7 +28,7 @@ from ._common import add_model_args, exists_message, split_lines
 _DEFAULTS = {
     f.name: f.default
     for f in dataclasses.fields(RunSettings)
-    if f.name not in ("kernel_options", "model_files", "constraints", "length_prior")
+    if f.name not in ("kernel_options", "model_files", "constraints", "length_prior", "starts")
 }
 _SETTINGS = tuple(_DEFAULTS)
 
@@ -127,6 +127,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     smp.add_argument("--out", help="run directory to create")
     smp.add_argument(
         "--overwrite", action="store_true", help="replace an existing mlm-ppl run directory (never another directory)"
+    )
+    smp.add_argument(
+        "--starts-from",
+        metavar="RUN",
+        help="start each chain where the same chain of the earlier run in RUN is (its checkpoint, finished or not): "
+        "a new run that goes on from that run's warm-up, e.g. with another kernel; same model, template and "
+        "--chains; recorded with the run",
     )
     smp.add_argument(
         "--resume",
@@ -282,6 +289,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             raise ValueError("--out and --resume name different directories; give only --resume DIR")
         if args.templates:
             raise ValueError("--resume continues a batch with its own templates; give only --resume DIR")
+        if args.starts_from:
+            raise ValueError(
+                "--resume continues a run from its own checkpoint; --starts-from starts a new run (give --out)"
+            )
         if rundir.kind_of(args.resume) == "batch":
             with campaign.resume_batch(args.resume) as batch:
                 _check_resume_flags(args, batch.settings)
@@ -306,6 +317,10 @@ def _start_run(args: argparse.Namespace, out: TextIO, extra: dict[str, Any] | No
     from .. import rundir
 
     settings = config_from_flags(args, extra=extra)
+    if args.starts_from:
+        if args.init is not None:
+            raise ValueError("--init fills the template; --starts-from starts from an earlier run's states: give one")
+        settings = campaign.starts_record(settings, args.starts_from)  # before the model loads
     try:
         RunDirectory.check_new(
             args.out, "sample", overwrite=args.overwrite, names=rundir.OUTPUT_NAMES
@@ -372,6 +387,11 @@ def _start_batch(
     """A new batch: every template and setting checked, then one run per template."""
     from .. import rundir
 
+    if args.starts_from:
+        raise ValueError(
+            "--starts-from starts one run from an earlier run's states; a batch (--templates, --length-mode strata) "
+            "starts each template's run from its own fills"
+        )
     settings = config_from_flags(args, template=templates[0][1])
     try:
         names = [name for name, _ in templates]  # each template's folder: absent, or the old batch's

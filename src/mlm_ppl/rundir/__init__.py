@@ -13,11 +13,15 @@ run. See ``docs/reliability.md``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import torch
+from torch import Tensor
 
 from ..inference.runner import Checkpoint
 from ..settings import RunSettings
@@ -50,6 +54,8 @@ __all__ = [
     "start_run",
     "resume_run",
     "raise_cap",
+    "chain_states",
+    "states_digest",
     "save_checkpoint",
     "load_checkpoint",
     "group_checkpoints",
@@ -134,6 +140,37 @@ def raise_cap(run_dir: RunDirectory, settings: RunSettings, checkpoint: Checkpoi
         save_checkpoint(run_dir, checkpoint, raised.to_dict())
     _write_config(run_dir, raised)
     return raised
+
+
+def chain_states(directory: str | os.PathLike) -> tuple[Tensor, RunSettings]:
+    """Where the chains of the sampling run in ``directory`` are, ``(C, L)`` tokens, and its settings.
+
+    Read from its checkpoint (``checkpoint.pt``: the state after its last step, finished or not; a
+    run still going may be read), whose record must agree with ``config.json`` as on resume. A
+    ValueError says what is missing: a directory that is not a sampling run, a run without a
+    checkpoint yet, a run on Ray workers (one checkpoint per group of chains)."""
+    path = Path(directory)
+    if kind_of(path) != "sample":
+        raise ValueError(f"{str(path)!r} is not an mlm-ppl sampling run directory (no run started there)")
+    config = _read_config(path)
+    checkpoint, recorded = read_checkpoint(path / CHECKPOINT)
+    if checkpoint is None:
+        groups = [name for name in checkpoint_files(path) if name != CHECKPOINT]
+        why = "its chains ran on Ray workers, one checkpoint per group" if groups else "it has no checkpoint yet"
+        raise ValueError(f"the run in {str(path)!r} has no {CHECKPOINT} to start from ({why})")
+    detail = differences(RunSettings.completed(config), RunSettings.completed(recorded or {}), CONFIG, CHECKPOINT)
+    if detail:
+        raise ValueError(f"{path / CONFIG} differs from the settings its checkpoint was made with: {detail}")
+    return checkpoint.state.tokens.clone(), RunSettings.from_dict(config, str(path / CONFIG))
+
+
+def states_digest(tokens: Tensor) -> str:
+    """The sha256 of chain states ``(C, L)`` (their shape and token ids): what a run started from
+    them records (``RunSettings.starts``)."""
+    ids = tokens.detach().to("cpu", torch.int64).contiguous()
+    digest = hashlib.sha256(repr(tuple(ids.shape)).encode())
+    digest.update(ids.numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _write_config(run_dir: RunDirectory, settings: RunSettings) -> None:

@@ -9,13 +9,14 @@ removed.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-from .._files import write_text_atomic
+from .._files import temp_pattern, write_text_atomic
 from .lock import LOCK, check_lock
 
 __all__ = [
@@ -118,12 +119,14 @@ def has_marker(path: Path) -> bool:
 
 def owned(path: Path, kind: str, overwrite: bool) -> dict[str, Any] | None:
     """Whether a new run of ``kind`` may start in ``path``: None if it is absent or empty (but for
-    a lock file an mlm-ppl process left), the old run's marker if ``overwrite`` may replace it;
-    RunExistsError otherwise."""
+    a lock file an mlm-ppl process left, and the temporary file of a marker being written: another
+    process creating a run there at this instant, which the lock then refuses, naming it), the old
+    run's marker if ``overwrite`` may replace it; RunExistsError otherwise."""
     if not path.is_dir():
         return None
     marker = None
-    if any(p.name != LOCK for p in path.iterdir()):
+    names = [p.name for p in path.iterdir()]  # one listing: what a process starting there may have made
+    if any(name != LOCK and not fnmatch.fnmatchcase(name, temp_pattern(MARKER)) for name in names):
         marker = read_marker(path, kind)
         if marker is None:
             raise RunExistsError(
