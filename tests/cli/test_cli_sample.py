@@ -48,7 +48,7 @@ def _tokens(directory):
     return az.from_netcdf(os.path.join(directory, "run.nc")).posterior["tokens"].values
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_killed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys, sig):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(_args(model_dir, whole)) == 0

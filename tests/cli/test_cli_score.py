@@ -70,6 +70,7 @@ def test_bad_flag_values_are_rejected_by_argparse(model_dir):
     assert info.value.code == 2
 
 
+@pytest.mark.slow
 def test_console_script_shows_progress_on_stderr(model_dir, tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("\n".join(["ACDEFG"] * 20) + "\n")

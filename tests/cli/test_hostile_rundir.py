@@ -249,6 +249,7 @@ def test_out_in_a_folder_the_user_cannot_write_is_a_message(unprivileged):
         assert os.listdir(closed) == []
 
 
+@pytest.mark.slow
 def test_resume_of_a_run_the_user_cannot_write_is_a_message(unprivileged):
     prefix, base, env = unprivileged
     out = base / "run"
@@ -266,6 +267,7 @@ def test_resume_of_a_run_the_user_cannot_write_is_a_message(unprivileged):
         assert _digest(out) == before
 
 
+@pytest.mark.slow
 def test_diagnose_of_an_unreadable_run_is_a_message(unprivileged):
     prefix, base, env = unprivileged
     out = base / "unreadable"

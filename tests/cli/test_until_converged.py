@@ -93,6 +93,7 @@ def _args(model_dir, out, *extra):
     ]
 
 
+@pytest.mark.slow
 def test_until_converged_ends_a_run_whose_summary_says_converged(model_dir, tmp_path, capsys):
     """These chains converge (R-hat <= 1.01, ESS >= 200) long before 2000 draws: the run
     stops at the first multiple of 10 draws where the summary says so, its draws are the first draws

@@ -97,6 +97,7 @@ def test_antiberty_without_the_package_says_what_to_install(monkeypatch):
         load_mlm("antiberty")
 
 
+@pytest.mark.slow
 def test_import_has_no_side_effects():
     code = textwrap.dedent(
         """
