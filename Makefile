@@ -27,7 +27,7 @@ CDRH3_TEMPLATE := EVQLLESGGGLVQPGGSLRLSCAASGFTFSSYAMSWVRQAPGKGLEWVSAISGSGGSTYYAD
 MAIN_JOB := --model antiberty --template '$(CDRH3_TEMPLATE)' --kernel surrogate-mh --surrogate-dtype bfloat16 \
 	--surrogate-frame frozen --inner-steps 26 --p-unmask 0.5 --energy norm --seed 0
 
-# about 5 minutes on 2 cores (16 draws at about 17 s per step of the 4 chains); not converged, and its summary says so
+# 5 to 7 minutes on 2 cores (16 draws at 16 to 24 s per step of the 4 chains); not converged, and its summary says so
 demo: venv
 	$(VENV)/bin/mlm-ppl sample $(MAIN_JOB) --chains 4 --draws 16 --out runs/cdrh3 --overwrite
 
