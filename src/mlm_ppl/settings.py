@@ -45,6 +45,9 @@ STOP_EVERY = 10
 """Draws between two convergence checks of an ``until_converged`` run (fixed: where a run stops is
 part of its record, and a resumed run stops where the uninterrupted one would)."""
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+"""A sha256 as the record keeps it: 64 lowercase hex digits (a model file's, an earlier run's states')."""
+
 _ADDED = frozenset({"constraints", "anneal", "until_converged", "length_prior", "starts"})
 """Settings a record written before them lacks (read as their defaults)."""
 
@@ -134,7 +137,7 @@ class RunSettings:
         if self.model_files is not None:
             files = self.model_files
             if not isinstance(files, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for k, v in files.items()
+                isinstance(k, str) and isinstance(v, str) and _SHA256.fullmatch(v) for k, v in files.items()
             ):
                 raise TypeError("model_files must map each file name of the model to its sha256 (64 hex digits)")
             object.__setattr__(self, "model_files", dict(files))
@@ -215,7 +218,7 @@ class RunSettings:
             and set(starts) == {"run", "sha256"}
             and isinstance(starts["run"], str)
             and isinstance(starts["sha256"], str)
-            and re.fullmatch(r"[0-9a-f]{64}", starts["sha256"])
+            and _SHA256.fullmatch(starts["sha256"])
         ):
             raise ValueError("starts must hold 'run' (a run directory) and 'sha256' (of its states: 64 hex digits)")
         object.__setattr__(self, "starts", {"run": starts["run"], "sha256": starts["sha256"]})

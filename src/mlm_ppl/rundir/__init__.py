@@ -97,16 +97,9 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
         config = _read_config(run_dir.path)
         checkpoint = None
         for name in checkpoint_files(run_dir.path):
-            cp, recorded = read_checkpoint(run_dir.path / name)
+            cp = _read_agreeing_checkpoint(run_dir.path, config, name)
             if name == CHECKPOINT:
                 checkpoint = cp
-            # an old run resumed once has checkpoints in today's form beside its old config.json
-            detail = differences(RunSettings.completed(config), RunSettings.completed(recorded or {}), CONFIG, name)
-            if detail:
-                raise ValueError(
-                    f"{run_dir.path / CONFIG} differs from the settings the run's checkpoint was made with: "
-                    f"{detail}; restore {CONFIG}, or start a new run with the new settings"
-                )
         settings = RunSettings.from_dict(config, str(run_dir.path / CONFIG))
     except BaseException:
         run_dir.close()
@@ -153,15 +146,26 @@ def chain_states(directory: str | os.PathLike) -> tuple[Tensor, RunSettings]:
     if kind_of(path) != "sample":
         raise ValueError(f"{str(path)!r} is not an mlm-ppl sampling run directory (no run started there)")
     config = _read_config(path)
-    checkpoint, recorded = read_checkpoint(path / CHECKPOINT)
+    checkpoint = _read_agreeing_checkpoint(path, config, CHECKPOINT)
     if checkpoint is None:
         groups = [name for name in checkpoint_files(path) if name != CHECKPOINT]
         why = "its chains ran on Ray workers, one checkpoint per group" if groups else "it has no checkpoint yet"
         raise ValueError(f"the run in {str(path)!r} has no {CHECKPOINT} to start from ({why})")
-    detail = differences(RunSettings.completed(config), RunSettings.completed(recorded or {}), CONFIG, CHECKPOINT)
-    if detail:
-        raise ValueError(f"{path / CONFIG} differs from the settings its checkpoint was made with: {detail}")
     return checkpoint.state.tokens.clone(), RunSettings.from_dict(config, str(path / CONFIG))
+
+
+def _read_agreeing_checkpoint(path: Path, config: Mapping[str, Any], name: str) -> Checkpoint | None:
+    """The checkpoint ``name`` in ``path`` (None if there is none), whose recorded settings must be
+    ``config``'s (``config.json`` as read): a ValueError names every setting that differs."""
+    checkpoint, recorded = read_checkpoint(path / name)
+    # an old run resumed once has checkpoints in today's form beside its old config.json
+    detail = differences(RunSettings.completed(config), RunSettings.completed(recorded or {}), CONFIG, name)
+    if detail:
+        raise ValueError(
+            f"{path / CONFIG} differs from the settings the run's checkpoint was made with: "
+            f"{detail}; restore {CONFIG}, or start a new run with the new settings"
+        )
+    return checkpoint
 
 
 def states_digest(tokens: Tensor) -> str:
