@@ -14,7 +14,9 @@ stationarity, not the way there. Two parts:
   state), exact evaluations per hour, outer acceptance, bulk ESS (ArviZ) and R-hat of ``lp`` and of
   the Hamming distance to the true CDR-H3 over all chains, effective draws per exact evaluation of
   each, the hours to ESS 400 at that rate (the slower of the two), and the rate as a share of the
-  bound (about 0.78 effective draws per exact evaluation: docs/performance.md, "The bound").
+  bound (about 0.78 effective draws per exact evaluation: docs/performance.md, "The bound"); and how
+  far the chains' loops have moved from their starts (mean Hamming distance) after 2, 5, 10, 20 and
+  40 minutes, a measure of mixing less noisy than ESS over a few tens of steps.
 * ``fidelity``: for each surrogate, ``E - E~`` over ``--draws`` of the run's draws (the second
   half, pooled, evenly spaced): its standard deviation ``s``, the outer acceptance an inner chain
   mixed under the surrogate would give, ``2 Phi(-s / sqrt 2)``, and that acceptance's bound on
@@ -47,6 +49,7 @@ from bench_sampling import Counter, cdrh3_task, ess
 
 from mlm_ppl.inference import ChainStreams, MetropolisHastings, SurrogateMH
 
+MARKS = (2, 5, 10, 20, 40)  # minutes at which the report gives how far the chains have moved from their starts
 BOUND = 0.78  # effective draws per exact evaluation of an independence sampler with acceptance 0.88
 SURROGATE = dict(surrogate_dtype="bfloat16")
 VARIANTS = {
@@ -55,6 +58,8 @@ VARIANTS = {
     "frozen-208": dict(SURROGATE, surrogate_frame="frozen", inner_steps=208),
     "main": dict(SURROGATE, surrogate_frame="frozen", inner_steps=26, p_unmask=0.5),  # the main job now
     "main-52": dict(SURROGATE, surrogate_frame="frozen", inner_steps=52, p_unmask=0.5),
+    "main-104": dict(SURROGATE, surrogate_frame="frozen", inner_steps=104, p_unmask=0.5),
+    "single-416": dict(SURROGATE, surrogate_frame="frozen", inner_steps=416),  # single sites only
     # the main job's inner chain as 4 replicas of the surrogate at temperatures 1, 1.25, 1.56, 1.95
     "replicas-4": dict(
         SURROGATE, surrogate_frame="frozen", inner_steps=26, p_unmask=0.5, replicas=4, replica_spacing=1.25, p_swap=0.3
@@ -95,12 +100,14 @@ def mixing(args, log_dir):
                 state, info = kernel.step(state, streams)
                 step += 1
                 hamming = (state.tokens[:, free] != reference[free]).sum(-1)
+                moved = (state.tokens[:, free] != start[:, free].to(state.tokens.device)).sum(-1)
                 line = dict(
                     step=step,
                     seconds=time.perf_counter() - t0,
                     evaluations=exact.rows / copies_per_evaluation,
                     lp=info.lp.tolist(),
                     hamming=hamming.tolist(),
+                    moved=moved.tolist(),
                     accepted=info.is_accepted.float().tolist(),
                 )
                 log.write(json.dumps(line) + "\n")
@@ -122,6 +129,12 @@ def summarise(name, lines):
         out[f"ess_{what}"] = e
         out[f"ess_per_evaluation_{what}"] = e / evaluations
         out[f"rhat_{what}"] = _rhat(draws)
+    if "moved" in last:  # mean Hamming distance of the chains' loops from their starts, at wall-clock marks
+        out["moved_at_minutes"] = {
+            m: float(np.mean(max((line for line in lines if line["seconds"] <= 60 * m), key=lambda x: x["step"])["moved"]))
+            for m in MARKS
+            if lines[0]["seconds"] <= 60 * m <= last["seconds"]
+        }
     rate = min(out["ess_per_evaluation_lp"], out["ess_per_evaluation_hamming"])
     out["hours_to_ess_400"] = 400 / (rate * out["evaluations_per_hour"]) if rate > 0 else math.inf
     out["share_of_bound_lp"] = out["ess_per_evaluation_lp"] / BOUND
@@ -158,6 +171,13 @@ def report(log_dir, json_path=None):
             f"{r['ess_per_evaluation_hamming']:.3f} | {r['rhat_hamming']:.3f} | {r['hours_to_ess_400']:.2f} | "
             f"{r['share_of_bound_lp']:.2f} |"
         )
+    moved = [r for r in rows if r.get("moved_at_minutes")]
+    if moved:
+        print("\n| variant | " + " | ".join(f"moved after {m} min" for m in MARKS) + " |")
+        print("|---|" + "---:|" * len(MARKS))
+        for r in moved:
+            at = r["moved_at_minutes"]
+            print(f"| {r['variant']} | " + " | ".join(f"{at[m]:.1f}" if m in at else "" for m in MARKS) + " |")
     if json_path:
         with open(json_path, "w") as f:
             json.dump(rows, f, indent=1)
