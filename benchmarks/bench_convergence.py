@@ -131,7 +131,7 @@ def summarise(name, lines):
         out[f"rhat_{what}"] = _rhat(draws)
     if "moved" in last:  # mean Hamming distance of the chains' loops from their starts, at wall-clock marks
         out["moved_at_minutes"] = {
-            m: float(np.mean(max((line for line in lines if line["seconds"] <= 60 * m), key=lambda x: x["step"])["moved"]))
+            m: float(np.mean([line for line in lines if line["seconds"] <= 60 * m][-1]["moved"]))
             for m in MARKS
             if lines[0]["seconds"] <= 60 * m <= last["seconds"]
         }
