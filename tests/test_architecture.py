@@ -11,12 +11,13 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mlm_ppl"
 
 # What each part of the package may import (besides itself). models/ describes targets,
 # inference/ moves states, diagnostics/evaluation/rundir present results (campaign asks diagnostics
-# whether a run has converged, --until-converged), designs picks from finished runs, cli/ maps flags.
+# whether a run has converged, --until-converged), designs picks from finished runs, jobs/ is the
+# front door (what a job is, and running it), cli/ maps flags.
 ALLOWED = {
     "_checks": set(),
     "_files": set(),
     "data": set(),
-    "models": {"_checks"},
+    "models": {"_checks", "_files"},
     "inference": {"_checks", "models"},
     "testing": {"_checks", "models"},
     "settings": {"_checks", "models", "inference"},
@@ -25,7 +26,9 @@ ALLOWED = {
     "campaign": {"_checks", "models", "inference", "settings", "diagnostics", "rundir"},
     "evaluation": {"_checks", "_files", "data", "models", "inference", "diagnostics", "rundir"},
     "designs": {"_checks", "models", "settings", "diagnostics", "rundir", "campaign"},
+    "jobs": {"_checks", "_files", "models", "inference", "settings", "diagnostics", "rundir", "campaign", "designs"},
     "cli": {
+        "jobs",
         "_checks",
         "_files",
         "data",

@@ -25,8 +25,8 @@ def test_the_record_round_trips_through_its_json_form():
     [
         ({}, ValueError, "give a template .* or a length"),
         ({"template": "A[MASK]", "length": 3}, ValueError, "not both"),
-        ({"template": "A[MASK]", "chains": 0}, ValueError, "chains must be an integer >= 1, got 0"),
-        ({"template": "A[MASK]", "draws": 2.5}, TypeError, "draws must be an integer, got float 2.5"),
+        ({"template": "A[MASK]", "num_chains": 0}, ValueError, "num_chains must be an integer >= 1, got 0"),
+        ({"template": "A[MASK]", "num_samples": 2.5}, TypeError, "num_samples must be an integer, got float 2.5"),
         ({"template": "A[MASK]", "temperature": "hot"}, TypeError, "temperature must be a number"),
         ({"template": "A[MASK]", "kernel": "nuts"}, ValueError, "unknown kernel 'nuts'"),
         (
@@ -42,7 +42,7 @@ def test_the_record_round_trips_through_its_json_form():
             ValueError,
             r"an annealed run seeks a mode and never converges.*drop until_converged \(--until-converged\) or anneal",
         ),
-        ({"template": "A[MASK]", "until_converged": True, "draws": 10}, ValueError, "give draws > 10 \\(got 10\\)"),
+        ({"template": "A[MASK]", "until_converged": True, "num_samples": 10}, ValueError, "give num_samples > 10 \\(got 10\\)"),
         (
             {"template": "A[MASK]", "until_converged": True, "workers": 2},
             ValueError,
@@ -77,7 +77,7 @@ def test_one_flag_per_kernel_option_across_kernels():
 
 
 def test_anneal_is_a_recorded_setting_whose_schedule_spans_the_run():
-    s = RunSettings(template="A[MASK]C", anneal="1.0:0.050", warmup=10, draws=20, thin=2)
+    s = RunSettings(template="A[MASK]C", anneal="1.0:0.050", warmup_steps=10, num_samples=20, thin=2)
     assert s.anneal == "1:0.05" and RunSettings.from_dict(s.to_dict()) == s  # one canonical form
     assert s.schedule() == GeometricAnnealing(1.0, 0.05, 49)  # the last of the 50 steps runs at TO
     assert s.kernel_arguments()["temperature_schedule"] == s.schedule()

@@ -13,8 +13,8 @@ from .inference import (
     Run,
     SurrogateMH,
     run_chains,
-    sample,
 )
+from .jobs import BatchRun, JobSpec, SampledRun, load_run, resume, run_job, sample
 from .models import (
     ENERGIES,
     PAIR_METHODS,
@@ -34,7 +34,7 @@ from .models import (
     pair_conditionals,
 )
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     # loading and the model wrapper
@@ -45,6 +45,12 @@ __all__ = [
     # the distribution and sampling
     "MaskedLMDistribution",
     "sample",
+    "resume",
+    "load_run",
+    "run_job",
+    "JobSpec",
+    "SampledRun",
+    "BatchRun",
     "run_chains",
     "Run",
     "MetropolisHastings",

@@ -12,12 +12,21 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "write_bytes_atomic", "write_text_atomic", "save_figure", "temp_pattern"]
+__all__ = [
+    "atomic_path",
+    "write_bytes_atomic",
+    "write_text_atomic",
+    "save_figure",
+    "temp_pattern",
+    "read_toml",
+    "split_lines",
+]
 
 
 def _process_umask() -> int:
@@ -85,3 +94,53 @@ def save_figure(fig: Any, path: str | os.PathLike, **savefig_kwargs: Any) -> str
     fig.savefig(buffer, format="png", **savefig_kwargs)
     write_bytes_atomic(path, buffer.getvalue())
     return str(path)
+
+
+def read_toml(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """The TOML file ``path`` as a dict; a file that cannot be read, is not UTF-8 or is not TOML is a
+    one-line ValueError naming the file and saying what it should hold (``what``: "constraint spec")."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read the {what}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save the {what} as UTF-8") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML: {err}") from None
+
+
+def split_lines(source: str, what: str) -> list[str]:
+    """The lines of a UTF-8 file (or stdin for ``-``), split at ``\\n`` only, ``\\r\\n`` as
+    ``\\n``; a clear error for a missing file, a directory, another encoding, or a ``\\r``
+    inside a line (the lines become rows of tab-separated output, and many readers of that take
+    a lone ``\\r`` for a line break). ``what`` says what the file should hold."""
+    name = "stdin" if source == "-" else f"input file {source!r}"
+    try:
+        if source == "-":  # the bytes, so that no reader's newline translation turns a \r into a line break
+            stdin = getattr(sys.stdin, "buffer", None)
+            text = stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()
+        else:
+            with open(source, encoding="utf-8", newline="") as fh:
+                text = fh.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"input file {source!r} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"input {source!r} is a directory; give a file with {what}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{name} is not UTF-8 text: {err}") from None
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines and lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
+    for i, line in enumerate(lines, 1):
+        if "\r" in line:
+            raise ValueError(
+                f"{name}, line {i} holds a carriage return (\\r) inside it, which readers of the tab-separated "
+                "output take for a line break; remove it (lines end at \\n; a \\r\\n ending is fine)"
+            )
+    return lines

@@ -51,10 +51,14 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _ADDED = frozenset({"constraints", "anneal", "until_converged", "length_prior", "starts"})
 """Settings a record written before them lacks (read as their defaults)."""
 
+RENAMED = {"chains": "num_chains", "draws": "num_samples", "warmup": "warmup_steps"}
+"""Settings a record written before 0.4 names by their short names: read under Pyro's names."""
 
-def _flag(default: Any, help: str, metavar: str | None = None) -> Any:
-    """A setting the command line has as a flag of its own (``--name``), with its help."""
-    return dataclasses.field(default=default, metadata={"help": help, "metavar": metavar})
+
+def _flag(default: Any, help: str, metavar: str | None = None, aliases: tuple[str, ...] = ()) -> Any:
+    """A setting the command line has as a flag of its own (``--name``, and the short ``aliases``
+    kept from before the names were Pyro's), with its help."""
+    return dataclasses.field(default=default, metadata={"help": help, "metavar": metavar, "aliases": aliases})
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class RunSettings:
     anneals; its options say which terms (:func:`~mlm_ppl.inference.annealing.options_terms`).
     ``until_converged``: end the run at the first multiple of :data:`STOP_EVERY` draws whose
     summary says every chain converged (:func:`~mlm_ppl.diagnostics.stop_when_converged`);
-    ``draws`` is then the most it takes. Not
+    ``num_samples`` is then the most it takes. Not
     with ``anneal`` (an annealed run's verdict is never converged) nor ``workers`` (the rule
     needs every chain's draws in one process). ``length_prior``: the
     ``pi(L)`` of a template with a variable gap ``MASK{a,b}`` (length as text -> weight; None:
@@ -97,15 +101,15 @@ class RunSettings:
     kernel_options: Any = None
     energy: str = _flag("norm", "E_norm (negative pseudo-log-likelihood) or E_raw (negative sum of logits)")
     temperature: float = _flag(1.0, "target temperature T")
-    chains: int = _flag(4, "chains, advanced together")
-    draws: int = _flag(100, "draws kept per chain")
-    warmup: int = _flag(0, "steps discarded before the first draw")
+    num_chains: int = _flag(4, "chains, advanced together", aliases=("--chains",))
+    num_samples: int = _flag(100, "draws kept per chain", aliases=("--draws",))
+    warmup_steps: int = _flag(0, "steps discarded before the first draw", aliases=("--warmup",))
     thin: int = _flag(1, "keep every k-th step")
     seed: int = _flag(0, "seed of every chain's random stream")
     init: str = _flag("sample", "how the masks are first filled")
     anneal: str | None = _flag(
         None,
-        "anneal tau geometrically from FROM at the first step to TO at the last (warmup + draws x thin "
+        "anneal tau geometrically from FROM at the first step to TO at the last (warmup_steps + num_samples x thin "
         "steps), e.g. 1:0.05; a mode seeker, its draws are not samples of the target (kernels that anneal)",
         metavar="FROM:TO",
     )
@@ -128,7 +132,7 @@ class RunSettings:
         check_choice(self.energy, "energy", ENERGIES)
         check_choice(self.init, "init", INITS)
         object.__setattr__(self, "temperature", check_temperature(self.temperature, "temperature"))
-        for name, minimum in (("chains", 1), ("draws", 1), ("warmup", 0), ("thin", 1)):
+        for name, minimum in (("num_chains", 1), ("num_samples", 1), ("warmup_steps", 0), ("thin", 1)):
             check_count(getattr(self, name), name, minimum)
         for name in ("length", "workers"):
             if getattr(self, name) is not None:
@@ -159,10 +163,10 @@ class RunSettings:
                 "until_converged: an annealed run seeks a mode and never converges to its target; "
                 "drop until_converged (--until-converged) or anneal (--anneal)"
             )
-        if self.until_converged and self.draws <= STOP_EVERY:
+        if self.until_converged and self.num_samples <= STOP_EVERY:
             raise ValueError(
-                f"until_converged asks every {STOP_EVERY} draws, before the last: give draws > {STOP_EVERY} "
-                f"(got {self.draws})"
+                f"until_converged asks every {STOP_EVERY} draws, before the last: give num_samples > {STOP_EVERY} "
+                f"(got {self.num_samples})"
             )
         self._check_gap()
         self._check_starts()
@@ -253,8 +257,8 @@ class RunSettings:
 
     @property
     def total_steps(self) -> int:
-        """Warm-up and kept steps: ``warmup + draws * thin``."""
-        return self.warmup + self.draws * self.thin
+        """Warm-up and kept steps: ``warmup_steps + num_samples * thin``."""
+        return self.warmup_steps + self.num_samples * self.thin
 
     def schedule(self) -> GeometricAnnealing | None:
         """The kernel's annealing schedule of ``anneal``: tau from FROM at the first step
@@ -295,7 +299,7 @@ class RunSettings:
         (without a schedule it annealed nothing). What
         :meth:`from_dict` reads, and what a resume compares (an old run resumed once has
         checkpoints in today's form beside its old ``config.json``)."""
-        out = dict(values)
+        out = _renamed(values)
         options = out.get("kernel_options")
         if "anneal" not in out and isinstance(options, Mapping) and options_terms(options) != "all":
             out["kernel_options"] = options = {**options, TERMS_OPTION: "all"}
@@ -315,6 +319,7 @@ class RunSettings:
         take their defaults, which are what runs did before them (:meth:`completed`)."""
         if not isinstance(values, Mapping):
             raise ValueError(f"{what}: not a mapping of settings")
+        values = _renamed(values)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown, missing = sorted(set(values) - known), sorted(known - set(values) - _ADDED)
         parts = [f"{word} {', '.join(names)}" for word, names in (("unknown", unknown), ("missing", missing)) if names]
@@ -347,6 +352,12 @@ class RunSettings:
                 "(--template and --starts-from), or leave starts out"
             )
         return dataclasses.replace(self, template=template, length=None, workers=None)
+
+
+def _renamed(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A record with the short names of :data:`RENAMED` under Pyro's (a record holding both keeps
+    both, and is refused as having an unknown setting)."""
+    return {k if RENAMED.get(k, k) in values else RENAMED.get(k, k): v for k, v in values.items()}
 
 
 def _canonical_spec(value: Any) -> dict[str, Any] | None:

@@ -148,15 +148,15 @@ def test_a_batchs_summary_says_it_annealed(model_dir, tmp_path, capsys):
 @pytest.mark.parametrize(
     "flags, match",
     [
-        (["--anneal", "1"], "--anneal must be FROM:TO, two numbers"),
-        (["--anneal", "1:0.05:3"], "--anneal must be FROM:TO"),
-        (["--anneal", "hot:cold"], "--anneal must be FROM:TO"),
-        (["--anneal", "1:0"], "--anneal '1:0': FROM and TO must be finite numbers > 0"),
+        (["--anneal", "1"], "anneal must be FROM:TO, two numbers"),
+        (["--anneal", "1:0.05:3"], "anneal must be FROM:TO"),
+        (["--anneal", "hot:cold"], "anneal must be FROM:TO"),
+        (["--anneal", "1:0"], "anneal '1:0': FROM and TO must be finite numbers > 0"),
         (["--anneal", "inf:0.1"], "FROM and TO must be finite numbers > 0"),
         (["--anneal", "nan:0.1"], "FROM and TO must be finite numbers > 0"),
-        (["--anneal", "1:0.05", "--kernel", "pseudo-gibbs"], "--anneal applies to --kernel mh or surrogate-mh, not"),
+        (["--anneal", "1:0.05", "--kernel", "pseudo-gibbs"], "anneal applies to kernel mh or surrogate-mh, not"),
         (["--anneal", "1:0.05", "--kernel", "mask-predict"], "not mask-predict"),
-        (["--anneal-terms", "mlm"], "--anneal-terms applies to an annealed run; give --anneal FROM:TO too"),
+        (["--anneal-terms", "mlm"], "anneal_terms applies to an annealed run; give anneal='FROM:TO' too"),
         (["--anneal", "1:0.05", "--anneal-terms", "energy"], "unknown anneal_terms 'energy'"),
     ],
 )

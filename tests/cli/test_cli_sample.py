@@ -119,11 +119,11 @@ def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
     "extra, match",
     [
         (["--chains", "0"], "chains must be an integer >= 1"),
-        (["--draws", "-3"], "draws must be an integer >= 1"),
-        (["--warmup", "-1"], "warmup must be an integer >= 0"),
+        (["--draws", "-3"], "num_samples must be an integer >= 1"),
+        (["--warmup", "-1"], "warmup_steps must be an integer >= 0"),
         (["--temperature", "0"], "temperature must be > 0"),
         (["--block-size", "9"], "block_size=9 is larger than the 3 free positions"),
-        (["--kernel", "pseudo-gibbs", "--block-size", "2"], "--block-size applies to --kernel mh"),
+        (["--kernel", "pseudo-gibbs", "--block-size", "2"], r"block_size \(--block-size\) is an option of kernel mh"),
         (["--top-p", "2"], r"top_p must lie in \(0, 1\]"),
         (["--scan", "zigzag"], "unknown scan"),
         (["--kernel", "surrogate-mh", "--surrogate-window", "-1"], "surrogate_window must be an integer >= 0"),
@@ -134,10 +134,10 @@ def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
             ["--kernel", "surrogate-mh", "--surrogate-window", "2", "--surrogate-context", "1"],
             r"surrogate_context \(1\) must be at least surrogate_window \(2\)",
         ),
-        (["--surrogate-context", "8"], "--surrogate-context applies to --kernel surrogate-mh, not mh"),
+        (["--surrogate-context", "8"], r"surrogate_context \(--surrogate-context\) is an option of kernel surrogate-mh, not of mh"),
         (["--kernel", "surrogate-mh", "--surrogate-frame", "thawed"], "unknown surrogate_frame 'thawed'"),
-        (["--surrogate-window", "1"], "--surrogate-window applies to --kernel surrogate-mh, not mh"),
-        (["--kernel", "pseudo-gibbs", "--inner-steps", "3"], "--inner-steps applies to --kernel surrogate-mh"),
+        (["--surrogate-window", "1"], r"surrogate_window \(--surrogate-window\) is an option of kernel surrogate-mh, not of mh"),
+        (["--kernel", "pseudo-gibbs", "--inner-steps", "3"], r"inner_steps \(--inner-steps\) is an option of kernel surrogate-mh"),
     ],
 )
 def test_bad_sample_arguments(model_dir, tmp_path, capsys, extra, match):

@@ -72,7 +72,7 @@ def test_diagnose_refuses_a_token_id_outside_the_vocabulary(model_dir, tmp_path,
 def test_a_checkpoint_interval_that_is_not_a_finite_number_of_seconds_is_refused(model_dir, tmp_path, capsys, value):
     out = tmp_path / "run"
     assert main(_sample(model_dir, out, "--checkpoint-seconds", value)) == 2
-    assert "--checkpoint-seconds must be a finite number >= 0" in _one_line_error(capsys)
+    assert "checkpoint_seconds must be a finite number >= 0" in _one_line_error(capsys)
     assert not out.exists()
 
 

@@ -135,18 +135,18 @@ mlm = load_mlm(sys.argv[1])
 start = sample(mlm, "A[MASK]C[MASK][MASK]", num_chains=3, num_samples=1, seed=1).tokens[:, 0]
 local = sample(mlm, "A[MASK]C[MASK][MASK]", num_chains=3, num_samples=40, seed=2, init=start, kernel="surrogate-mh")
 ray = sample(mlm, "A[MASK]C[MASK][MASK]", num_chains=3, num_samples=40, seed=2, init=start, kernel="surrogate-mh",
-             backend="ray", workers=2)
+             workers=2)
 assert torch.equal(local.tokens, ray.tokens) and torch.equal(local.initial, ray.initial), "draws differ"
 assert torch.allclose(local.stats["lp"], ray.stats["lp"]) and local.attrs == ray.attrs, "statistics differ"
 four = sample(mlm, "A[MASK]C[MASK][MASK]", num_chains=4, num_samples=30, seed=4)
-two = sample(mlm, "A[MASK]C[MASK][MASK]", num_chains=2, num_samples=30, seed=4, backend="ray", workers=2)
+two = sample(mlm, "A[MASK]C[MASK][MASK]", num_chains=2, num_samples=30, seed=4, workers=2)
 assert torch.equal(four.tokens[:2], two.tokens), "2 chains on Ray differ from the first 2 of 4"
 print("same")
 """
 
 
 def test_the_api_on_ray_gives_the_local_run(model_dir):
-    """sample(..., backend="ray"): 3 chains on 2 workers (groups of 2 and 1), given starting tokens,
+    """sample(..., workers=2): 3 chains on 2 workers (groups of 2 and 1), given starting tokens,
     equal the local run; 2 chains on 2 Ray workers are the first 2 chains of a local 4-chain run."""
     cmd = [*_netns_prefix(), sys.executable, "-c", API_SCRIPT, model_dir]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

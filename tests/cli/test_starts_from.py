@@ -88,7 +88,7 @@ def test_starts_from_a_run_that_went_on_since_is_refused(model_dir, earlier, tmp
     [
         ((), dict(template="A[MASK][MASK]C"), "is not of this model and template: template ('A[MASK][MASK]C' here"),
         ((), dict(chains="3"), "has 2 chains and this run 3; give --chains 2"),
-        (("--init", "greedy"), {}, "--init fills the template; --starts-from starts from an earlier run's states"),
+        (("--init", "greedy"), {}, "init (--init) fills the template; starts_from (--starts-from) starts from an earlier run's states"),
     ],
 )
 def test_starts_from_a_run_of_another_task_is_refused_before_any_work(
@@ -112,7 +112,7 @@ def test_starts_from_what_is_not_a_run_or_with_resume_or_a_batch_is_refused(mode
     templates.write_text(TEMPLATE + "\n")
     argv = ["sample", "--model", model_dir, "--templates", str(templates), "--out", str(out)]
     assert main([*argv, "--starts-from", str(earlier)]) == 2
-    assert "a batch (--templates, --length-mode strata) starts each template's run" in capsys.readouterr().err
+    assert "a batch (templates, length_mode strata) starts each template's run" in capsys.readouterr().err
     assert not os.path.exists(out)
 
 

@@ -108,7 +108,7 @@ def test_bad_gaps_are_one_line_errors_before_any_work(model_dir, tmp_path, capsy
 def test_length_options_need_a_variable_gap_and_a_new_run(model_dir, tmp_path, capsys):
     base = ["sample", "--model", model_dir, "--no-progress", "--draws", "3"]
     assert main([*base, "--template", "A[MASK]C", "--length-mode", "strata", "--out", str(tmp_path / "a")]) == 2
-    assert re.search(r"apply to one --template with a variable gap", one_line_error(capsys))
+    assert re.search(r"apply to one template with a variable gap", one_line_error(capsys))
     done = tmp_path / "done"
     assert main([*base, "--template", "A[MASK]{2}C", "--out", str(done)]) == 0  # a fixed count is an ordinary run
     assert recorded_settings(done).template == "A[MASK]{2}C"

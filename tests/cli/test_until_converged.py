@@ -149,7 +149,7 @@ def test_a_finished_run_goes_on_to_a_raised_cap_with_the_draws_of_a_longer_run(m
     assert "not converged" in (out / "summary.txt").read_text()
     assert main(_args(model_dir, longer, "--draws", "30", "--until-converged")) == 0
     assert main(["sample", "--resume", str(out), "--no-progress", "--draws", "30", "--until-converged"]) == 0
-    assert json.loads((out / "config.json").read_text())["draws"] == 30
+    assert json.loads((out / "config.json").read_text())["num_samples"] == 30
     tokens = [az.from_netcdf(d / "run.nc").posterior["tokens"].values for d in (out, longer)]
     assert tokens[0].shape[1] == 30
     np.testing.assert_array_equal(*tokens)

@@ -54,7 +54,7 @@ def test_sample_estimates_the_run_as_the_command_line_does(tiny4, monkeypatch):
     """The command line's estimate (1 s per timed evaluation of 4 chains, timed from the first
     chain-evaluation here): a run past a day is refused before any step unless force=True; one past
     an hour warns and runs."""
-    import mlm_ppl.inference.api as api
+    import mlm_ppl.campaign.run as campaign_run
     from mlm_ppl.inference import LongRunWarning, estimate
 
     monkeypatch.setattr(estimate, "time_per_evaluation", lambda kernel, chains: 1.0)
@@ -65,7 +65,7 @@ def test_sample_estimates_the_run_as_the_command_line_does(tiny4, monkeypatch):
         started.append(draws)
         raise _Started
 
-    monkeypatch.setattr(api, "run_chains", run_chains)
+    monkeypatch.setattr(campaign_run, "run_chains", run_chains)
     with pytest.raises(
         ValueError, match=r"4 chains x 100000 steps: .*about 27\.8 h .*more than a day; .*or force=True"
     ):

@@ -155,7 +155,7 @@ def test_it_reaches_the_command_line_checkpoints_and_run_nc(uniform_mh, tiny4, t
     assert idata.sample_stats["n_proposed"].shape == (2, 6)
     assert main(["sample", "--resume", str(out), "--lookahead", "2", "--no-progress"]) == 0  # already complete
     assert main([*args[:-1], "--kernel", "mh", "--out", str(tmp_path / "x")]) == 2
-    assert "--lookahead applies to --kernel uniform-mh, not mh" in capsys.readouterr().err
+    assert "lookahead (--lookahead) is an option of kernel uniform-mh, not of mh" in capsys.readouterr().err
 
 
 def test_it_reaches_pyro(uniform_mh, tiny4):

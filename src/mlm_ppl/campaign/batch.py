@@ -18,7 +18,6 @@ from torch import Tensor
 from .. import rundir
 from ..inference.annealing import annealing_note
 from ..inference.distributed import run_tasks_ray
-from ..inference.registry import make_kernel
 from ..inference.runner import Checkpoint
 from ..inference.spec import KernelBase
 from ..models.constraints import code_trusted, trusting_code
@@ -27,7 +26,7 @@ from ..models.target import energy_from_log_density
 from ..rundir import RunDirectory
 from ..settings import RunSettings
 from .lengths import strata_name
-from .run import build, build_target, connect_workers, constraints_of, execute
+from .run import build, connect_workers, constraints_of, execute
 
 BATCH_FORMAT = "mlm-ppl-batch-2"
 
@@ -177,7 +176,7 @@ def check_batch(
         gap.check_fits(mlm.max_length, int(mlm.encode([gap.template(gap.lo)], allow_mask=True).input_ids.shape[1]))
     for name, template in templates[1:]:
         try:  # the kernel too: its checks depend on the template (block_size, a surrogate's window)
-            make_kernel(settings.kernel, build_target(mlm, template, settings), **settings.kernel_arguments())
+            build(settings.for_template(template), mlm)
         except (TypeError, ValueError) as err:
             raise ValueError(f"template {name!r}: {err}") from None
     return kernel

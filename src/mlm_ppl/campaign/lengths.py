@@ -36,12 +36,15 @@ class GapPlan:
         return strata(self.template, self.gap, self.prior)
 
 
-def plan_gap(template: str, mode: str | None, prior: str | None = None, kernel: str | None = None) -> GapPlan:
+def plan_gap(
+    template: str, mode: str | None, prior: str | LengthPrior | None = None, kernel: str | None = None
+) -> GapPlan:
     """Check and choose how ``template``'s variable gap is sampled: ``mode`` ``"jump"`` (``kernel``, by
     default the first of :func:`~mlm_ppl.inference.registry.length_kernels`, must move lengths) or
-    ``"strata"`` (``kernel`` must sample a fixed template); ``prior``: ``"uniform"`` (None) or a
-    file of lines ``L<TAB>weight``. A ValueError says what to give instead, before any model loads, naming
-    the arguments by the command line's flags (``--length-mode``, ``--length-prior``, ``--kernel``)."""
+    ``"strata"`` (``kernel`` must sample a fixed template); ``prior``: ``"uniform"`` (None), a file
+    of lines ``L<TAB>weight``, or a :class:`~mlm_ppl.models.gaps.LengthPrior` over the gap's
+    lengths. A ValueError says what to give instead, before any model loads, naming the arguments
+    by the command line's flags (``--length-mode``, ``--length-prior``, ``--kernel``)."""
     gap = find_gap(template)
     if gap is None:
         raise ValueError(
@@ -55,7 +58,13 @@ def plan_gap(template: str, mode: str | None, prior: str | None = None, kernel: 
         )
     if mode not in LENGTH_MODES:
         raise ValueError(f"--length-mode must be one of {', '.join(LENGTH_MODES)}, got {mode!r}")
-    weights = LengthPrior.read(prior or "uniform", gap)
+    if isinstance(prior, LengthPrior):
+        outside = sorted(set(prior.weights) - set(range(gap.lo, gap.hi + 1)))
+        if outside:
+            raise ValueError(f"length_prior: lengths {outside} are outside the gap's {gap.lo} to {gap.hi}")
+        weights = prior
+    else:
+        weights = LengthPrior.read(prior or "uniform", gap)
     if mode == "jump":
         chosen = kernel or length_kernels()[0]
         if not kernel_class(chosen).capabilities.lengths:

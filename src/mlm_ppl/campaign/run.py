@@ -7,7 +7,10 @@ import dataclasses
 import functools
 import json
 import os
+from collections.abc import Callable
 from typing import Any
+
+from torch import Tensor
 
 from .. import rundir
 from ..diagnostics import stop_when_converged
@@ -21,50 +24,74 @@ from ..models.gap_target import GapTarget
 from ..models.gaps import find_gap, has_variable_gap
 from ..models.loading import check_model_files, load_mlm
 from ..models.masked_lm import MaskedLM
-from ..models.target import Target
+from ..models.target import ConstrainedTarget, Target
 from ..rundir import RunDirectory
 from ..settings import STOP_EVERY, RunSettings
 
 
-def build(settings: RunSettings) -> tuple[MaskedLM, Target, KernelBase]:
-    """Model, target and kernel of a run (loads the model, after checking its files against
-    ``settings.model_files`` when they are recorded; checks the template, the constraints
-    (:func:`build_target`) and the options; a kernel that does not sample log-factors refuses
-    constraints beyond ``Allowed`` rules)."""
-    if settings.model_files is not None:
-        check_model_files(settings.model, settings.model_files)
-    mlm = load_mlm(settings.model, device=settings.device, dtype=settings.dtype)
+def build(
+    settings: RunSettings,
+    mlm: MaskedLM | None = None,
+    log_factor: Callable[[Tensor], Tensor] | None = None,
+    options: dict[str, Any] | None = None,
+) -> tuple[MaskedLM, Target, KernelBase]:
+    """Model, target (:func:`build_target`) and kernel of a run. Loads the model (after checking its
+    files against ``settings.model_files`` when they are recorded), unless ``mlm``, the model
+    already in memory, is given; a kernel that does not sample log-factors refuses constraints
+    beyond ``Allowed`` rules, and the options are checked against the target. ``options``: kernel
+    options no record holds (a Python ``temperature_schedule``: a run in memory)."""
+    if mlm is None:
+        if settings.model_files is not None:
+            check_model_files(settings.model, settings.model_files)
+        mlm = load_mlm(settings.model, device=settings.device, dtype=settings.dtype)
+    target = build_target(mlm, settings, log_factor=log_factor)
+    return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_arguments(), **(options or {}))
+
+
+def build_target(mlm: MaskedLM, settings: RunSettings, log_factor: Callable[[Tensor], Tensor] | None = None) -> Target:
+    """The target of a run, the one construction for every case: the model's distribution over
+    ``settings.template`` (or a whole sequence of ``settings.length`` tokens), or over every
+    length of a variable gap ``MASK{a,b}`` (a :class:`~mlm_ppl.models.gap_target.GapTarget` with
+    ``settings.length_prior``), constrained by ``settings.constraints`` when there are any
+    (:meth:`ConstraintSpec.constrain <mlm_ppl.models.constraints.ConstraintSpec.constrain>`), or
+    tilted by ``log_factor`` (a Python function ``tokens (N, L) -> (N,)`` of extra log-density
+    terms, which no record holds).
+
+    The spec is bound to the template and its experts are evaluated once on the template filled
+    with each free position's first allowed token (each length's, for a gap), so that an unknown
+    token, a position past the template, a rule that leaves a position no token, or an expert
+    that raises or returns no finite number is a ValueError (starting ``constraints:``) before
+    any work."""
     template = settings.template
     if template is None:
         mask = mlm.vocab[mlm.mask_id]
         length = int(settings.length or 0)
         template = (mask * length) if mlm.residue_level else " ".join([mask] * length)
+    spec = settings.constraint_spec()
+    if spec is not None and log_factor is not None:
+        raise ValueError(
+            "give constraints or log_factor, not both: write the log-factor as an expert of the constraint spec "
+            "(an [[experts]] entry, kind = 'module:function')"
+        )
     if has_variable_gap(template):  # every length in one target (settings: a kernel that moves lengths)
+        if log_factor is not None:
+            raise ValueError(
+                "log_factor with a variable gap: give the extra terms as an expert of a constraint spec "
+                "(constraints=; each length's target carries them), or sample each length on its own"
+            )
         gap, mask = find_gap(template), mlm.vocab[mlm.mask_id]
         if gap is None or gap.mask != mask:
             raise ValueError(
                 f"template: its variable gap follows no {mask}, model {mlm.name!r}'s mask token; write {mask}{{a,b}}"
             )
-        prior, spec = settings.length_prior_of(gap), settings.constraint_spec()
+        prior = settings.length_prior_of(gap)
         gapped = GapTarget(mlm, gap, prior, energy=settings.energy, temperature=settings.temperature, constraints=spec)
         for L in gapped.lengths if spec is not None else ():
             _dry_run(gapped.target(L))  # type: ignore[arg-type]  # each length's experts, once
-        target: Target = gapped
-    else:
-        target = build_target(mlm, template, settings)
-    return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_arguments())
-
-
-def build_target(mlm: MaskedLM, template: str, settings: RunSettings) -> Target:
-    """The target of a run on ``template``: the model's distribution, constrained by
-    ``settings.constraints`` when there are any (:meth:`ConstraintSpec.constrain
-    <mlm_ppl.models.constraints.ConstraintSpec.constrain>`). The spec is bound to the template
-    and its experts are evaluated once on the template filled with each free position's first
-    allowed token, so that an unknown token, a position past the template, a rule that leaves a
-    position no token, or an expert that raises or returns no finite number is a ValueError
-    (starting ``constraints:``) before any work."""
+        return gapped
     dist = MaskedLMDistribution(mlm, template, energy=settings.energy, temperature=settings.temperature)
-    spec = settings.constraint_spec()
+    if log_factor is not None:
+        return ConstrainedTarget(dist, log_factor)
     if spec is None:
         return dist
     try:
@@ -101,7 +128,7 @@ def connect_workers(settings: RunSettings, *, batch: bool = False) -> None:
     nothing behind. The local instance gets the CPUs the run (or, ``batch``, the batch) asks for."""
     if settings.workers is None:
         return
-    groups = settings.workers if batch else len(split_chains(settings.chains, settings.workers))
+    groups = settings.workers if batch else len(split_chains(settings.num_chains, settings.workers))
     connect(num_cpus=max(groups, os.cpu_count() or 1))
 
 
@@ -123,9 +150,9 @@ def starts_record(settings: RunSettings, directory: str) -> RunSettings:
             f"starts: the run in {directory!r} is not of this model and template: {', '.join(differ)}; "
             "start from a run of the same model and template"
         )
-    if tokens.shape[0] != settings.chains:
+    if tokens.shape[0] != settings.num_chains:
         raise ValueError(
-            f"starts: the run in {directory!r} has {tokens.shape[0]} chains and this run {settings.chains}; "
+            f"starts: the run in {directory!r} has {tokens.shape[0]} chains and this run {settings.num_chains}; "
             f"give --chains {tokens.shape[0]}"
         )
     return dataclasses.replace(settings, starts={"run": str(directory), "sha256": rundir.states_digest(tokens)})
@@ -153,25 +180,29 @@ def build_kernel(settings: RunSettings) -> KernelBase:
 
 
 def execute(
-    run_dir: RunDirectory,
+    run_dir: RunDirectory | None,
     settings: RunSettings,
     checkpoint: Checkpoint | None,
     mlm: MaskedLM,
     kernel: KernelBase,
     *,
     progress: bool,
-    checkpoint_seconds: float,
+    checkpoint_seconds: float = 30.0,
+    init: Tensor | None = None,
 ) -> tuple[Run, Any, list[str]]:
-    """Run (or finish) the chains of ``settings`` in the locked ``run_dir`` (in this process, or
-    on Ray workers when ``settings.workers`` is set) and write the outputs: ``(run, summary,
-    paths written)``.
+    """Run (or finish) the chains of ``settings`` (in this process, or on Ray workers when
+    ``settings.workers`` is set): ``(run, summary, paths written)``.
 
-    A new run starts from :func:`start_states`. A failure before the first checkpoint removes what
-    the run wrote; Ctrl-C propagates after the checkpoint is saved.
+    In the locked ``run_dir``: checkpointed as it goes, and its outputs written at the end. A
+    failure before the first checkpoint removes what the run wrote; Ctrl-C propagates after the
+    checkpoint is saved. Without a directory (``run_dir`` None) the run lives in memory: no
+    checkpoint, no outputs, no summary (None), and the Ray workers get ``kernel`` itself (its model
+    need not be on disk). A new run starts from :func:`start_states`, or from the tokens ``init``
+    (a run in memory only).
     """
     record = settings.to_dict()
     options: dict[str, Any] = dict(
-        warmup_steps=settings.warmup,
+        warmup_steps=settings.warmup_steps,
         thin=settings.thin,
         seed=settings.seed,
         init=settings.init,
@@ -180,42 +211,47 @@ def execute(
     )
     try:
         if checkpoint is None:  # a new run (or one stopped before its first checkpoint): its starts
-            options["init"] = start_states(settings)
+            options["init"] = start_states(settings) if init is None else init
         if settings.workers is not None:
-            groups = len(split_chains(settings.chains, settings.workers))
+            groups = len(split_chains(settings.num_chains, settings.workers))
+            own = functools.partial(_same, kernel)  # in memory: the kernel itself, its model need not be on disk
+            make = functools.partial(build_kernel, settings) if run_dir is not None else own
             result = run_chains_ray(
-                functools.partial(build_kernel, settings),
-                settings.chains,
-                settings.draws,
+                make,
+                settings.num_chains,
+                settings.num_samples,
                 workers=settings.workers,
-                checkpoints=rundir.group_checkpoints(run_dir, record, groups),
-                device=settings.device,
+                checkpoints=None if run_dir is None else rundir.group_checkpoints(run_dir, record, groups),
+                device=settings.device or str(mlm.device),
                 **options,
             )
         else:
             stop = stop_when_converged(mlm=mlm, constraints=constraints_of(kernel.target))
             result = run_chains(
                 kernel,
-                settings.chains,
-                settings.draws,
-                on_checkpoint=lambda cp: rundir.save_checkpoint(run_dir, cp, record),
+                settings.num_chains,
+                settings.num_samples,
+                on_checkpoint=None if run_dir is None else lambda cp: rundir.save_checkpoint(run_dir, cp, record),
                 resume=checkpoint,
                 stop=stop if settings.until_converged else None,
                 stop_every=STOP_EVERY,
                 **options,
             )
     except Exception:
-        if not rundir.checkpoint_files(run_dir.path):  # nothing worth keeping: leave no half-made directory
+        if run_dir is not None and not rundir.checkpoint_files(run_dir.path):  # leave no half-made directory
             run_dir.discard()
         raise
-    result.attrs.update(
-        model=mlm.name,
-        kernel=settings.kernel,
-        template_text=settings.template or "",
-        config=json.dumps(record, sort_keys=True),
-    )
+    result.attrs.update(model=mlm.name, kernel=settings.kernel)
+    if run_dir is None:  # where the chains ran is no part of a run in memory (Ray's equals this process's)
+        return result, None, []
+    result.attrs.update(template_text=settings.template or "", config=json.dumps(record, sort_keys=True))
     report, paths = rundir.write_outputs(run_dir, result, mlm, constraints_of(kernel.target))
     return result, report, paths
+
+
+def _same(kernel: KernelBase) -> KernelBase:
+    """The kernel itself (what each Ray worker of a run in memory unpickles)."""
+    return kernel
 
 
 def constraints_of(target: Any) -> Any:

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from .._files import split_lines
+
 __all__ = ["add_model_args", "load", "read_lines", "split_lines", "bar", "at_least", "exists_message"]
 
 
@@ -44,37 +46,6 @@ def read_lines(source: str) -> list[str]:
             raise ValueError(f"line {i} is blank; give one sequence per line")
         if "\t" in line:
             raise ValueError(f"line {i} holds a tab, which the tab-separated output cannot; remove it")
-    return lines
-
-
-def split_lines(source: str, what: str) -> list[str]:
-    """The lines of a UTF-8 file (or stdin for ``-``), split at ``\\n`` only, ``\\r\\n`` as
-    ``\\n``; a clear error for a missing file, a directory, another encoding, or a ``\\r``
-    inside a line (the lines become rows of tab-separated output, and many readers of that take
-    a lone ``\\r`` for a line break). ``what`` says what the file should hold."""
-    name = "stdin" if source == "-" else f"input file {source!r}"
-    try:
-        if source == "-":  # the bytes, so that no reader's newline translation turns a \r into a line break
-            stdin = getattr(sys.stdin, "buffer", None)
-            text = stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()
-        else:
-            with open(source, encoding="utf-8", newline="") as fh:
-                text = fh.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"input file {source!r} does not exist") from None
-    except IsADirectoryError:
-        raise ValueError(f"input {source!r} is a directory; give a file with {what}") from None
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{name} is not UTF-8 text: {err}") from None
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    if lines and lines[-1] == "":  # the newline that ends the last line
-        lines.pop()
-    for i, line in enumerate(lines, 1):
-        if "\r" in line:
-            raise ValueError(
-                f"{name}, line {i} holds a carriage return (\\r) inside it, which readers of the tab-separated "
-                "output take for a line break; remove it (lines end at \\n; a \\r\\n ending is fine)"
-            )
     return lines
 
 

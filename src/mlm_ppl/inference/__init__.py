@@ -10,7 +10,7 @@ exact enumeration of tiny state spaces.
 * :mod:`.exact`: enumeration and exact transition matrices;
 * :mod:`.streams`: one random stream per chain (a chain's draws depend only on ``(seed, c)``);
   :mod:`.starts`: starting states that break no hard rule;
-* :mod:`.runner`: batched chains with checkpoints; :mod:`.api`: :func:`sample` by name;
+* :mod:`.runner`: batched chains with checkpoints; :mod:`.api`: kernels by name (a whole job: :func:`mlm_ppl.sample`);
   :mod:`.estimate`: what a run will cost, before it starts;
   :mod:`.distributed`: the same chains split over Ray workers;
 * :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``; :mod:`.gibbs`:
@@ -20,7 +20,7 @@ exact enumeration of tiny state spaces.
 
 from . import exact
 from .annealing import GeometricAnnealing
-from .api import KERNELS, draw_from_distribution, make_kernel, sample
+from .api import KERNELS, draw_from_distribution, make_kernel
 from .base import (
     INITS,
     SCANS,
@@ -48,7 +48,6 @@ from .tempering import ReplicaInfo, ReplicaMH, ReplicaState, TemperingOptions
 
 __all__ = [
     # running chains
-    "sample",
     "run_chains",
     "ChainStreams",
     "chain_seed",

@@ -107,28 +107,30 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
     return run_dir, settings, checkpoint
 
 
-def raise_cap(run_dir: RunDirectory, settings: RunSettings, checkpoint: Checkpoint | None, draws: int) -> RunSettings:
-    """The settings of the run in the locked ``run_dir`` with its cap raised to ``draws`` (more than
+def raise_cap(
+    run_dir: RunDirectory, settings: RunSettings, checkpoint: Checkpoint | None, num_samples: int
+) -> RunSettings:
+    """The settings of the run in the locked ``run_dir`` with its cap raised to ``num_samples`` (more than
     it has), recorded in its checkpoint (its draws so far unchanged) and then in ``config.json``;
     the run then continues to the new cap with the draws of an uninterrupted run of that many
     (:func:`~mlm_ppl.inference.run_chains`). Refused for an annealed run (its schedule spans the
     run's steps) and a run on Ray workers."""
-    if not isinstance(draws, int) or draws <= settings.draws:
+    if not isinstance(num_samples, int) or num_samples <= settings.num_samples:
         raise ValueError(
-            f"--draws {draws} with --resume: a run's cap can only be raised (it has {settings.draws} draws); "
-            f"give more than {settings.draws}, or leave --draws out"
+            f"num_samples {num_samples} (--num-samples) on resume: a run's cap can only be raised (it has "
+            f"{settings.num_samples} draws); give more than {settings.num_samples}, or leave it out"
         )
     if settings.anneal is not None:
         raise ValueError(
             f"the run anneals over its {settings.total_steps} steps ({settings.anneal}); its cap cannot be raised: "
-            "resume it with its own --draws, or start a new run"
+            "resume it with its own num_samples, or start a new run"
         )
     if settings.workers is not None:
         raise ValueError(
             "the run's chains ran on Ray workers, whose checkpoints keep their own caps: resume it with its own "
-            "--draws, or start a new run"
+            "num_samples, or start a new run"
         )
-    raised = dataclasses.replace(settings, draws=draws)
+    raised = dataclasses.replace(settings, num_samples=num_samples)
     if checkpoint is not None:
         save_checkpoint(run_dir, checkpoint, raised.to_dict())
     _write_config(run_dir, raised)

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..._files import read_toml
 from ..target import Target
 from ..tokens import TokenCodec
 from .bound import BoundConstraints
@@ -130,22 +131,8 @@ class ConstraintSpec:
         its ``allowed`` rules against the model's vocabulary now. Every malformed entry is a
         one-line ValueError naming the file, the entry and the key. ``trust_code``: as for
         :meth:`from_dict`."""
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
-
         path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as err:
-            raise ValueError(f"{path}: cannot read the constraint spec: {err.strerror or err}") from None
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save the spec as UTF-8"
-            ) from None
-        except tomllib.TOMLDecodeError as err:
-            raise ValueError(f"{path}: not valid TOML: {err}") from None
+        data = read_toml(path, "constraint spec")
         return cls.from_dict(data, mlm=mlm, source=str(path), trust_code=trust_code)
 
     @classmethod
