@@ -29,16 +29,16 @@ MAIN_JOB := --model antiberty --template '$(CDRH3_TEMPLATE)' --kernel surrogate-
 
 # 5 to 7 minutes on 2 cores (16 draws at 16 to 24 s per step of the 4 chains); not converged, and its summary says so
 demo: venv
-	$(VENV)/bin/mlm-ppl sample $(MAIN_JOB) --chains 4 --draws 16 --out runs/cdrh3 --overwrite
+	$(VENV)/bin/mlm-ppl sample $(MAIN_JOB) --num-chains 4 --num-samples 16 --out runs/cdrh3 --overwrite
 
 # The main job run in docs/converge/run until its summary says converged (R-hat <= 1.01 and bulk and tail ESS >= 400
 # over the 4 chains for lp and the Hamming distance to a reference; checked every 10 draws after 20 warm-up steps, at
 # most 5000 draws; 17 to 26 s per step of the 4 chains on 2 cores). Restartable: run it again after an interruption and
-# it resumes exactly (the same flags with --resume: a changed setting is refused, a higher --draws raises the cap: the
+# it resumes exactly (the same flags with --resume: a changed setting is refused, a higher --num-samples raises the cap: the
 # run reached its first cap of 1000 unconverged); the run directory is committed, so a fresh clone resumes it too.
 # Then docs/converge/: the summary with the loop distribution (summary.md), the plots and the run's config.json.
 CONVERGE := docs/converge/run
-CONVERGE_RUN := $(MAIN_JOB) --chains 4 --draws 5000 --warmup 20 --until-converged
+CONVERGE_RUN := $(MAIN_JOB) --num-chains 4 --num-samples 5000 --warmup-steps 20 --until-converged
 converge: venv
 	if [ -f $(CONVERGE)/config.json ]; then \
 		$(VENV)/bin/mlm-ppl sample --resume $(CONVERGE) $(CONVERGE_RUN); \
@@ -60,7 +60,7 @@ LENGTHS := docs/lengths/run
 COMMA := ,
 LENGTHS_RUN := --model antiberty --template '$(subst $(subst x,[MASK],xxxxxxxxxxxxx),[MASK]{8$(COMMA)20},$(CDRH3_TEMPLATE))' \
 	--length-mode jump --kernel surrogate-mh --surrogate-dtype bfloat16 --surrogate-frame frozen --inner-steps 40 \
-	--p-update 0.2 --p-insert 0.4 --p-delete 0.4 --p-unmask 0.5 --energy norm --chains 4 --warmup 50 --draws 2000 \
+	--p-update 0.2 --p-insert 0.4 --p-delete 0.4 --p-unmask 0.5 --energy norm --num-chains 4 --warmup-steps 50 --num-samples 2000 \
 	--until-converged --seed 0
 lengths: venv
 	if [ -f $(LENGTHS)/config.json ]; then \

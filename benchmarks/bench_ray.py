@@ -36,8 +36,8 @@ def main() -> None:
     reference = None
     for label, extra in (
         ("one process", {}),
-        ("Ray, 1 worker", dict(backend="ray", workers=1)),
-        ("Ray, 2 workers", dict(backend="ray", workers=2)),
+        ("Ray, 1 worker", dict(workers=1)),
+        ("Ray, 2 workers", dict(workers=2)),
     ):
         t0 = time.perf_counter()
         run = sample(mlm, template, **opts, **extra)
