@@ -8,7 +8,8 @@
 #
 #     log p(x) = -E_norm(x) + sum_k w_k f_k(x)   on sequences that break no rule, -inf elsewhere,
 #
-# sampled exactly by Metropolis-Hastings with proposals restricted to what the rules allow.
+# sampled exactly by Metropolis-Hastings with proposals restricted to what the rules allow, in one
+# call of the front door, `mlm_ppl.sample(..., constraints=spec)`.
 # Then: per-expert diagnostics, the top distinct designs, and the same run without restricted
 # proposals for comparison. `MLM_PPL_SMOKE=1` (set by the test suite) shrinks the runs.
 
@@ -24,7 +25,7 @@ import mlm_ppl
 from mlm_ppl import constraints as c
 from mlm_ppl.data import example_heavy_chain
 from mlm_ppl.designs import select_designs
-from mlm_ppl.inference import ChainStreams, MetropolisHastings, initial_tokens, run_chains
+from mlm_ppl.inference import MetropolisHastings, run_chains
 from mlm_ppl.models import ConstrainedTarget
 
 SMOKE = os.environ.get("MLM_PPL_SMOKE") == "1"
@@ -44,8 +45,7 @@ print("germline CDR-H3:", seq[cdr3.start : cdr3.stop])
 # %%
 spec = mlm_ppl.ConstraintSpec(liabilities=True, experts=[c.hydropathy(weight=-1.0)])
 dist = mlm_ppl.MaskedLMDistribution(mlm, template)
-target = spec.constrain(dist)
-bound = target.constraints
+bound = spec.constrain(dist).constraints
 print(spec)
 print(bound.report())
 
@@ -53,18 +53,18 @@ print(bound.report())
 # ## Sampling with restricted proposals
 # Each MH proposal is drawn from the MLM conditional within the alphabets, and a proposal that
 # breaks a rule is rejected before its forward pass. The chains start from an MLM fill-in,
-# repaired where it breaks a rule (made once here, so that the comparison below starts from it too).
+# repaired where it breaks a rule: the starting states (`initial`) of a one-step run with seed 1,
+# made once here so that the comparison below starts from them too.
 
 # %%
-kernel = MetropolisHastings(target)
-start = initial_tokens(kernel, CHAINS, ChainStreams(1, CHAINS), "sample")
+start = mlm_ppl.sample(mlm, template, constraints=spec, num_chains=CHAINS, num_samples=1, seed=1).initial
 t0 = time.perf_counter()
-run = run_chains(kernel, CHAINS, DRAWS, seed=0, init=start)
+run = mlm_ppl.sample(mlm, template, constraints=spec, num_chains=CHAINS, num_samples=DRAWS, seed=0, init=start)
 seconds = time.perf_counter() - t0
-idata = mlm_ppl.to_inference_data(run, mlm=mlm, constraints=bound)
+idata = run.inference_data()  # with a column per rule and expert
 violating = int((~bound.feasible(run.tokens.reshape(-1, run.tokens.shape[-1]))).sum())
 print(f"{CHAINS} chains x {DRAWS} draws in {seconds:.0f} s; draws breaking a rule: {violating}")
-print(mlm_ppl.summary(idata))
+print(run.summary())
 
 # %% [markdown]
 # ## Per-expert diagnostics
@@ -108,8 +108,9 @@ for rank, p in enumerate(picks, 1):
 
 # %% [markdown]
 # ## The same run without restricted proposals
-# `ConstrainedTarget(dist, bound.log_factor)` has the same density, but as an opaque log-factor:
-# proposals range over every token, and one that breaks a rule is scored by a full forward pass
+# The layer below the front door builds the kernel and runs the chains by hand (`make_kernel` or a
+# kernel class, and `run_chains`): here to give MH the same density as an opaque log-factor,
+# `ConstrainedTarget(dist, bound.log_factor)`. Its proposals range over every token, and one that breaks a rule is scored by a full forward pass
 # before it is rejected. Same seed, same start. This spec has no per-position alphabet, so both
 # runs draw the same proposals and accept the same ones: the chains are the same, and what differs
 # is the forward passes (MH's `evaluated`: proposals whose masked copies ran) spent on proposals
