@@ -153,7 +153,7 @@ def starts_record(settings: RunSettings, directory: str) -> RunSettings:
     if tokens.shape[0] != settings.num_chains:
         raise ValueError(
             f"starts: the run in {directory!r} has {tokens.shape[0]} chains and this run {settings.num_chains}; "
-            f"give --chains {tokens.shape[0]}"
+            f"give --num-chains {tokens.shape[0]}"
         )
     return dataclasses.replace(settings, starts={"run": str(directory), "sha256": rundir.states_digest(tokens)})
 
@@ -222,7 +222,7 @@ def execute(
                 settings.num_samples,
                 workers=settings.workers,
                 checkpoints=None if run_dir is None else rundir.group_checkpoints(run_dir, record, groups),
-                device=settings.device or str(mlm.device),
+                device=settings.device if run_dir is not None else str(mlm.device),
                 **options,
             )
         else:
