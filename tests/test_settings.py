@@ -42,7 +42,11 @@ def test_the_record_round_trips_through_its_json_form():
             ValueError,
             r"an annealed run seeks a mode and never converges.*drop until_converged \(--until-converged\) or anneal",
         ),
-        ({"template": "A[MASK]", "until_converged": True, "num_samples": 10}, ValueError, "give num_samples > 10 \\(got 10\\)"),
+        (
+            {"template": "A[MASK]", "until_converged": True, "num_samples": 10},
+            ValueError,
+            "give num_samples > 10 \\(got 10\\)",
+        ),
         (
             {"template": "A[MASK]", "until_converged": True, "workers": 2},
             ValueError,

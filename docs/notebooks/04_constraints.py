@@ -110,11 +110,11 @@ for rank, p in enumerate(picks, 1):
 # ## The same run without restricted proposals
 # The layer below the front door builds the kernel and runs the chains by hand (`make_kernel` or a
 # kernel class, and `run_chains`): here to give MH the same density as an opaque log-factor,
-# `ConstrainedTarget(dist, bound.log_factor)`. Its proposals range over every token, and one that breaks a rule is scored by a full forward pass
-# before it is rejected. Same seed, same start. This spec has no per-position alphabet, so both
-# runs draw the same proposals and accept the same ones: the chains are the same, and what differs
-# is the forward passes (MH's `evaluated`: proposals whose masked copies ran) spent on proposals
-# that break a rule, and so the time and the ESS per minute:
+# `ConstrainedTarget(dist, bound.log_factor)`. Its proposals range over every token, and one that
+# breaks a rule is scored by a full forward pass before it is rejected. Same seed, same start. This
+# spec has no per-position alphabet, so both runs draw the same proposals and accept the same ones:
+# the chains are the same, and what differs is the forward passes (MH's `evaluated`: proposals whose
+# masked copies ran) spent on proposals that break a rule, and so the time and the ESS per minute:
 
 # %%
 t0 = time.perf_counter()

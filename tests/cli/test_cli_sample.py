@@ -134,10 +134,10 @@ def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
             ["--kernel", "surrogate-mh", "--surrogate-window", "2", "--surrogate-context", "1"],
             r"surrogate_context \(1\) must be at least surrogate_window \(2\)",
         ),
-        (["--surrogate-context", "8"], r"surrogate_context \(--surrogate-context\) is an option of kernel surrogate-mh, not of mh"),
+        (["--surrogate-context", "8"], r"\(--surrogate-context\) is an option of kernel surrogate-mh, not of mh"),
         (["--kernel", "surrogate-mh", "--surrogate-frame", "thawed"], "unknown surrogate_frame 'thawed'"),
-        (["--surrogate-window", "1"], r"surrogate_window \(--surrogate-window\) is an option of kernel surrogate-mh, not of mh"),
-        (["--kernel", "pseudo-gibbs", "--inner-steps", "3"], r"inner_steps \(--inner-steps\) is an option of kernel surrogate-mh"),
+        (["--surrogate-window", "1"], r"\(--surrogate-window\) is an option of kernel surrogate-mh, not of mh"),
+        (["--kernel", "pseudo-gibbs", "--inner-steps", "3"], r"\(--inner-steps\) is an option of kernel surrogate-mh"),
     ],
 )
 def test_bad_sample_arguments(model_dir, tmp_path, capsys, extra, match):

@@ -70,7 +70,10 @@ def test_a_job_is_the_same_from_keyword_arguments_a_job_file_and_the_flags(model
 def test_the_same_job_spec_from_each_door(model_dir, tmp_path):
     """The spec's record is one value whichever door read it; a job file's keys give way to flags."""
     job = tmp_path / "job.toml"
-    job.write_text(f'model = "{model_dir}"\ntemplate = "A[MASK]C"\nnum_chains = 2\nout = "x"\n[kernel_options]\nscan = "random_sweep"\n')
+    job.write_text(
+        f'model = "{model_dir}"\ntemplate = "A[MASK]C"\nnum_chains = 2\nout = "x"\n'
+        '[kernel_options]\nscan = "random_sweep"\n'
+    )
     args = build_parser().parse_args(["sample", str(job), "--draws", "7", "--block-size", "1"])
     from mlm_ppl.cli.sample import job_from_flags
 
@@ -131,7 +134,7 @@ def test_an_old_run_directory_resumes_under_the_new_names(model_dir, tmp_path, c
         ("num_chains = 'four'\n", "num_chains must be an integer"),
         ("nm_samples = 3\n", "unknown key 'nm_samples'; did you mean 'num_samples'"),
         ("inner_steps = 3\n", "unknown key 'inner_steps'; it is an option of kernel surrogate-mh"),
-        ("[kernel_options]\ninner_steps = 3\n", "inner_steps (--inner-steps) is an option of kernel surrogate-mh, not of mh"),
+        ("[kernel_options]\ninner_steps = 3\n", "(--inner-steps) is an option of kernel surrogate-mh, not of mh"),
         ('[[constraints.experts]]\nname = "e"\nkind = "os:getcwd"\n', "names Python code ('os:getcwd')"),
         ('kernel = "gibbs"\n', "unknown kernel 'gibbs'"),
     ],

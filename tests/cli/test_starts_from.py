@@ -88,7 +88,11 @@ def test_starts_from_a_run_that_went_on_since_is_refused(model_dir, earlier, tmp
     [
         ((), dict(template="A[MASK][MASK]C"), "is not of this model and template: template ('A[MASK][MASK]C' here"),
         ((), dict(chains="3"), "has 2 chains and this run 3; give --num-chains 2"),
-        (("--init", "greedy"), {}, "init (--init) fills the template; starts_from (--starts-from) starts from an earlier run's states"),
+        (
+            ("--init", "greedy"),
+            {},
+            "init (--init) fills the template; starts_from (--starts-from) starts from an earlier",
+        ),
     ],
 )
 def test_starts_from_a_run_of_another_task_is_refused_before_any_work(
