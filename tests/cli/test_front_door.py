@@ -31,6 +31,7 @@ def _same(a, b):
     assert a[2] == b[2]
 
 
+@pytest.mark.slow  # 5-6 s: three surrogate-MH runs over a variable gap (make test-fast keeps under 3 minutes)
 def test_a_job_is_the_same_from_keyword_arguments_a_job_file_and_the_flags(model_dir, tmp_path):
     """A constrained variable gap sampled by surrogate-MH around gap-jump's moves, with options of
     its own: byte-identical draws and config.json three ways (the flags in their short spellings)."""
@@ -88,6 +89,7 @@ def test_the_same_job_spec_from_each_door(model_dir, tmp_path):
     assert {f: getattr(JobSpec, f) for f in shared} == shared  # one set of defaults
 
 
+@pytest.mark.slow  # 2-3 s, five runs
 def test_a_run_the_command_line_started_resumes_from_python_and_the_reverse(model_dir, tmp_path, capsys):
     """Each door continues the other's run to a raised cap, and both give the uninterrupted run's draws."""
     base = ["sample", "--model", model_dir, "--template", "A[MASK]C[MASK][MASK]", "--chains", "2", "--seed", "4",
