@@ -8,7 +8,7 @@ from typing import Any
 
 from .._files import split_lines
 
-__all__ = ["add_model_args", "load", "read_lines", "split_lines", "bar", "at_least", "exists_message"]
+__all__ = ["add_model_args", "load", "read_lines", "split_lines", "bar", "at_least"]
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -61,11 +61,3 @@ def at_least(value: int | None, flag: str, minimum: int) -> None:
     """``--flag must be >= minimum`` unless the flag is unset or large enough."""
     if value is not None and value < minimum:
         raise ValueError(f"--{flag} must be >= {minimum}, got {value}")
-
-
-def exists_message(err: Any, same_kind: str) -> str:
-    """The message of a :class:`~mlm_ppl.rundir.RunExistsError` with the remedy in flags:
-    ``same_kind`` for a run of the command's own kind; another kind of run or a directory of
-    someone else's is never replaced, so the remedy there is another ``--out``."""
-    hints = {"run": same_kind, "other": "use another --out, or remove it yourself", "foreign": "use another --out"}
-    return f"{err.detail}; {hints[err.holds]}"

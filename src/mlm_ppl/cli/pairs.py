@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import TextIO
 
-from ._common import add_model_args, at_least, exists_message, load, read_lines
+from ._common import add_model_args, at_least, load, read_lines
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             data_label=args.data,
         )
     except RunExistsError as err:
-        raise ValueError(exists_message(err, "use --overwrite to replace it or another --out")) from None
+        raise ValueError(err.remedy("use --overwrite to replace it or another --out")) from None
     out.write(result.report + "\n")
     out.write(f"\nwrote {', '.join(str(p) for p in result.paths)}\n")
     return 0

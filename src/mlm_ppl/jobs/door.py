@@ -363,13 +363,12 @@ def _run_batch(batch: campaign.Batch, progress: bool, checkpoint_seconds: float,
 
 def _exists(err: rundir.RunExistsError) -> ValueError:
     """A directory in the way: what to do, in Python's and the command line's words."""
-    hints = {
-        "run": f"use --resume {err.path} (mlm_ppl.resume) to continue it, --overwrite (overwrite=True) to replace "
-        "it, or another --out",
-        "other": "use another --out, or remove it yourself",
-        "foreign": "use another --out",
-    }
-    return ValueError(f"{err.detail}; {hints[err.holds]}")
+    return ValueError(
+        err.remedy(
+            f"use --resume {err.path} (mlm_ppl.resume) to continue it, --overwrite (overwrite=True) to replace it, "
+            "or another --out"
+        )
+    )
 
 
 def _kept(err: WorkersLostError, path: Any, kept: bool) -> WorkersLostError:

@@ -61,6 +61,13 @@ class RunExistsError(ValueError):
         self.detail = detail
         self.holds = holds
 
+    def remedy(self, same_kind: str) -> str:
+        """The message with what to do in the caller's terms: ``same_kind`` for a run of the kind
+        asked for; another kind of run or a directory of someone else's is never replaced, so the
+        remedy there is another ``--out``."""
+        hints = {"run": same_kind, "other": "use another --out, or remove it yourself", "foreign": "use another --out"}
+        return f"{self.detail}; {hints[self.holds]}"
+
 
 def kind_of(directory: str | os.PathLike) -> str | None:
     """The kind of run in ``directory`` (``"sample"``, ``"batch"``, ``"pairs"``) from its marker,
