@@ -201,17 +201,12 @@ _JOB_FLAGS = (
 """The flags that are keys of a job (:data:`~mlm_ppl.jobs.JOB_KEYS`) under the same names."""
 
 
-def job_keys(args: argparse.Namespace, new: bool = True) -> dict[str, Any]:
+def job_keys(args: argparse.Namespace) -> dict[str, Any]:
     """The job keys the flags give (those left out are not in the mapping: a job file's, or the
-    defaults, stand), the kernel's options under ``kernel_options``, the constraint flags as one spec;
-    ``--ray`` alone gives a ``new`` run as many workers as CPUs, at most one per chain."""
+    defaults, stand), the kernel's options under ``kernel_options``, the constraint flags as one spec."""
     if args.workers is not None and not args.ray:
         raise ValueError("--workers applies to --ray")
     keys = {k: getattr(args, k) for k in _JOB_FLAGS if getattr(args, k) is not None}
-    if args.ray and "workers" not in keys and new:
-        keys["workers"] = min(keys.get("num_chains", RunSettings.num_chains), os.cpu_count() or 1)
-    elif args.ray and not new:
-        keys.setdefault("workers", 0)  # a resume on Ray: refused for a run that ran in one process
     options = {k: getattr(args, k) for k in option_flags() if getattr(args, k) is not None}
     if options:
         keys["kernel_options"] = options
@@ -224,13 +219,13 @@ def job_keys(args: argparse.Namespace, new: bool = True) -> dict[str, Any]:
 def job_from_flags(args: argparse.Namespace) -> JobSpec:
     """The job of the flags, or of the job file with the flags replacing its keys."""
     keys = job_keys(args)
-    if args.job is None:
-        if "out" not in keys:
-            raise ValueError("give --out DIR for the run directory")
-        return JobSpec.from_mapping(keys)
-    values = read_job_file(args.job, keys)
+    if args.job is None and "out" not in keys:
+        raise ValueError("give --out DIR for the run directory")
+    values = keys if args.job is None else read_job_file(args.job, keys)
     if values.get("out") is None:
         raise ValueError(f"{args.job}: give out (the run directory), in the file or as --out DIR")
+    if args.ray and values.get("workers") is None:  # --ray alone: as many workers as CPUs, one per chain at most
+        values["workers"] = min(values.get("num_chains", RunSettings.num_chains), os.cpu_count() or 1)
     return JobSpec.from_mapping(values, args.job)
 
 
@@ -277,7 +272,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             if args.resume:
                 if args.job is not None:
                     raise ValueError("--resume continues a run with its own settings; give a job file or --resume")
-                expect = job_keys(args, new=False)
+                expect = job_keys(args)
+                if args.ray:  # a resume on Ray: refused for a run that ran in one process
+                    expect.setdefault("workers", 0)
                 num_samples = expect.pop("num_samples", None)
                 result = resume(
                     args.resume,
