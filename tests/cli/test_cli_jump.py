@@ -123,6 +123,7 @@ def test_a_killed_jump_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_pat
     np.testing.assert_allclose(a.sample_stats["lp"].values, b.sample_stats["lp"].values, rtol=1e-6)
 
 
+@pytest.mark.slow  # about 5 s (make test-fast keeps under 3 minutes)
 def test_a_jump_run_of_surrogate_mh_moves_lengths_inside_its_inner_chain(model_dir, tmp_path, capsys):
     """--kernel surrogate-mh with --length-mode jump: gap-jump's moves on the surrogate, one exact
     evaluation per step; the run records lengths as gap-jump's does, and its copies."""

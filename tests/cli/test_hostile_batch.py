@@ -167,6 +167,7 @@ def own_model(model_dir, tmp_path):
     return copy, other / "model.safetensors"
 
 
+@pytest.mark.slow  # about 5 s (make test-fast keeps under 3 minutes)
 def test_a_model_replaced_between_a_kill_and_resume_is_refused_naming_the_file(own_model, tmp_path, capsys):
     model, other_weights = own_model
     out = tmp_path / "run"

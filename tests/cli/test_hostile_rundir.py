@@ -113,6 +113,7 @@ def test_a_batch_whose_template_run_lists_an_outside_name_is_refused_whole(model
 
 
 # ---------------------------------------------------------------------- 2. the lock file
+@pytest.mark.slow  # about 5 s (make test-fast keeps under 3 minutes)
 def test_a_hard_link_planted_as_the_lock_file_is_never_written(model_dir, tmp_path):
     out = tmp_path / "run"
     assert main(_sample(model_dir, out)) == 0

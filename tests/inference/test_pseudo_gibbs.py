@@ -21,6 +21,7 @@ from mlm_ppl.inference import (
 from mlm_ppl.testing import goyal_counterexample
 
 
+@pytest.mark.slow  # about 5 s (make test-fast keeps under 3 minutes)
 def test_pseudo_gibbs_matches_its_own_transition_matrix_not_the_energy(tiny4):
     dist = MaskedLMDistribution(tiny4, TEMPLATE, temperature=1.0)
     kernel = PseudoGibbs(dist, scan="random", proposal_temperature=2.0)
