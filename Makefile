@@ -79,8 +79,8 @@ germlines: venv
 test: venv
 	$(PY) -m pytest -q
 
-# the edit loop: everything but the real model, the notebooks, Ray, the slowest CLI checks and tests over 8 s (2 min 49 s
-# on 2 cores, 785 tests, 2026-12-03)
+# the edit loop: everything but the real model, the notebooks, Ray, the slowest CLI checks and tests over about 5 s
+# (2 min 51 s on 2 idle cores, 792 tests, 2026-12-04)
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" --ignore=tests/test_notebooks.py --ignore=tests/cli/test_ray.py \
 		--ignore=tests/cli/test_reliability.py --ignore=tests/test_experiments.py
