@@ -245,11 +245,6 @@ class JobSpec:
         that names the file and the key."""
         return cls.from_mapping(read_job_file(path, overrides), str(path))
 
-    def replace(self, **changes: Any) -> JobSpec:
-        """The same job with some keys changed (checked again)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
-        return JobSpec.from_mapping({**values, **changes})
-
 
 JOB_KEYS = tuple(f.name for f in dataclasses.fields(JobSpec) if f.init)
 """Every key of a job, in the order of :class:`JobSpec`'s fields."""
