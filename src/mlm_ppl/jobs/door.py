@@ -95,7 +95,7 @@ def sample(
     mlm = model if isinstance(model, MaskedLM) else None
     values: dict[str, Any] = dict(
         job_keys,
-        model=model.name if isinstance(model, MaskedLM) else model,
+        model=model if mlm is None else mlm.name,
         kernel=kernel,
         kernel_options=options,
         constraints=constraints,

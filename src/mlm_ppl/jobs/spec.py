@@ -39,7 +39,7 @@ from typing import Any
 from .._checks import check_choice, check_interval, check_type
 from .._files import read_toml, split_lines
 from ..campaign import LENGTH_MODES, parse_templates, plan_gap
-from ..inference.registry import KERNELS
+from ..inference.registry import KERNELS, length_kernels
 from ..models.constraints import ConstraintSpec
 from ..models.gaps import LengthPrior, has_variable_gap
 from ..settings import MAX_CHAINS, RENAMED, RunSettings, option_flags
@@ -209,7 +209,7 @@ class JobSpec:
 
     def _check_options(self) -> None:
         """Each kernel option is one the kernel takes: an option of another kernel is named with its kernel."""
-        kernel = self.kernel or ("gap-jump" if self.length_mode == "jump" else "mh")
+        kernel = self.kernel or (length_kernels()[0] if self.length_mode == "jump" else "mh")  # plan_gap's default
         if kernel not in KERNELS:
             return  # RunSettings names the unknown kernel and the known ones
         flags = option_flags()
