@@ -194,16 +194,15 @@ def from_pyro(
     """
     from ..inference.gibbs import MLMGibbs, run_from_gibbs
     from ..inference.pyro_kernel import MLMKernel, run_from_mcmc
+    from ..inference.pyro_sites import chain_records
     from ..inference.starts import target_constraints
 
     kernel = mcmc.kernel
-    samples = mcmc.get_samples(group_by_chain=True)
-    if isinstance(kernel, MLMKernel):
-        sites = [kernel.site]
-    elif isinstance(kernel, MLMGibbs):
-        sites = list(kernel.mlm_sites)
-    else:
+    if not isinstance(kernel, (MLMKernel, MLMGibbs)):
         raise TypeError(f"from_pyro reads MCMC runs of MLMKernel or MLMGibbs, not {type(kernel).__name__}")
+    chain_records(mcmc)  # a run that has not finished is refused, saying so
+    samples = mcmc.get_samples(group_by_chain=True)
+    sites = [kernel.site] if isinstance(kernel, MLMKernel) else list(kernel.mlm_sites)
     if site is not None and site not in sites:
         raise ValueError(f"{site!r} is not a token site of the model; they are {sites}")
     pairs: list[tuple[str, int | None]] = []

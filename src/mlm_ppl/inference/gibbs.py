@@ -32,12 +32,19 @@ from .api import check_kernel_options
 from .base import check_init, fill_template
 from .pyro_sites import (
     AS_TOKEN_DRAWS,
+    RECORD,
+    AsSupportDtype,
+    ChainRecord,
     HoldSites,
+    called_for_transforms,
+    chain_records,
     chain_streams,
     is_sample_site,
     other_sites_log_prob,
+    pyro_chain_id,
     site_log_factor,
     site_weights,
+    start_worker_chain,
     trace_model,
     weighted,
 )
@@ -70,9 +77,11 @@ class MLMGibbs(MCMCKernel):
         ``capabilities.gibbs`` is true). Pseudo-Gibbs has no target and would ignore the
         rest of the model, so it is refused.
     seed : int, optional
-        Seed of the token and discrete updates; None draws one from torch's global RNG at each
-        ``setup`` (so ``pyro.set_rng_seed`` governs it). The same seed gives the same draws on a
-        re-run of the same ``MCMC`` object.
+        Seed of the token and discrete updates: Pyro chain ``i`` draws from stream ``i`` of it,
+        whether Pyro runs the chains one after another or in worker processes, and a re-run of
+        the same ``MCMC`` object repeats its token draws (the inner NUTS draws from torch's
+        global RNG: ``pyro.set_rng_seed`` before ``mcmc.run()`` fixes it). None draws a seed from
+        torch's global RNG at each ``setup`` (so ``pyro.set_rng_seed`` governs it).
     token_steps : int
         MH steps per token site per iteration (default 1).
     init : {"sample", "greedy", "uniform"}
@@ -190,12 +199,19 @@ class MLMGibbs(MCMCKernel):
     # ------------------------------------------------------------------ setup
     def setup(self, warmup_steps: int, *args: Any, **kwargs: Any) -> None:
         """Find the sites, fill the token sites, set up the inner kernel once (adaptation then
-        carries on across iterations), and evaluate the starting tokens."""
+        carries on across iterations), and evaluate the starting tokens.
+
+        Called by ``MCMC`` only to find :attr:`transforms` (after chains in worker processes), it
+        builds the sites' targets but starts no chain."""
+        probe = called_for_transforms()
         self._setup_args, self._setup_kwargs = args, kwargs
         self._warmup_steps = int(warmup_steps)
         self._t, self._accepted = 0, 0.0
-        self._chain_index += 1
-        self._streams = chain_streams(self.seed, self._chain_index, 1)
+        if not probe:
+            start_worker_chain()  # one thread per worker process
+            chain = pyro_chain_id()
+            self._chain_index = self._chain_index + 1 if chain is None else chain
+        self._streams = chain_streams(self.seed, max(self._chain_index, 0), 1)  # a probe may come first
         self._values = {}
         trace = trace_model(self.model, args, kwargs)
         latent = {name: s for name, s in trace.nodes.items() if is_sample_site(s) and not s["is_observed"]}
@@ -262,6 +278,8 @@ class MLMGibbs(MCMCKernel):
             self.inner.cleanup()  # a fresh inner chain: step count, adaptation and cache reset
             self.inner.setup(warmup_steps, *args, **kwargs)
             self._z = dict(self.inner.initial_params)
+        if probe:
+            return
         for (name, element), kernel in self._kernels.items():
             tokens = self._values[name] if element is None else self._values[name][element]
             self._states[name, element] = kernel.init(tokens[None])
@@ -281,14 +299,20 @@ class MLMGibbs(MCMCKernel):
         )
 
     @property
-    def transforms(self) -> dict:
+    def transforms(self) -> dict | None:
         """The inner kernel's transforms, and one per token site that ``MCMC`` applies to its
         samples after a run (:data:`~mlm_ppl.inference.pyro_sites.AS_TOKEN_DRAWS`): Pyro packs
         each draw's sites into one tensor, so ids beside continuous sites travel as floats; they
         come out of ``get_samples`` as ``torch.long``
-        :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`."""
+        :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`, and discrete sites in their support's
+        dtype (:class:`~mlm_ppl.inference.pyro_sites.AsSupportDtype`). None until the kernel was set up in
+        this process (chains in worker processes set up copies of it): MCMC then sets it up to
+        find them."""
+        if not self.mlm_sites:
+            return None
         inner = getattr(self.inner, "transforms", None) or {}
-        return {**inner, **{name: AS_TOKEN_DRAWS for name in self.mlm_sites}}
+        discrete = {name: AsSupportDtype(self._supports[name].dtype) for name in self.discrete_sites}
+        return {**inner, **discrete, **{name: AS_TOKEN_DRAWS for name in self.mlm_sites}}
 
     @transforms.setter
     def transforms(self, value: dict) -> None:
@@ -417,8 +441,14 @@ class MLMGibbs(MCMCKernel):
         return out
 
     def diagnostics(self) -> dict[str, Any]:
+        """The inner kernel's diagnostics, the token acceptance rate and the chain's
+        :class:`~mlm_ppl.inference.pyro_sites.ChainRecord` (``MCMC`` collects them at the chain's
+        end, from worker processes too)."""
         out = dict(self.inner.diagnostics()) if self.continuous_sites else {}
         out["token acceptance rate"] = self._accepted / max(self._t, 1)
+        initial = self._initials[-1] if self._initials else None
+        stats = self.draw_stats[-1] if self._chains else {}
+        out[RECORD] = ChainRecord(self._chain_index, initial, stats, max(self._t - self._warmup_steps, 0))
         return out
 
     def __repr__(self) -> str:
@@ -448,8 +478,9 @@ def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element
         )
     target = kernel.site_target(site, element)
     x = mcmc.get_samples(group_by_chain=True)[site].long().as_subclass(Tensor)  # (P, D, L) or (P, D, B, L)
-    stats = [chain[site] for chain in kernel.draw_stats[-x.shape[0] :]]
-    initial = torch.stack([chain[site] for chain in kernel.initial_states[-x.shape[0] :]])
+    records = chain_records(mcmc)  # one per Pyro chain, from worker processes too
+    stats = [r.stats[site] for r in records]
+    initial = torch.stack([r.initial[site] for r in records])
     if plated:
         x, initial = x[:, :, element], initial[:, element]
         stats = [{k: v[:, element] for k, v in s.items()} for s in stats]

@@ -13,12 +13,19 @@ Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 * ``end_warmup()`` is never called by MCMC: the kernel counts warm-up steps itself.
 * ``transforms = {}`` is set up front, or MCMC re-runs ``setup`` after sampling.
 * ``logging()`` output goes through ``json.dumps`` every step: plain floats only.
-* Sequential chains reuse one kernel object: ``setup`` resets all chain state and moves on to
-  the next chains' random streams (:func:`~mlm_ppl.inference.pyro_sites.chain_streams`).
+* Sequential chains reuse one kernel object: ``setup`` resets all chain state and takes the
+  random streams of Pyro's chain id (:func:`~mlm_ppl.inference.pyro_sites.pyro_chain_id`), which
+  Pyro passes to no kernel.
+* With ``num_chains > 1`` and more cores than chains, MCMC runs each chain in a worker process
+  on a copy of the kernel: nothing a worker's kernel holds comes back but the draws and its
+  ``diagnostics()``. Each chain's start and per-draw statistics travel there
+  (:class:`~mlm_ppl.inference.pyro_sites.ChainRecord`), and ``transforms`` is None until the
+  kernel was set up in this process, so MCMC sets the parent's kernel up to find it (a set-up
+  that is no chain: :func:`~mlm_ppl.inference.pyro_sites.called_for_transforms`).
 * ``MCMC.summary()``, ``MCMC.diagnostics()`` and ``az.from_pyro`` fail on integer draws: per-draw
   statistics are kept on the kernel (:attr:`MLMKernel.draw_stats`).
 * With ``num_chains > 1`` MCMC uses worker processes only when ``num_chains <= cpu_count - 1``;
-  forking after a forward pass can deadlock and threads oversubscribe. Prefer
+  each worker runs its own forward passes (and threads oversubscribe). Prefer
   ``MLMKernel(model, num_chains=C)`` with ``MCMC(num_chains=1)``: C chains in one batched
   forward pass. Their draws come out of ``get_samples()`` as ``(C * D, L)``, chain after chain
   (:class:`~mlm_ppl.inference.pyro_sites.AsTokenDraws`): one posterior draw per row, as
@@ -40,11 +47,17 @@ from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, initial_tokens
 from .pyro_sites import (
+    RECORD,
     AsTokenDraws,
+    ChainRecord,
+    called_for_transforms,
+    chain_records,
     chain_streams,
     is_sample_site,
     other_sites_log_prob,
+    pyro_chain_id,
     site_weights,
+    start_worker_chain,
     trace_model,
     weighted,
 )
@@ -86,9 +99,11 @@ class MLMKernel(MCMCKernel):
     seed : int, optional
         Seed of the chains' random streams (:class:`~mlm_ppl.inference.streams.ChainStreams`):
         batched chain ``c`` of Pyro chain ``i`` draws from the stream of chain ``i*C + c``, ``i``
-        counting every chain this kernel object has run. None (the default) draws each chain's
-        seed from torch's global RNG, so ``pyro.set_rng_seed`` before ``mcmc.run()`` makes a run,
-        and a re-run of the same ``MCMC`` object, reproducible.
+        Pyro's chain id, so chains run one after another and chains in Pyro's worker processes
+        draw the same, and a re-run of the same ``MCMC`` object repeats its draws. None (the
+        default) draws each chain's seed from torch's global RNG, as NUTS does: then
+        ``pyro.set_rng_seed`` before ``mcmc.run()`` makes a run reproducible (Pyro seeds each
+        worker process with its own seed, so worker chains differ from sequential ones).
     init : {"sample", "greedy", "uniform"}
         How the free positions are filled before warm-up (never counted as draws): within the
         alphabets of the site's ``constraints``, and repaired where the fill breaks one of its
@@ -97,7 +112,8 @@ class MLMKernel(MCMCKernel):
 
     Notes
     -----
-    :attr:`draw_stats` holds the per-draw statistics of every Pyro chain run so far.
+    :attr:`draw_stats` holds the per-draw statistics of every Pyro chain this kernel object ran
+    in this process; :func:`mlm_ppl.from_pyro` reads every chain's, worker processes' included.
     """
 
     def __init__(
@@ -133,7 +149,7 @@ class MLMKernel(MCMCKernel):
         self.init = check_init(init)
         self._chains: list[dict[str, list[Tensor]]] = []
         self._initials: list[Tensor] = []
-        self._chain_index = -1
+        self._chain_index = -1  # the Pyro chain being run (a counter when setup is called outside Pyro)
         self._initial_params: dict[str, Tensor] | None = None
         self._reset()
 
@@ -152,9 +168,23 @@ class MLMKernel(MCMCKernel):
     # ------------------------------------------------------------------ setup
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
         """Find the token site, build the target (MLM energy plus the model's other terms),
-        fill the template and evaluate the starting state. Resets all chain state."""
+        fill the template and evaluate the starting state. Resets all chain state.
+
+        Called by ``MCMC`` only to find :attr:`transforms` (after chains in worker processes), it
+        builds the target and the kernel but starts no chain."""
+        probe = called_for_transforms()
         self._reset()
-        self._chain_index += 1
+        worker = False
+        if not probe:
+            worker = start_worker_chain()  # one thread per worker process
+            chain = pyro_chain_id()
+            self._chain_index = self._chain_index + 1 if chain is None else chain
+        if self._initial_params is not None and worker:
+            raise ValueError(
+                "MCMC(initial_params=...) with chains in worker processes gives every worker the last chain's "
+                "params (Pyro sets them on the one kernel object all workers copy); start each chain with "
+                "MLMKernel(model, num_chains=C) and MCMC(num_chains=1, initial_params=...) instead"
+            )
         self._warmup_steps = int(warmup_steps)
         self._args, self._kwargs = args, kwargs
         trace = trace_model(self.model, args, kwargs)
@@ -192,6 +222,8 @@ class MLMKernel(MCMCKernel):
         has_other_terms = any(is_sample_site(s) and name != self.site for name, s in trace.nodes.items())
         self.target = ConstrainedTarget(base, self._log_factor) if has_other_terms else base
         self.kernel = make_kernel(self.kernel_name, self.target, **self.kernel_options)
+        if probe:
+            return
         self._streams = chain_streams(self.seed, self._chain_index, self.num_chains)
         init: str | Tensor = self.init
         if self._initial_params is not None:
@@ -202,6 +234,7 @@ class MLMKernel(MCMCKernel):
         tokens = initial_tokens(self.kernel, self.num_chains, self._streams, init)
         self._state = self.kernel.init(tokens)
         self._initials.append(self._state.tokens.clone())
+        self._chains.append({})
 
     def _log_factor(self, tokens: Tensor) -> Tensor:
         """``(N,)`` log density of every site but the token site, with the tokens substituted
@@ -213,11 +246,12 @@ class MLMKernel(MCMCKernel):
         return torch.stack(terms).to(torch.float64)
 
     @property
-    def transforms(self) -> dict:
+    def transforms(self) -> dict | None:
         """What ``MCMC`` applies to the samples after a run: the token site's draws become
-        :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`. Never None, or MCMC would run
-        ``setup`` again to find transforms."""
-        return {} if self.site is None else {self.site: AsTokenDraws(self.num_chains)}
+        :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`. None until the kernel was set up in
+        this process (chains in worker processes set up copies of it): MCMC then sets it up to
+        find them."""
+        return None if self.site is None else {self.site: AsTokenDraws(self.num_chains)}
 
     # ------------------------------------------------------------------ params
     @property
@@ -246,31 +280,34 @@ class MLMKernel(MCMCKernel):
         self._t += 1
         self._accepted += float(stats["is_accepted"].float().mean())
         if self._t > self._warmup_steps:
-            if self._t == self._warmup_steps + 1:
-                self._chains.append({})
             for k, v in stats.items():
                 self._chains[-1].setdefault(k, []).append(v)
         return {self.site: self._value(self._state.tokens)}
 
     @property
     def initial_states(self) -> list[Any]:
-        """Per Pyro chain run so far: the ``(num_chains, L)`` states it started from (after the fill-in)."""
+        """Per Pyro chain run so far in this process: the ``(num_chains, L)`` states it started
+        from (after the fill-in)."""
         return list(self._initials)
 
     @property
     def draw_stats(self) -> list[Any]:
-        """Per Pyro chain run so far: the kernel's statistics (``kernel_class(kernel).stat_names()``)
-        of each draw, tensors of shape ``(D, num_chains)`` (warm-up excluded)."""
+        """Per Pyro chain run so far in this process: the kernel's statistics
+        (``kernel_class(kernel).stat_names()``) of each draw, tensors of shape
+        ``(D, num_chains)`` (warm-up excluded)."""
         return [{k: torch.stack(v) for k, v in chain.items()} for chain in self._chains]
 
     def logging(self) -> dict[str, Any]:
         return {"acc. rate": round(self._accepted / max(self._t, 1), 3)}
 
     def diagnostics(self) -> dict[str, Any]:
-        if not self._chains or self._t <= self._warmup_steps:
-            return {"acceptance rate": float("nan")}
-        accepted = torch.stack(self._chains[-1]["is_accepted"]).float()
-        return {"acceptance rate": float(accepted.mean())}
+        """The chain's acceptance rate and its :class:`~mlm_ppl.inference.pyro_sites.ChainRecord`
+        (``MCMC`` collects both at the chain's end, from worker processes too)."""
+        stats = self.draw_stats[-1] if self._chains else {}
+        accepted = stats["is_accepted"].float().mean() if "is_accepted" in stats else torch.tensor(float("nan"))
+        initial = self._initials[-1] if self._initials else None
+        record = ChainRecord(self._chain_index, initial, stats, max(self._t - self._warmup_steps, 0))
+        return {"acceptance rate": float(accepted), RECORD: record}
 
     def __repr__(self) -> str:
         return f"MLMKernel(kernel={self.kernel_name!r}, num_chains={self.num_chains}, seed={self.seed})"
@@ -286,7 +323,8 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
     if site not in (None, kernel.site) or element is not None:
         raise ValueError(f"the model has one token site {kernel.site!r}, not under a plate")
     x = mcmc.get_samples(group_by_chain=True)[kernel.site].as_subclass(Tensor)  # (P, C * D, L), chain-major
-    stats = kernel.draw_stats[-x.shape[0] :]  # one per Pyro chain, each (D, C)
+    records = chain_records(mcmc)  # one per Pyro chain, from worker processes too
+    stats = [r.stats for r in records]  # each (D, C)
     P, C, L = x.shape[0], kernel.num_chains, x.shape[-1]
     D = x.shape[1] // C
     tokens = x.reshape(P * C, D, L)
@@ -302,5 +340,5 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
         model=getattr(getattr(target, "mlm", None), "name", None),
         **annealing_attrs(kernel.kernel),
     )
-    initial = torch.cat(kernel.initial_states[-P:])
+    initial = torch.cat([r.initial for r in records])
     return Run(tokens.long(), merged, attrs, initial)
