@@ -178,3 +178,37 @@ def test_the_scans_are_named_after_what_they_do(tiny4):
         "parallel_masked",
         "parallel_unmasked",
     }
+
+
+def test_pseudo_gibbs_chains_that_mix_are_called_mixed_never_converged(tiny4):
+    """By enumeration: the chains reach pseudo-Gibbs' own stationary law (the exact matrix's),
+    which is far from exp(-E/T); their summary says "mixed" with a note, MH's says "converged"."""
+    from mlm_ppl.diagnostics import CONVERGED, MIXED, summary, to_inference_data
+
+    dist = MaskedLMDistribution(tiny4, TEMPLATE, temperature=3.0)
+    kernel = PseudoGibbs(dist, scan="random")
+    own = exact.stationary_distribution(exact.transition_matrix(kernel))
+    energy = exact.exact_log_probs(dist).exp()
+    assert exact.total_variation(own, energy) > 0.1  # its law is not the energy's
+    run = run_chains(kernel, 4, 1500, warmup_steps=50, seed=0)
+    pooled = empirical(dist, run.tokens.reshape(-1, run.tokens.shape[-1]))
+    assert exact.total_variation(own, pooled / pooled.sum()) < 0.05  # the chains did reach it
+    report = summary(to_inference_data(run))
+    assert run.attrs["stationary_law"] == "own"
+    assert report.chains == [MIXED] * 4 and report.mixed and not report.converged
+    assert "no guaranteed target" in str(report) and "not exp(-E/T)" in report.reasons[0]
+    mh = summary(to_inference_data(run_chains(MetropolisHastings(dist), 4, 1500, warmup_steps=50, seed=0)))
+    assert mh.chains == [CONVERGED] * 4 and mh.stationary_law is None
+
+
+def test_a_run_recorded_before_its_kernel_declared_no_target_reads_the_declaration(tiny4):
+    from mlm_ppl.diagnostics import CONVERGED, MIXED, summary, to_inference_data
+
+    dist = MaskedLMDistribution(tiny4, TEMPLATE, temperature=3.0)
+    run = run_chains(PseudoGibbs(dist, scan="random"), 4, 1500, warmup_steps=50, seed=0)
+    del run.attrs["stationary_law"]  # as a run.nc of before
+    assert summary(to_inference_data(run)).chains == [MIXED] * 4
+    run.attrs["kernel"] = "MLMKernel(pseudo-gibbs)"  # a Pyro run names its token kernel so
+    assert summary(to_inference_data(run)).chains == [MIXED] * 4
+    run.attrs["kernel"] = "mh"
+    assert summary(to_inference_data(run)).chains == [CONVERGED] * 4  # the same draws, told apart by name alone

@@ -1,9 +1,10 @@
-"""Summaries of runs: R-hat and ESS of every functional, and each chain's verdict (converged, not
-converged, stuck, infeasible, annealed)."""
+"""Summaries of runs: R-hat and ESS of every functional, and each chain's verdict (converged, mixed,
+not converged, stuck, infeasible, annealed)."""
 
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..inference.annealing import annealing_note
+from ..inference.registry import KERNELS
+from ..inference.runner import OWN_LAW
 from .data import load_arviz, to_inference_data
 from .lengths import length_marginal, reference_for
 
@@ -29,6 +32,9 @@ INFEASIBLE = "infeasible"
 
 
 ANNEALED = "annealed"
+
+
+MIXED = "mixed"
 
 
 RHAT_MAX = 1.01
@@ -57,9 +63,11 @@ class Summary:
     novel_transition_rate : float
         Fraction of steps whose accepted proposal changed the state (Goyal et al. 2021).
     chains : list of str
-        Per-chain verdict: "converged", "not converged", "stuck" (never moved), "infeasible"
-        (draws of density 0: they break a hard rule of the target) or "annealed" (a run that
-        anneals: a mode seeker, whose draws are not samples of the target, whatever its R-hat).
+        Per-chain verdict: "converged" (to the target), "mixed" (a kernel with no guaranteed
+        target, such as pseudo-Gibbs, whose chains agree on a law of its own: not the target's),
+        "not converged", "stuck" (never moved), "infeasible" (draws of density 0: they break a
+        hard rule of the target) or "annealed" (a run that anneals: a mode seeker, whose draws
+        are not samples of the target, whatever its R-hat).
     reasons : list of str
         Why each chain got its verdict.
     moves_per_step : float
@@ -71,6 +79,9 @@ class Summary:
     annealing : str or None
         An annealed run's note (:func:`~mlm_ppl.inference.annealing.annealing_note`), the first
         line of the text; None for a run that samples its target.
+    stationary_law : str or None
+        The note of a run whose kernel has no guaranteed target (:func:`law_note`), the first
+        line of the text; None for a kernel whose stationary law is its target's.
     stopped : str or None
         Why a run with a stopping rule (:func:`stop_when_converged`) ended before its last draw,
         and where (the run's ``stopped`` attribute); None for a run that took every draw.
@@ -92,16 +103,25 @@ class Summary:
     inner_acceptance: float | None = None
     masked_copies_per_step: float | None = None
     annealing: str | None = None
+    stationary_law: str | None = None
     stopped: str | None = None
     lengths: list[tuple[int, float, int, float, float]] | None = None
     length_reference: "LengthReference | None" = None
 
     @property
     def converged(self) -> bool:
+        """Every chain converged to the target (a "mixed" chain did not: its law is another)."""
         return all(v == CONVERGED for v in self.chains)
+
+    @property
+    def mixed(self) -> bool:
+        """Every chain converged to its kernel's stationary law: the target's ("converged") or,
+        for a kernel with no guaranteed target, its own ("mixed")."""
+        return all(v in (CONVERGED, MIXED) for v in self.chains)
 
     def __str__(self) -> str:
         lines = [self.annealing, ""] if self.annealing is not None else []
+        lines += [self.stationary_law, ""] if self.stationary_law is not None else []
         lines += [f"stopped early: {self.stopped}", ""] if self.stopped is not None else []
         lines += [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
         if self.lengths is not None:
@@ -165,6 +185,12 @@ def summary(
     kernel's schedule) sought a mode: its draws are not samples of the target. Its summary starts
     with a note that says so, and a chain that is neither stuck nor infeasible is **annealed**, its
     reasons those of the diagnostics of the annealed chain itself.
+
+    A run of a kernel with no guaranteed target (its ``stationary_law`` attribute, or a kernel
+    whose declaration ``capabilities.samples_target`` is false: pseudo-Gibbs, mask-predict)
+    converges, if at all, to a law of the kernel's own, not ``exp(-E/T)``: R-hat and ESS measure
+    agreement on that law. Its summary starts with a note that says so, and a chain that passes
+    the checks is **mixed**, never **converged**.
     """
     az = load_arviz()
     post = idata.posterior
@@ -186,6 +212,7 @@ def summary(
     accepted = idata.sample_stats["is_accepted"].values
     verdicts, reasons = [], []
     note = _annealing(idata.attrs)
+    law = law_note(idata.attrs)
     # hamming_start (a token site's <site>_hamming_start) depends on each chain's own start: chains
     # legitimately disagree on it
     varying = [n for n in names if not _from_start(n) and np.nanstd(post[n].values) > 0]
@@ -233,6 +260,10 @@ def summary(
             verdicts.append(ANNEALED)
             reasons.append(f"mode-seeking, not samples of the target; the annealed chain: {why}")
             continue
+        if law is not None and not problems:
+            verdicts.append(MIXED)
+            reasons.append(f"{why}: the chains agree on the kernel's own stationary law, not exp(-E/T)")
+            continue
         verdicts.append(NOT_CONVERGED if problems else CONVERGED)
         reasons.append(why)
     acceptance, novel = acceptance_rates(accepted, n_changed)
@@ -252,6 +283,7 @@ def summary(
         inner_acceptance=mean_of("inner_acceptance"),
         masked_copies_per_step=mean_of("masked_copies"),
         annealing=note,
+        stationary_law=law,
         stopped=idata.attrs.get("stopped"),
         lengths=length_marginal(idata),
         length_reference=reference_for(idata, length_reference),
@@ -279,9 +311,33 @@ def stop_when_converged(
 
     def rule(run: "Run") -> str | None:
         report = summary(to_inference_data(run, mlm=mlm, constraints=constraints))
-        return f"every chain converged ({report.reasons[0]})" if report.converged else None
+        if report.converged:
+            return f"every chain converged ({report.reasons[0]})"
+        if report.mixed:  # a kernel with no guaranteed target: as far as its chains will go
+            return f"every chain mixed ({report.reasons[0]})"
+        return None
 
     return rule
+
+
+def law_note(attrs: Mapping) -> str | None:
+    """The note of a run whose kernel has no guaranteed target: its ``stationary_law`` attribute
+    (:func:`~mlm_ppl.inference.runner.kernel_attrs`), or, for a run recorded before it, the
+    declaration of the kernel it names (``capabilities.samples_target``); None otherwise."""
+    kernel = str(attrs.get("kernel", ""))
+    match = re.fullmatch(r"MLMKernel\((.+)\)", kernel)  # a Pyro run names its token kernel so
+    name = match.group(1) if match else kernel
+    # a run directory records the kernel's name, run_chains its class
+    by_name = {**{cls.__name__: cls for cls in KERNELS.values()}, **KERNELS}
+    declared = by_name[name].capabilities.samples_target if name in by_name else True
+    name = by_name[name].name if name in by_name else name
+    if attrs.get("stationary_law") != OWN_LAW and declared:
+        return None
+    return (
+        f"{name or 'this kernel'} has no guaranteed target: its chains converge, if at all, to a stationary law "
+        "of its own, which is not exp(-E/T). R-hat and ESS below say whether the chains agree on that law; "
+        '"mixed" means they do, never that the draws follow the energy (MH or Gibbs-within-MH samples it)'
+    )
 
 
 def _annealing(attrs: Mapping) -> str | None:

@@ -49,7 +49,7 @@ from .pyro_sites import (
     weighted,
 )
 from .registry import KERNELS, make_kernel
-from .runner import Run, annealing_attrs, step_stats, target_attrs
+from .runner import Run, kernel_attrs, step_stats, target_attrs
 from .starts import repair_start
 from .streams import ChainStreams
 
@@ -495,6 +495,6 @@ def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element
         seed=kernel.seed,
         **target_attrs(target),
         model=getattr(target.mlm, "name", None),
-        **annealing_attrs(kernel.site_kernel(site, element)),
+        **kernel_attrs(kernel.site_kernel(site, element)),
     )
     return Run(x, merged, attrs, initial)

@@ -55,7 +55,9 @@ class MaskPredict(KernelBase[MaskPredictOptions]):
     Options = MaskPredictOptions
     State = MaskPredictState
     Info = MaskPredictInfo
-    capabilities = Capabilities(log_factor=False, gibbs=False, complete_start=False, exact_matrix=False)
+    capabilities = Capabilities(
+        log_factor=False, gibbs=False, complete_start=False, exact_matrix=False, samples_target=False
+    )
     options: MaskPredictOptions
 
     def init(self, tokens: Tensor) -> MaskPredictState:

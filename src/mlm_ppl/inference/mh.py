@@ -37,7 +37,24 @@ from .exact import block_moves, scan_matrix
 from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
-__all__ = ["ProposalOptions", "MHOptions", "MHState", "MHInfo", "MetropolisHastings", "TruncatedProposalWarning"]
+__all__ = [
+    "default_proposal_temperature",
+    "ProposalOptions",
+    "MHOptions",
+    "MHState",
+    "MHInfo",
+    "MetropolisHastings",
+    "TruncatedProposalWarning",
+]
+
+
+def default_proposal_temperature(temperature: float) -> float:
+    """The proposals' temperature when none is given: the target's temperature ``T`` where it is
+    above 1, else 1. Measured by the exact transition matrix on five 64-state models
+    (``benchmarks/proposal_temperature.py``, docs/sampling.md): proposals at ``T`` relax 6.9-59x
+    faster than at 1 when ``T = 3`` and 2.6-20x when ``T = 2``, but 1.1-91x slower when
+    ``T = 0.5`` (sharpened proposals lock onto the MLM's favourites), where 1 does better."""
+    return max(float(temperature), 1.0)
 
 
 class TruncatedProposalWarning(UserWarning):
@@ -59,7 +76,11 @@ class ProposalOptions(Options):
     (:class:`MHOptions`) and surrogate-MH's inner chain's (``SurrogateOptions``)."""
 
     block_size: int = option(1, "free positions proposed together", check=count_at_least(1))
-    proposal_temperature: float = option(1.0, "temperature of the MLM proposals", check=check_temperature)
+    proposal_temperature: float | None = option(
+        None,
+        "temperature of the MLM proposals (default: the target's temperature where above 1, else 1)",
+        check=check_temperature,
+    )
     top_k: int | None = option(None, "truncate proposals to the k most likely tokens", check=count_at_least(1))
     top_p: float | None = option(None, "nucleus truncation of proposals", check=check_probability)
     p_unmask: float = option(
@@ -128,10 +149,12 @@ class MetropolisHastings(KernelBase[MHOptions]):
     **Proposal**: pick a block ``B`` of free positions (``scan``: uniformly at random, a random
     permutation per sweep, or left to right; ``block_size`` positions). Mask ``B`` in the current
     state ``x`` and propose ``x'_B ~ q(.|x_{\\B}) = prod_{i in B} q_i(x'_i | x_{\\B})``, where
-    ``q_i ∝ exp(logit_i / proposal_temperature)`` over the tokens position ``i`` may hold
+    ``q_i ∝ exp(logit_i / T_q)`` over the tokens position ``i`` may hold
     (``target.allowed``: the ordinary tokens, or a constraint spec's alphabet there),
-    optionally truncated to ``top_k`` / ``top_p``. For ``block_size=1`` the conditional is the
-    cached one of the state.
+    optionally truncated to ``top_k`` / ``top_p``. ``T_q`` is ``proposal_temperature``, by
+    default ``max(T, 1)`` (:func:`default_proposal_temperature`: measured by the exact
+    transition matrix, docs/sampling.md "Proposal temperature"). For ``block_size=1`` the
+    conditional is the cached one of the state.
 
     **Acceptance**: since ``x_{\\B} = x'_{\\B}``, the reverse proposal uses the same masked context:
 
@@ -159,7 +182,10 @@ class MetropolisHastings(KernelBase[MHOptions]):
     target : Target
     scan : {"random", "random_sweep", "left_to_right"}
     block_size : int
-    proposal_temperature : float
+    proposal_temperature : float, optional
+        Temperature of the proposals; None (the default) is the target's temperature where it
+        is above 1, else 1 (:func:`default_proposal_temperature`). Any value leaves the target
+        exact: it changes how fast the chain mixes, not where it goes.
     top_k : int, optional
     top_p : float in (0, 1], optional
     p_unmask : float in [0, 1]
@@ -235,7 +261,14 @@ class MetropolisHastings(KernelBase[MHOptions]):
         """``(C, b, V)`` log q at free indices ``sites`` ``(C, b)``, within their alphabets."""
         o = self.options
         allowed = self.target.allowed[sites]  # (C, b, V)
-        return proposal_log_probs(logits, allowed, temperature=o.proposal_temperature, top_k=o.top_k, top_p=o.top_p)
+        return proposal_log_probs(logits, allowed, temperature=self.proposal_temperature, top_k=o.top_k, top_p=o.top_p)
+
+    @property
+    def proposal_temperature(self) -> float:
+        """The proposals' temperature: the ``proposal_temperature`` option, or
+        :func:`default_proposal_temperature` of the target's."""
+        given = self.options.proposal_temperature
+        return default_proposal_temperature(self.target.temperature) if given is None else given
 
     def _block_logits(self, tokens: Tensor, cond_logits: Tensor, sites: Tensor) -> Tensor:
         """``(C, b, V)`` proposal logits: the cached conditionals for single sites, else one block pass."""
@@ -277,7 +310,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
     def unmask(self, tokens: Tensor, order: Tensor, streams: ChainStreams | None) -> tuple[Tensor, Tensor, Tensor]:
         """Sequential unmasking of the free indices ``order`` ``(N, b)`` of states ``tokens`` ``(N, L)``:
         step ``i`` masks ``order[:, i:]`` and draws ``order[:, i]`` from the proposal there (the MLM's
-        conditional, within the alphabet, at ``proposal_temperature``, ``top_k``, ``top_p``).
+        conditional, within the alphabet, at :attr:`proposal_temperature`, ``top_k``, ``top_p``).
 
         Returns the proposed states (``tokens`` when ``streams`` is None), ``log q(proposed)`` and
         ``log q(tokens)`` ``(N,)``: each the sum of its tokens' proposal log-probabilities along the

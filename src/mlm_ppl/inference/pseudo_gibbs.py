@@ -120,7 +120,9 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
     Options = PseudoGibbsOptions
     State = PseudoGibbsState
     Info = PseudoGibbsInfo
-    capabilities = Capabilities(log_factor=False, gibbs=False, complete_start=True, exact_matrix=True)
+    capabilities = Capabilities(
+        log_factor=False, gibbs=False, complete_start=True, exact_matrix=True, samples_target=False
+    )
     options: PseudoGibbsOptions
 
     def evaluations_per_step(self) -> float:

@@ -62,7 +62,7 @@ from .pyro_sites import (
     weighted,
 )
 from .registry import KERNELS, kernel_class, make_kernel
-from .runner import Run, annealing_attrs, step_stats, target_attrs
+from .runner import Run, kernel_attrs, step_stats, target_attrs
 from .streams import ChainStreams
 
 __all__ = ["MLMKernel", "run_from_mcmc", "mcmc_kernels"]
@@ -338,7 +338,7 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
         seed=kernel.seed,
         **target_attrs(target),
         model=getattr(getattr(target, "mlm", None), "name", None),
-        **annealing_attrs(kernel.kernel),
+        **kernel_attrs(kernel.kernel),
     )
     initial = torch.cat([r.initial for r in records])
     return Run(tokens.long(), merged, attrs, initial)

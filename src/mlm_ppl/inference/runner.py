@@ -28,7 +28,8 @@ __all__ = [
     "run_chains",
     "step_stats",
     "target_attrs",
-    "annealing_attrs",
+    "kernel_attrs",
+    "OWN_LAW",
     "state_consistent_lp",
     "STAT_NAMES",
 ]
@@ -48,8 +49,9 @@ class Run:
         of the kernel's Info (``kernel.stat_names()``).
     attrs : dict
         Kernel, energy, temperature, template, seed, warm-up ... for the record; ``annealing``
-        (:func:`~mlm_ppl.inference.annealing.annealing_record`) when the kernel anneals, so the
-        summary says the draws are not samples of the target.
+        (:func:`~mlm_ppl.inference.annealing.annealing_record`) when the kernel anneals, and
+        ``stationary_law`` (:data:`OWN_LAW`) when it has no guaranteed target
+        (:func:`kernel_attrs`), so the summary says the draws are not samples of the target.
     initial : Tensor, optional
         ``(C, L)`` the chains' starting states (after the template fill-in, before warm-up).
     """
@@ -102,13 +104,23 @@ def target_attrs(target: Target) -> dict[str, Any]:
     return attrs
 
 
-def annealing_attrs(kernel: Kernel) -> dict[str, Any]:
-    """What a run records of its kernel's annealing: ``{"annealing": record}``
-    (:meth:`~mlm_ppl.inference.base.Kernel.annealing`) when the kernel anneals, so the summary
-    says its draws are not samples of the target; ``{}`` when it samples its target. One place
-    for :func:`run_chains`, ``MLMKernel``'s and ``MLMGibbs``'s runs."""
+OWN_LAW = "own"
+"""A run's ``stationary_law`` attribute when its kernel declares no guaranteed target
+(``capabilities.samples_target`` false): its chains converge to a law of the kernel's own."""
+
+
+def kernel_attrs(kernel: Kernel) -> dict[str, Any]:
+    """What a run records of how its kernel's draws relate to the target, so its summary says
+    so: ``{"annealing": record}`` (:meth:`~mlm_ppl.inference.base.Kernel.annealing`) when the
+    kernel anneals (a mode seeker), ``{"stationary_law": "own"}`` when the kernel declares no
+    guaranteed target (``capabilities.samples_target``); ``{}`` when it samples its target. One
+    place for :func:`run_chains`, ``MLMKernel``'s and ``MLMGibbs``'s runs."""
     record = kernel.annealing()
-    return {} if record is None else {"annealing": record}
+    attrs: dict[str, Any] = {} if record is None else {"annealing": record}
+    capabilities = getattr(kernel, "capabilities", None)
+    if capabilities is not None and not capabilities.samples_target:
+        attrs["stationary_law"] = OWN_LAW
+    return attrs
 
 
 def step_stats(info: StepInfo) -> dict[str, Tensor]:
@@ -292,7 +304,7 @@ def run_chains(
         thin=thin,
         seed=seed,
         **target_attrs(target),
-        **annealing_attrs(kernel),
+        **kernel_attrs(kernel),
     )
 
     def so_far(n: int) -> Run:  # the first n draws, as the run would return them (its attributes too)

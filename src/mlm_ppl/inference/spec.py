@@ -66,6 +66,11 @@ class Capabilities:
     batched : bool
         Its chains advance in one batched forward pass; False: one chain at a time (what a run's
         time estimate assumes).
+    samples_target : bool
+        Its stationary law is its target's, ``exp(-E/T)`` times any log-factor it takes. False
+        for a kernel with no guaranteed target (pseudo-Gibbs, whose conditionals need not be
+        those of any joint law; mask-predict, a decoder): its runs record it, and their chains'
+        verdict is "mixed" (they agree on the kernel's own law), never "converged".
     """
 
     log_factor: bool
@@ -75,6 +80,7 @@ class Capabilities:
     lengths: bool = False
     batched: bool = True
     fixed: bool = True
+    samples_target: bool = True
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,8 @@ class ReplicaMH(KernelBase[TemperingOptions]):
         Probability that a step proposes an exchange (in (0, 1) with replicas > 1).
     block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p
         Each replica's MH proposals (:class:`~mlm_ppl.inference.MetropolisHastings`), at
-        ``proposal_temperature`` times the replica's temperature factor.
+        ``proposal_temperature`` times the replica's temperature factor (by default the
+        default of the replica's own temperature: ``max(T t, 1)``).
     """
 
     name = "replica-mh"
@@ -171,7 +172,7 @@ class ReplicaMH(KernelBase[TemperingOptions]):
                 block_size=o.block_size,
                 p_unmask=o.p_unmask,
                 unmask_size=o.unmask_size,
-                proposal_temperature=o.proposal_temperature * t,
+                proposal_temperature=None if o.proposal_temperature is None else o.proposal_temperature * t,
                 top_k=o.top_k,
                 top_p=o.top_p,
                 anneal_terms=o.anneal_terms,

@@ -59,7 +59,8 @@ class MaskedLMDistribution(TorchDistribution):
         of :meth:`sample` runs the next chains of its streams, so successive calls give new
         draws and a fresh distribution with the same seed repeats them), ``init`` ("sample" or
         "greedy"), and any :class:`mlm_ppl.inference.MetropolisHastings` option (``scan``,
-        ``block_size``, ``top_k`` ...).
+        ``block_size``, ``top_k``, ``proposal_temperature``: by default ``max(T, 1)``, which
+        mixes faster than 1 at ``T > 1``; docs/sampling.md "Proposal temperature" ...).
     constraints : ConstraintSpec, optional
         Hard rules and soft experts (:mod:`mlm_ppl.models.constraints`), checked against the
         model and the template here (:meth:`ConstraintSpec.bind`: a token outside the
