@@ -421,8 +421,8 @@ class ChainRecord:
 
 def chain_records(mcmc: Any) -> list[ChainRecord]:
     """The :class:`ChainRecord` of every chain of a finished ``MCMC`` run, in Pyro's chain order."""
-    per_chain = getattr(mcmc, "_diagnostics", None)  # MCMC keeps each chain's kernel.diagnostics() here
-    records = [d.get(RECORD) for d in per_chain or [] if isinstance(d, dict)]
+    per_chain = list(getattr(mcmc, "_diagnostics", None) or [])  # MCMC keeps each chain's kernel.diagnostics() here
+    records = [d.get(RECORD) for d in per_chain if isinstance(d, dict)]
     if not records or len(records) != len(per_chain) or not all(isinstance(r, ChainRecord) for r in records):
         raise ValueError(
             "this MCMC object holds no finished run of an MLM kernel (each chain's record comes back with its last "
