@@ -32,7 +32,7 @@ def token_model():
 def token_and_discrete_model():
     z = pyro.sample("z", dist.Categorical(torch.tensor([0.2, 0.3, 0.5])))
     x = pyro.sample("x", PRIOR)
-    pyro.factor("agree", torch.where((x[..., 1] - A) % 3 == z, 0.0, -1.5))
+    pyro.factor("agree", torch.where((x[..., 2] - A) % 3 == z, 0.0, -1.5))
 
 
 def continuous_model():
@@ -142,3 +142,20 @@ def test_from_pyro_before_a_run_says_to_run_it():
     mcmc = MCMC(MLMKernel(token_model, seed=0), num_samples=3, disable_progbar=True)
     with pytest.raises(Exception, match="mcmc.run"):
         mlm_ppl.from_pyro(mcmc)
+
+
+def test_model_posterior_enumerates_a_pyro_model_as_pyro_scores_it():
+    from mlm_ppl.inference import exact
+
+    values, probs = exact.model_posterior(token_and_discrete_model)
+    assert set(values) == {"z", "x"} and probs.shape == (3 * 64,) and values["x"].shape == (192, 7)
+    # by hand: the prior of z, -E/T of x, and the factor that couples them
+    z, x = values["z"], values["x"]
+    hand = (
+        torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64).log()[z]
+        + PRIOR.log_prob(x).double()
+        + torch.where((x[:, 2] - A) % 3 == z, 0.0, -1.5).double()
+    )
+    assert torch.allclose(probs, torch.softmax(hand, 0), atol=1e-6)
+    with pytest.raises(ValueError, match="site 's' is continuous"):
+        exact.model_posterior(continuous_model)

@@ -242,10 +242,12 @@ def summary(
                 r = float(az.rhat(np.stack([values[:half], values[half : 2 * half]]), method="rank"))  # split
             if not r <= chain_rhat_max:
                 problems.append(f"split R-hat of {n} in this chain {r:.3f} > {chain_rhat_max}")
+        if n_chains < 2:
+            problems.append("one chain: R-hat across chains needs two or more; run num_chains >= 2")
         if table is not None and n_draws >= MIN_DRAWS:
             for n in varying:
                 r, eb, et = (float(table.loc[n, k]) for k in ("r_hat", "ess_bulk", "ess_tail"))
-                if not r <= rhat_max:
+                if n_chains >= 2 and not r <= rhat_max:
                     problems.append(f"R-hat of {n} across chains {r:.3f} > {rhat_max}")
                 if not min(eb, et) >= ess_min_per_chain * n_chains:
                     problems.append(f"ESS of {n} {min(eb, et):.0f} < {ess_min_per_chain * n_chains}")

@@ -8,7 +8,9 @@ and checking a sampler before trusting it on a real model.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -26,6 +28,7 @@ __all__ = [
     "total_variation",
     "scan_cycles",
     "block_moves",
+    "model_posterior",
 ]
 
 _MAX_STATES = 200_000
@@ -152,3 +155,55 @@ def block_moves(
     for combo in itertools.product(ordinary, repeat=pos.shape[1]):
         y = torch.tensor(combo).expand(S, -1)
         yield logq.gather(-1, y[..., None]).sum((-1, -2)).double(), index(states.scatter(1, pos, y))
+
+
+def model_posterior(model: Callable, *args: Any, **kwargs: Any) -> tuple[dict[str, Tensor], Tensor]:
+    """Pyro's own posterior of a model's latent sites, by enumeration: for users' tests of their
+    own models, as this library's tests check its kernels.
+
+    Every latent :class:`~mlm_ppl.MaskedLMDistribution` site (one sequence, outside any plate)
+    and every unbatched discrete site with enumerable support takes each of its values; each
+    combination is scored by Pyro itself, ``poutine.trace(poutine.condition(model,
+    data=values)).get_trace(*args, **kwargs).log_prob_sum()`` (observed sites, factors and
+    handlers included), and the scores are normalised. Returns ``values`` (site -> ``(N, ...)``,
+    row ``n`` of every site the ``n``-th combination) and ``probs`` ``(N,)`` float64. A continuous
+    latent site is refused (condition on it, or integrate it out); the combinations are limited
+    to 200,000.
+    """
+    import pyro.poutine as poutine
+
+    from ..models.distribution import MaskedLMDistribution
+    from .pyro_sites import is_sample_site, trace_model
+
+    trace = trace_model(model, args, kwargs)
+    choices: dict[str, Tensor] = {}
+    for name, site in trace.nodes.items():
+        if not is_sample_site(site) or site["is_observed"]:
+            continue
+        fn = site["fn"]
+        if isinstance(fn, MaskedLMDistribution) and fn.batch_shape == torch.Size():
+            choices[name] = enumerate_states(fn)
+        elif fn.support.is_discrete and fn.has_enumerate_support and fn.batch_shape == torch.Size():
+            choices[name] = fn.enumerate_support(expand=False).reshape((-1,) + tuple(fn.event_shape))
+        else:
+            raise ValueError(
+                f"site {name!r} is continuous, or under a plate: model_posterior enumerates token sites of one sequence "
+                "and unbatched discrete sites; condition on it (poutine.condition) or integrate it out"
+            )
+    total = math.prod(len(v) for v in choices.values())
+    if total > _MAX_STATES:
+        raise ValueError(
+            f"the latent sites have {total} combinations; model_posterior enumerates at most {_MAX_STATES}"
+        )
+    names = list(choices)
+    rows = torch.cartesian_prod(*[torch.arange(len(choices[n])) for n in names]).reshape(total, len(names))
+    logp = torch.stack(
+        [
+            poutine.trace(poutine.condition(model, data={n: choices[n][int(i)] for n, i in zip(names, row)}))
+            .get_trace(*args, **kwargs)
+            .log_prob_sum()
+            .double()
+            for row in rows
+        ]
+    )
+    return {n: choices[n][rows[:, k]] for k, n in enumerate(names)}, torch.softmax(logp, 0)

@@ -162,6 +162,7 @@ class MLMGibbs(MCMCKernel):
         self._warmup_steps = 0
         self._t = 0
         self._accepted = 0.0
+        self._moved = 0.0  # token steps that changed a sequence (accepted proposals of the same tokens do not)
 
     # ------------------------------------------------------------------ models
     def _inner_model(self, *args: Any, **kwargs: Any) -> Any:
@@ -206,7 +207,7 @@ class MLMGibbs(MCMCKernel):
         probe = called_for_transforms()
         self._setup_args, self._setup_kwargs = args, kwargs
         self._warmup_steps = int(warmup_steps)
-        self._t, self._accepted = 0, 0.0
+        self._t, self._accepted, self._moved = 0, 0.0, 0.0
         if not probe:
             start_worker_chain()  # one thread per worker process
             chain = pyro_chain_id()
@@ -339,7 +340,9 @@ class MLMGibbs(MCMCKernel):
             for _ in range(self.token_steps):
                 state, info = kernel.step(state, self._streams)
                 stats = step_stats(info)
-                self._accepted += float(stats["is_accepted"].float().mean()) / (len(self._kernels) * self.token_steps)
+                share = len(self._kernels) * self.token_steps
+                self._accepted += float(stats["is_accepted"].float().mean()) / share
+                self._moved += float((stats["n_changed"] > 0).float().mean()) / share
             per_site[name].append(stats)
             current = self._values[name] if element is None else self._values[name][element]
             if not torch.equal(state.tokens[0], current):
@@ -438,6 +441,7 @@ class MLMGibbs(MCMCKernel):
     def logging(self) -> dict[str, Any]:
         out = dict(self.inner.logging()) if self.continuous_sites else {}
         out["token acc."] = round(self._accepted / max(self._t, 1), 3)
+        out["token moved"] = round(self._moved / max(self._t, 1), 3)
         return out
 
     def diagnostics(self) -> dict[str, Any]:
@@ -446,6 +450,7 @@ class MLMGibbs(MCMCKernel):
         end, from worker processes too)."""
         out = dict(self.inner.diagnostics()) if self.continuous_sites else {}
         out["token acceptance rate"] = self._accepted / max(self._t, 1)
+        out["token moved"] = self._moved / max(self._t, 1)
         initial = self._initials[-1] if self._initials else None
         stats = self.draw_stats[-1] if self._chains else {}
         out[RECORD] = ChainRecord(self._chain_index, initial, stats, max(self._t - self._warmup_steps, 0))

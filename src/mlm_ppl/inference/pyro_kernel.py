@@ -164,6 +164,7 @@ class MLMKernel(MCMCKernel):
         self._warmup_steps = 0
         self._t = 0
         self._accepted = 0.0
+        self._moved = 0.0
 
     # ------------------------------------------------------------------ setup
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
@@ -279,6 +280,7 @@ class MLMKernel(MCMCKernel):
         stats = step_stats(info)
         self._t += 1
         self._accepted += float(stats["is_accepted"].float().mean())
+        self._moved += float((stats["n_changed"] > 0).float().mean())
         if self._t > self._warmup_steps:
             for k, v in stats.items():
                 self._chains[-1].setdefault(k, []).append(v)
@@ -298,16 +300,21 @@ class MLMKernel(MCMCKernel):
         return [{k: torch.stack(v) for k, v in chain.items()} for chain in self._chains]
 
     def logging(self) -> dict[str, Any]:
-        return {"acc. rate": round(self._accepted / max(self._t, 1), 3)}
+        """Pyro's progress bar: the share of accepted proposals (a proposal of the current state
+        counts) and the share of steps that changed the state ("moved": 0 for a stuck chain)."""
+        steps = max(self._t, 1)
+        return {"acc. rate": round(self._accepted / steps, 3), "moved": round(self._moved / steps, 3)}
 
     def diagnostics(self) -> dict[str, Any]:
         """The chain's acceptance rate and its :class:`~mlm_ppl.inference.pyro_sites.ChainRecord`
         (``MCMC`` collects both at the chain's end, from worker processes too)."""
         stats = self.draw_stats[-1] if self._chains else {}
-        accepted = stats["is_accepted"].float().mean() if "is_accepted" in stats else torch.tensor(float("nan"))
+        nan = torch.tensor(float("nan"))
+        accepted = stats["is_accepted"].float().mean() if "is_accepted" in stats else nan
+        moved = (stats["n_changed"] > 0).float().mean() if "n_changed" in stats else nan
         initial = self._initials[-1] if self._initials else None
         record = ChainRecord(self._chain_index, initial, stats, max(self._t - self._warmup_steps, 0))
-        return {"acceptance rate": float(accepted), RECORD: record}
+        return {"acceptance rate": float(accepted), "moved": float(moved), RECORD: record}
 
     def __repr__(self) -> str:
         return f"MLMKernel(kernel={self.kernel_name!r}, num_chains={self.num_chains}, seed={self.seed})"

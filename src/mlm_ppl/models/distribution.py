@@ -175,7 +175,13 @@ class MaskedLMDistribution(TorchDistribution):
     def check_complete(self, value: Tensor, what: str = "the value") -> None:
         """Raise unless every free position of ``value`` holds a token: a sequence conditioned on
         (``obs=``, ``poutine.condition``) with mask tokens left in it is a partial sequence,
-        which this distribution cannot score; the known tokens belong in the template."""
+        which this distribution cannot score; the known tokens belong in the template. Text is
+        refused with the call that turns it into ids (:meth:`encode`)."""
+        if isinstance(value, str) or (isinstance(value, (list, tuple)) and value and isinstance(value[0], str)):
+            raise TypeError(
+                f"{what} is text; a token site takes token ids: condition on prior.encode({value!r}) (the ids of that "
+                "sequence in this distribution's template, checked against it)"
+            )
         if value.shape[-1:] != self.event_shape:
             return  # not a sequence of this template at all: validate_tokens says so
         mask = value[..., self.free] == self.mlm.mask_id
@@ -186,6 +192,24 @@ class MaskedLMDistribution(TorchDistribution):
                 "cannot be honoured. To fix some positions and sample the rest, put the known tokens into the "
                 "template (MaskedLMDistribution(mlm, template_with_them)) and leave the site latent"
             )
+
+    def encode(self, sequence: str | list[str]) -> Tensor:
+        """The token ids of a complete sequence (or ``(N, L)`` of a list), through the model's
+        tokenizer, checked against the template (its fixed positions, no mask or special token
+        at a free one): what ``obs=`` and ``poutine.condition`` take for a token site."""
+        texts = [sequence] if isinstance(sequence, str) else list(sequence)
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise TypeError("encode takes a sequence's text or a list of them")
+        ids = self.mlm.encode(texts).input_ids
+        if ids.shape[-1] != self.event_shape[0]:
+            raise ValueError(
+                f"{texts[0]!r} encodes to {ids.shape[-1]} tokens, the template to {self.event_shape[0]}: give a "
+                "sequence of the template's length"
+            )
+        ids = ids.to(self.template.device)
+        self.check_complete(ids, "the sequence")
+        self.validate_tokens(ids)
+        return ids[0] if isinstance(sequence, str) else ids
 
     @property
     def scored_positions(self) -> Tensor:
