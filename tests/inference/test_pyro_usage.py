@@ -12,9 +12,9 @@ from pyro.infer.autoguide import AutoDelta, AutoNormal
 
 import mlm_ppl
 from mlm_ppl import ConstraintSpec, MaskedLMDistribution, MLMKernel, testing
-from mlm_ppl.models.constraints import Allowed
 from mlm_ppl.diagnostics import NOT_CONVERGED, summary, to_inference_data
 from mlm_ppl.inference import MetropolisHastings, run_chains
+from mlm_ppl.models.constraints import Allowed
 
 MLM = testing.tiny_residue_bert("ACDE", seed=1)
 PRIOR = MaskedLMDistribution(MLM, "C[MASK][MASK][MASK]D")

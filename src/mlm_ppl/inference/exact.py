@@ -180,15 +180,15 @@ def model_posterior(model: Callable, *args: Any, **kwargs: Any) -> tuple[dict[st
     for name, site in trace.nodes.items():
         if not is_sample_site(site) or site["is_observed"]:
             continue
-        fn = site["fn"]
+        fn: Any = site["fn"]
         if isinstance(fn, MaskedLMDistribution) and fn.batch_shape == torch.Size():
             choices[name] = enumerate_states(fn)
         elif fn.support.is_discrete and fn.has_enumerate_support and fn.batch_shape == torch.Size():
             choices[name] = fn.enumerate_support(expand=False).reshape((-1,) + tuple(fn.event_shape))
         else:
             raise ValueError(
-                f"site {name!r} is continuous, or under a plate: model_posterior enumerates token sites of one sequence "
-                "and unbatched discrete sites; condition on it (poutine.condition) or integrate it out"
+                f"site {name!r} is continuous, or under a plate: model_posterior enumerates token sites of one "
+                "sequence and unbatched discrete sites; condition on it (poutine.condition) or integrate it out"
             )
     total = math.prod(len(v) for v in choices.values())
     if total > _MAX_STATES:
@@ -197,13 +197,12 @@ def model_posterior(model: Callable, *args: Any, **kwargs: Any) -> tuple[dict[st
         )
     names = list(choices)
     rows = torch.cartesian_prod(*[torch.arange(len(choices[n])) for n in names]).reshape(total, len(names))
-    logp = torch.stack(
-        [
-            poutine.trace(poutine.condition(model, data={n: choices[n][int(i)] for n, i in zip(names, row)}))
-            .get_trace(*args, **kwargs)
-            .log_prob_sum()
-            .double()
-            for row in rows
-        ]
-    )
-    return {n: choices[n][rows[:, k]] for k, n in enumerate(names)}, torch.softmax(logp, 0)
+
+    def score(row: Tensor) -> Tensor:
+        data = {n: choices[n][int(i)] for n, i in zip(names, row)}
+        return torch.as_tensor(
+            poutine.trace(poutine.condition(model, data=data)).get_trace(*args, **kwargs).log_prob_sum()
+        )
+
+    logp = torch.stack([score(row) for row in rows])
+    return {n: choices[n][rows[:, k]] for k, n in enumerate(names)}, torch.softmax(logp.double(), 0)
