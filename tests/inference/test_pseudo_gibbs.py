@@ -189,7 +189,7 @@ def test_pseudo_gibbs_chains_that_mix_are_called_mixed_never_converged(tiny4):
     kernel = PseudoGibbs(dist, scan="random")
     own = exact.stationary_distribution(exact.transition_matrix(kernel))
     energy = exact.exact_log_probs(dist).exp()
-    assert exact.total_variation(own, energy) > 0.1  # its law is not the energy's
+    assert exact.total_variation(own, energy) > 0.7  # its law is not the energy's (0.746)
     run = run_chains(kernel, 4, 1500, warmup_steps=50, seed=0)
     pooled = empirical(dist, run.tokens.reshape(-1, run.tokens.shape[-1]))
     assert exact.total_variation(own, pooled / pooled.sum()) < 0.05  # the chains did reach it

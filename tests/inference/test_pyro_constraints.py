@@ -26,7 +26,7 @@ from gibbs_exact import gibbs_iteration_matrix
 from mlm_ppl import MaskedLMDistribution, MLMGibbs, MLMKernel, from_pyro
 from mlm_ppl.inference import exact
 from mlm_ppl.inference.base import fill_template
-from mlm_ppl.inference.pyro_sites import chain_streams
+from mlm_ppl.inference.pyro_chains import chain_streams
 from mlm_ppl.models.constraints import KYTE_DOOLITTLE, Allowed, ConstraintSpec, Forbid, hydropathy
 from mlm_ppl.testing import tiny_residue_bert
 

@@ -8,8 +8,7 @@ import torch
 from pyro.infer import MCMC
 
 from mlm_ppl import MaskedLMDistribution, MLMGibbs, MLMKernel
-from mlm_ppl.inference import exact
-from mlm_ppl.inference.pyro_kernel import run_from_mcmc
+from mlm_ppl.inference import exact, run_from_mcmc
 
 TEMPLATE = "A[MASK]C[MASK][MASK]"
 

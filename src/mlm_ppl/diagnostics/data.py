@@ -192,9 +192,10 @@ def from_pyro(
     ``indicators`` and ``functions`` apply to every sequence. A run of :func:`mlm_ppl.sample` or
     the command line (:func:`to_inference_data`, ``run.nc``) names its one sequence ``tokens``.
     """
-    from ..inference.gibbs import MLMGibbs, run_from_gibbs
-    from ..inference.pyro_kernel import MLMKernel, run_from_mcmc
-    from ..inference.pyro_sites import chain_records
+    from ..inference.gibbs import MLMGibbs
+    from ..inference.pyro_chains import chain_records
+    from ..inference.pyro_kernel import MLMKernel
+    from ..inference.pyro_runs import run_from_gibbs, run_from_mcmc
     from ..inference.starts import target_constraints
 
     kernel = mcmc.kernel

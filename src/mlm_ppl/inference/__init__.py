@@ -33,12 +33,13 @@ from .base import (
     proposal_log_probs,
 )
 from .estimate import Estimate, LongRunWarning, estimate_run
-from .gibbs import MLMGibbs, run_from_gibbs
+from .gibbs import MLMGibbs
 from .jump import GapJump, GapJumpInfo, GapJumpOptions, GapJumpState
 from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictOptions, MaskPredictState
 from .mh import MetropolisHastings, MHInfo, MHOptions, MHState
 from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsOptions, PseudoGibbsState
-from .pyro_kernel import MLMKernel, run_from_mcmc
+from .pyro_kernel import MLMKernel
+from .pyro_runs import run_from_gibbs, run_from_mcmc
 from .registry import kernel_class, length_kernels, register, unregister
 from .runner import STAT_NAMES, Checkpoint, Run, run_chains, step_stats
 from .spec import Capabilities, KernelBase, Options, option

@@ -30,30 +30,24 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, fill_template
+from .pyro_chains import RECORD, ChainRecord, called_for_transforms, chain_streams, pyro_chain_id, start_worker_chain
 from .pyro_sites import (
     AS_TOKEN_DRAWS,
-    RECORD,
     AsSupportDtype,
-    ChainRecord,
     HoldSites,
-    called_for_transforms,
-    chain_records,
-    chain_streams,
     is_sample_site,
     other_sites_log_prob,
-    pyro_chain_id,
     site_log_factor,
     site_weights,
-    start_worker_chain,
     trace_model,
     weighted,
 )
 from .registry import KERNELS, make_kernel
-from .runner import Run, kernel_attrs, step_stats, target_attrs
+from .runner import step_stats
 from .starts import repair_start
 from .streams import ChainStreams
 
-__all__ = ["MLMGibbs", "run_from_gibbs", "gibbs_kernels"]
+__all__ = ["MLMGibbs", "gibbs_kernels"]
 
 
 def gibbs_kernels() -> tuple[str, ...]:
@@ -446,7 +440,7 @@ class MLMGibbs(MCMCKernel):
 
     def diagnostics(self) -> dict[str, Any]:
         """The inner kernel's diagnostics, the token acceptance rate and the chain's
-        :class:`~mlm_ppl.inference.pyro_sites.ChainRecord` (``MCMC`` collects them at the chain's
+        :class:`~mlm_ppl.inference.pyro_chains.ChainRecord` (``MCMC`` collects them at the chain's
         end, from worker processes too)."""
         out = dict(self.inner.diagnostics()) if self.continuous_sites else {}
         out["token acceptance rate"] = self._accepted / max(self._t, 1)
@@ -459,47 +453,3 @@ class MLMGibbs(MCMCKernel):
     def __repr__(self) -> str:
         inner = type(self.inner).__name__ if self.inner is not None else "model"
         return f"MLMGibbs({inner}, kernel={self.kernel_name!r}, seed={self.seed})"
-
-
-def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element: int | None = None) -> Run:
-    """The :class:`~mlm_ppl.inference.Run` of one token site of a finished ``MCMC`` run of ``kernel``.
-
-    Pyro chains become the run's chains: tokens ``(P, D, L)`` and per-draw statistics ``(P, D)``.
-    ``site`` defaults to the model's only token site; for a site under a ``pyro.plate`` name
-    the sequence with ``element`` (the sequences of a plate are different variables, not chains).
-    """
-    if not isinstance(kernel, MLMGibbs):
-        raise TypeError(f"kernel must be the MLMGibbs that MCMC ran, got {type(kernel).__name__}")
-    if site is None:
-        if len(kernel.mlm_sites) != 1:
-            raise ValueError(f"the model has token sites {kernel.mlm_sites}; name one with site=")
-        site = kernel.mlm_sites[0]
-    plated = kernel.is_plated(site)
-    if plated == (element is None):
-        raise ValueError(
-            f"site {site!r} is under a pyro.plate: name one of its sequences with element="
-            if plated
-            else f"site {site!r} is one sequence; element= applies to sites under a pyro.plate"
-        )
-    target = kernel.site_target(site, element)
-    x = mcmc.get_samples(group_by_chain=True)[site].long().as_subclass(Tensor)  # (P, D, L) or (P, D, B, L)
-    records = chain_records(mcmc)  # one per Pyro chain, from worker processes too
-    stats = [r.stats[site] for r in records]
-    initial = torch.stack([r.initial[site] for r in records])
-    if plated:
-        x, initial = x[:, :, element], initial[:, element]
-        stats = [{k: v[:, element] for k, v in s.items()} for s in stats]
-    P, D, _ = x.shape
-    merged = {k: torch.stack([s[k] for s in stats]) for k in stats[0]}  # (P, D)
-    attrs = dict(
-        kernel=repr(kernel),
-        site=site if element is None else f"{site}[{element}]",
-        num_chains=P,
-        num_samples=D,
-        warmup_steps=int(mcmc.warmup_steps),
-        seed=kernel.seed,
-        **target_attrs(target),
-        model=getattr(target.mlm, "name", None),
-        **kernel_attrs(kernel.site_kernel(site, element)),
-    )
-    return Run(x, merged, attrs, initial)

@@ -14,14 +14,14 @@ Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 * ``transforms = {}`` is set up front, or MCMC re-runs ``setup`` after sampling.
 * ``logging()`` output goes through ``json.dumps`` every step: plain floats only.
 * Sequential chains reuse one kernel object: ``setup`` resets all chain state and takes the
-  random streams of Pyro's chain id (:func:`~mlm_ppl.inference.pyro_sites.pyro_chain_id`), which
+  random streams of Pyro's chain id (:func:`~mlm_ppl.inference.pyro_chains.pyro_chain_id`), which
   Pyro passes to no kernel.
 * With ``num_chains > 1`` and more cores than chains, MCMC runs each chain in a worker process
   on a copy of the kernel: nothing a worker's kernel holds comes back but the draws and its
   ``diagnostics()``. Each chain's start and per-draw statistics travel there
-  (:class:`~mlm_ppl.inference.pyro_sites.ChainRecord`), and ``transforms`` is None until the
+  (:class:`~mlm_ppl.inference.pyro_chains.ChainRecord`), and ``transforms`` is None until the
   kernel was set up in this process, so MCMC sets the parent's kernel up to find it (a set-up
-  that is no chain: :func:`~mlm_ppl.inference.pyro_sites.called_for_transforms`).
+  that is no chain: :func:`~mlm_ppl.inference.pyro_chains.called_for_transforms`).
 * ``MCMC.summary()``, ``MCMC.diagnostics()`` and ``az.from_pyro`` fail on integer draws: per-draw
   statistics are kept on the kernel (:attr:`MLMKernel.draw_stats`).
 * With ``num_chains > 1`` MCMC uses worker processes only when ``num_chains <= cpu_count - 1``;
@@ -46,26 +46,20 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, initial_tokens
+from .pyro_chains import RECORD, ChainRecord, called_for_transforms, chain_streams, pyro_chain_id, start_worker_chain
 from .pyro_sites import (
-    RECORD,
     AsTokenDraws,
-    ChainRecord,
-    called_for_transforms,
-    chain_records,
-    chain_streams,
     is_sample_site,
     other_sites_log_prob,
-    pyro_chain_id,
     site_weights,
-    start_worker_chain,
     trace_model,
     weighted,
 )
 from .registry import KERNELS, kernel_class, make_kernel
-from .runner import Run, kernel_attrs, step_stats, target_attrs
+from .runner import step_stats
 from .streams import ChainStreams
 
-__all__ = ["MLMKernel", "run_from_mcmc", "mcmc_kernels"]
+__all__ = ["MLMKernel", "mcmc_kernels"]
 
 
 def mcmc_kernels() -> tuple[str, ...]:
@@ -306,7 +300,7 @@ class MLMKernel(MCMCKernel):
         return {"acc. rate": round(self._accepted / steps, 3), "moved": round(self._moved / steps, 3)}
 
     def diagnostics(self) -> dict[str, Any]:
-        """The chain's acceptance rate and its :class:`~mlm_ppl.inference.pyro_sites.ChainRecord`
+        """The chain's acceptance rate and its :class:`~mlm_ppl.inference.pyro_chains.ChainRecord`
         (``MCMC`` collects both at the chain's end, from worker processes too)."""
         stats = self.draw_stats[-1] if self._chains else {}
         nan = torch.tensor(float("nan"))
@@ -318,34 +312,3 @@ class MLMKernel(MCMCKernel):
 
     def __repr__(self) -> str:
         return f"MLMKernel(kernel={self.kernel_name!r}, num_chains={self.num_chains}, seed={self.seed})"
-
-
-def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int | None = None) -> Run:
-    """The :class:`~mlm_ppl.inference.Run` of a finished ``pyro.infer.MCMC`` run of ``kernel``.
-
-    Pyro chains (and the batched chains inside each) become the run's chains: ``(C, D, L)``.
-    """
-    if not isinstance(kernel, MLMKernel):
-        raise TypeError(f"kernel must be the MLMKernel that MCMC ran, got {type(kernel).__name__}")
-    if site not in (None, kernel.site) or element is not None:
-        raise ValueError(f"the model has one token site {kernel.site!r}, not under a plate")
-    x = mcmc.get_samples(group_by_chain=True)[kernel.site].as_subclass(Tensor)  # (P, C * D, L), chain-major
-    records = chain_records(mcmc)  # one per Pyro chain, from worker processes too
-    stats = [r.stats for r in records]  # each (D, C)
-    P, C, L = x.shape[0], kernel.num_chains, x.shape[-1]
-    D = x.shape[1] // C
-    tokens = x.reshape(P * C, D, L)
-    merged = {k: torch.cat([s[k].T for s in stats]) for k in stats[0]}
-    target = kernel.target
-    attrs = dict(
-        kernel=f"MLMKernel({kernel.kernel_name})",
-        num_chains=P * C,
-        num_samples=D,
-        warmup_steps=int(mcmc.warmup_steps),
-        seed=kernel.seed,
-        **target_attrs(target),
-        model=getattr(getattr(target, "mlm", None), "name", None),
-        **kernel_attrs(kernel.kernel),
-    )
-    initial = torch.cat([r.initial for r in records])
-    return Run(tokens.long(), merged, attrs, initial)

@@ -1,12 +1,11 @@
 """Pyro plumbing shared by the MCMC kernels (:class:`~mlm_ppl.MLMKernel`, :class:`~mlm_ppl.MLMGibbs`):
-finding token sites, holding them while a model runs, each Pyro chain's random streams, and the
-log density of the rest of a model."""
+finding token sites, holding them while a model runs, and the log density of the rest of a model
+(which chain a set-up starts and what it hands back: :mod:`.pyro_chains`)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -21,20 +20,11 @@ from torch import Tensor
 
 from ..models.distribution import MaskedLMDistribution, TokenIds
 from ..models.target import ScaledTarget, Target
-from .streams import ChainStreams
 
 __all__ = [
     "HoldSites",
     "trace_model",
     "check_not_held",
-    "chain_streams",
-    "pyro_chain_id",
-    "called_for_transforms",
-    "in_pyro_worker",
-    "start_worker_chain",
-    "ChainRecord",
-    "RECORD",
-    "chain_records",
     "check_same_mlm_site",
     "is_sample_site",
     "other_sites_log_prob",
@@ -320,115 +310,6 @@ def site_log_factor(site: Target, tokens: Tensor) -> Tensor:
     if not isinstance(site, MaskedLMDistribution):
         raise TypeError(f"a token site's target is a MaskedLMDistribution, scaled or not; got {type(site).__name__}")
     return site.log_factor(tokens)
-
-
-def chain_streams(seed: int | None, chain_index: int, num_chains: int) -> ChainStreams:
-    """The random streams of Pyro chain ``chain_index`` (:func:`pyro_chain_id`) with
-    ``num_chains`` batched chains inside it: the streams of chains
-    ``chain_index * C .. chain_index * C + C - 1`` of ``seed``; with ``seed=None`` a fresh seed from
-    torch's global RNG, so ``pyro.set_rng_seed`` governs, as for Pyro's own kernels."""
-    if seed is None:
-        return ChainStreams(int(torch.randint(0, 2**62, ()).item()), num_chains)
-    return ChainStreams(seed, range(chain_index * num_chains, (chain_index + 1) * num_chains))
-
-
-def _pyro_api() -> Any:
-    from pyro.infer.mcmc import api
-
-    return api
-
-
-def pyro_chain_id() -> int | None:
-    """Which chain of a ``pyro.infer.MCMC`` run a kernel's ``setup`` is starting: Pyro's own chain
-    id, read from its samplers (``pyro/infer/mcmc/api.py``), which pass it to no kernel. Chain
-    ``i`` of ``MCMC(num_chains=P)`` is ``i`` whether Pyro runs the chains one after another
-    (``_UnarySampler``) or each in a worker process (``_Worker``, forked or spawned, each with its
-    own copy of the kernel); None when ``setup`` is called outside Pyro's samplers."""
-    api = _pyro_api()
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(16):
-        if frame is None:
-            return None
-        if frame.f_code is api._gen_samples.__code__:
-            caller = frame.f_back
-            owner = caller.f_locals.get("self") if caller is not None else None
-            if isinstance(owner, api._Worker):
-                return int(owner.chain_id)
-            if isinstance(owner, api._UnarySampler) and caller is not None:
-                return int(caller.f_locals.get("i", 0))
-            chain = frame.f_locals.get("chain_id")
-            return None if chain is None else int(chain)
-        frame = frame.f_back
-    return None
-
-
-def in_pyro_worker() -> bool:
-    """Whether this ``setup`` runs in one of Pyro's worker processes (``MCMC(num_chains=P)`` with
-    ``P <= cpu_count - 1``)."""
-    api = _pyro_api()
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(16):
-        if frame is None:
-            return False
-        if isinstance(frame.f_locals.get("self"), api._Worker):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def start_worker_chain() -> bool:
-    """In one of Pyro's worker processes, run this chain's forward passes on one thread, as
-    PyTorch's DataLoader workers do: a process forked after its parent ran a parallel forward
-    inherits a thread pool that hangs at its first parallel region, and P workers of several
-    threads each would oversubscribe the cores anyway. Returns whether this is a worker."""
-    if not in_pyro_worker():
-        return False
-    torch.set_num_threads(1)
-    return True
-
-
-def called_for_transforms() -> bool:
-    """Whether ``MCMC`` called ``setup`` only to learn the kernel's transforms (after chains run in
-    worker processes, whose kernels are copies: the parent's never ran). Such a set-up finds
-    the sites and builds the targets, but is no chain."""
-    frame = sys._getframe(2)  # the caller of the kernel's setup
-    return frame is not None and frame.f_code is _pyro_api().AbstractMCMC._set_transforms.__code__
-
-
-RECORD = "mlm_ppl chain record"
-"""The key of a :class:`ChainRecord` in an MLM kernel's ``diagnostics()``."""
-
-
-@dataclass
-class ChainRecord:
-    """What one Pyro chain of an MLM kernel leaves besides its draws: where it started and the
-    kernel's per-draw statistics. The kernel hands it to ``MCMC`` through ``diagnostics()``,
-    Pyro's one channel from a chain back to the parent, so it comes back from worker processes
-    as from chains run one after another; :func:`mlm_ppl.from_pyro` reads it.
-
-    ``initial`` and ``stats`` are the kernel's: for ``MLMKernel`` the ``(C, L)`` starting tokens
-    and ``{name: (D, C)}``; for ``MLMGibbs`` ``{site: tokens}`` and ``{site: {name: (D,) or (D, B)}}``.
-    """
-
-    chain: int
-    initial: Any
-    stats: Any
-    num_samples: int
-
-    def __repr__(self) -> str:
-        return f"ChainRecord(chain {self.chain}, {self.num_samples} draws: mlm_ppl.from_pyro(mcmc) reads it)"
-
-
-def chain_records(mcmc: Any) -> list[ChainRecord]:
-    """The :class:`ChainRecord` of every chain of a finished ``MCMC`` run, in Pyro's chain order."""
-    per_chain = list(getattr(mcmc, "_diagnostics", None) or [])  # MCMC keeps each chain's kernel.diagnostics() here
-    records = [d.get(RECORD) for d in per_chain if isinstance(d, dict)]
-    if not records or len(records) != len(per_chain) or not all(isinstance(r, ChainRecord) for r in records):
-        raise ValueError(
-            "this MCMC object holds no finished run of an MLM kernel (each chain's record comes back with its last "
-            "draw); call mcmc.run(...) to its end first"
-        )
-    return [r for r in records if isinstance(r, ChainRecord)]
 
 
 def check_same_mlm_site(name: str, fn: Any, expected: MaskedLMDistribution) -> None:

@@ -30,13 +30,13 @@ from .crop import cropped_copies
 from .energy import check_energy, token_scores
 from .frozen import FrozenFrame
 from .masked_lm import MaskedLM
-from .support import SVI_REFUSED, TokenIds, template_ids, under_svi
+from .support import SVI_REFUSED, EnergyRefusals, TokenIds, template_ids, under_svi
 from .target import Evaluation, log_density
 
 __all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler"]  # TokenIds: models/support.py
 
 
-class MaskedLMDistribution(TorchDistribution):
+class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
     """Energy-based distribution over the masked positions of a template.
 
     Parameters
@@ -390,45 +390,6 @@ class MaskedLMDistribution(TorchDistribution):
                 lp[feasible] = log_density(energy, factor, self.temperature).to(lp.device)
         lp = lp.reshape(value.shape[:-1]).to(value.device)
         return lp.expand(torch.broadcast_shapes(value.shape[:-1], self.batch_shape))
-
-    # -- what an energy-based model over sequences cannot give: each refusal says what to use instead
-    _NO_ENUMERATION = (
-        "MaskedLMDistribution cannot be enumerated: its support is every sequence of ordinary tokens at the "
-        "free positions (V**F of them) and its normaliser is intractable. Sample token sites with MCMC instead: "
-        "mlm_ppl.MLMGibbs(NUTS(model)) beside continuous sites, mlm_ppl.MLMGibbs(model) or mlm_ppl.MLMKernel(model) "
-        "otherwise (plain NUTS/HMC cannot move discrete sites, and enumeration, TraceEnum_ELBO and infer_discrete "
-        "cannot sum this one out)"
-    )
-    _NO_MOMENTS = (
-        "token ids are labels, so MaskedLMDistribution has no {what}; summarise draws through functionals "
-        "(mlm_ppl.from_pyro(mcmc), mlm_ppl.to_inference_data(run): log density, Hamming distances, token "
-        "indicators) and mlm_ppl.summary"
-    )
-
-    def enumerate_support(self, expand: bool = True) -> Tensor:
-        raise NotImplementedError(self._NO_ENUMERATION)
-
-    @property
-    def mean(self) -> Tensor:
-        raise NotImplementedError(self._NO_MOMENTS.format(what="mean"))
-
-    @property
-    def variance(self) -> Tensor:
-        raise NotImplementedError(self._NO_MOMENTS.format(what="variance"))
-
-    def score_parts(self, value: Tensor) -> Any:
-        """Refused: Pyro's ELBOs call this for the sites of a *guide*, and an unnormalised
-        ``log_prob`` there makes the ELBO and its score-function gradient wrong."""
-        raise NotImplementedError(
-            "a MaskedLMDistribution site in a guide: its log_prob is unnormalised (the normaliser is intractable), "
-            "so the ELBO and its gradient would be wrong. Keep token sites in the model (observed, or sampled with "
-            "mlm_ppl.MLMGibbs(NUTS(model)) for the continuous sites beside them) and out of the guide"
-        )
-
-    def entropy(self) -> Tensor:
-        raise NotImplementedError(
-            "the entropy of MaskedLMDistribution needs its intractable normaliser; estimate functionals from draws"
-        )
 
     def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> Tensor:
         """Draw by running independent Metropolis-Hastings chains (one per draw) on the energy.

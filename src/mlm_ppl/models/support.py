@@ -1,6 +1,7 @@
 """What a :class:`~mlm_ppl.models.MaskedLMDistribution`'s values are: its template's ids (the fixed
 tokens and the masks), and its support :class:`TokenIds`, which Pyro's continuous inference is
-refused on, by a message that names the kernels that move token sites."""
+refused on, by a message that names the kernels that move token sites, and what Pyro may ask of
+a distribution that an energy-based model cannot give (:class:`EnergyRefusals`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from torch.distributions import biject_to, transform_to
 from .gaps import expand_counts, has_counts
 from .masked_lm import MaskedLM
 
-__all__ = ["SVI_REFUSED", "TokenIds", "template_ids", "under_svi"]
+__all__ = ["SVI_REFUSED", "EnergyRefusals", "TokenIds", "template_ids", "under_svi"]
 
 
 class TokenIds(constraints.Constraint):
@@ -100,3 +101,47 @@ def template_ids(mlm: MaskedLM, template: str | Tensor) -> Tensor:
             raise ValueError("template contains padding; give one unpadded sequence")
         return ids.clone()
     raise TypeError(f"template must be a string or a 1-D tensor of token ids, got {type(template).__name__}")
+
+
+class EnergyRefusals:
+    """What Pyro may ask of a distribution that an energy-based model over sequences cannot give
+    (enumeration, moments, entropy, a place in a guide): each refused with the reason and what
+    to use instead. A base of :class:`~mlm_ppl.models.MaskedLMDistribution`."""
+
+    _NO_ENUMERATION = (
+        "MaskedLMDistribution cannot be enumerated: its support is every sequence of ordinary tokens at the "
+        "free positions (V**F of them) and its normaliser is intractable. Sample token sites with MCMC instead: "
+        "mlm_ppl.MLMGibbs(NUTS(model)) beside continuous sites, mlm_ppl.MLMGibbs(model) or mlm_ppl.MLMKernel(model) "
+        "otherwise (plain NUTS/HMC cannot move discrete sites, and enumeration, TraceEnum_ELBO and infer_discrete "
+        "cannot sum this one out)"
+    )
+    _NO_MOMENTS = (
+        "token ids are labels, so MaskedLMDistribution has no {what}; summarise draws through functionals "
+        "(mlm_ppl.from_pyro(mcmc), mlm_ppl.to_inference_data(run): log density, Hamming distances, token "
+        "indicators) and mlm_ppl.summary"
+    )
+
+    def enumerate_support(self, expand: bool = True) -> Tensor:
+        raise NotImplementedError(self._NO_ENUMERATION)
+
+    @property
+    def mean(self) -> Tensor:
+        raise NotImplementedError(self._NO_MOMENTS.format(what="mean"))
+
+    @property
+    def variance(self) -> Tensor:
+        raise NotImplementedError(self._NO_MOMENTS.format(what="variance"))
+
+    def score_parts(self, value: Tensor) -> Any:
+        """Refused: Pyro's ELBOs call this for the sites of a *guide*, and an unnormalised
+        ``log_prob`` there makes the ELBO and its score-function gradient wrong."""
+        raise NotImplementedError(
+            "a MaskedLMDistribution site in a guide: its log_prob is unnormalised (the normaliser is intractable), "
+            "so the ELBO and its gradient would be wrong. Keep token sites in the model (observed, or sampled with "
+            "mlm_ppl.MLMGibbs(NUTS(model)) for the continuous sites beside them) and out of the guide"
+        )
+
+    def entropy(self) -> Tensor:
+        raise NotImplementedError(
+            "the entropy of MaskedLMDistribution needs its intractable normaliser; estimate functionals from draws"
+        )
