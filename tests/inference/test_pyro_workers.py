@@ -159,3 +159,24 @@ def test_model_posterior_enumerates_a_pyro_model_as_pyro_scores_it():
     assert torch.allclose(probs, torch.softmax(hand, 0), atol=1e-6)
     with pytest.raises(ValueError, match="site 's' is continuous"):
         exact.model_posterior(continuous_model)
+
+
+def test_records_of_another_run_are_not_paired_with_the_draws(monkeypatch):
+    from mlm_ppl.inference.pyro_chains import RECORD
+
+    mcmc = _run(MLMKernel(token_model, seed=3), "sequential", monkeypatch, num_samples=10)
+    mlm_ppl.from_pyro(mcmc)
+    mcmc._diagnostics[1][RECORD].num_samples = 7  # as a re-run that stopped partway leaves them
+    with pytest.raises(ValueError, match="to its end first"):
+        mlm_ppl.from_pyro(mcmc)
+
+
+def test_initial_params_start_only_the_run_they_were_given_to(monkeypatch):
+    start = PRIOR.template.clone()
+    start[2:5] = A
+    kernel = MLMKernel(token_model, seed=0)
+    mcmc = MCMC(kernel, num_samples=2, warmup_steps=0, initial_params={"x": start}, disable_progbar=True)
+    mcmc.run()
+    assert torch.equal(kernel.initial_states[-1][0], start)
+    MCMC(kernel, num_samples=2, warmup_steps=0, disable_progbar=True).run()
+    assert not torch.equal(kernel.initial_states[-1][0], start)  # a fill of its own

@@ -190,6 +190,8 @@ def model_posterior(model: Callable, *args: Any, **kwargs: Any) -> tuple[dict[st
                 f"site {name!r} is continuous, or under a plate: model_posterior enumerates token sites of one "
                 "sequence and unbatched discrete sites; condition on it (poutine.condition) or integrate it out"
             )
+    if not choices:
+        raise ValueError("the model has no latent token or discrete site to enumerate")
     total = math.prod(len(v) for v in choices.values())
     if total > _MAX_STATES:
         raise ValueError(

@@ -161,11 +161,16 @@ class GapJump(KernelBase[GapJumpOptions]):
 
     def kernel(self, length: int) -> MetropolisHastings:
         """The update move's kernel at ``length``: MH with random scan, single sites (and unmask
-        proposals with ``p_unmask``)."""
+        proposals with ``p_unmask``), proposing at temperature 1 as the insert moves do (gap-jump
+        has no proposal temperature to record, so it keeps the one its runs always had)."""
         if length not in self._kernels:
             o = self.options
             self._kernels[length] = MetropolisHastings(
-                self.target.target(length), scan="random", p_unmask=o.p_unmask, unmask_size=o.unmask_size
+                self.target.target(length),
+                scan="random",
+                p_unmask=o.p_unmask,
+                unmask_size=o.unmask_size,
+                proposal_temperature=1.0,
             )
         return self._kernels[length]
 

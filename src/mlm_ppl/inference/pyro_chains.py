@@ -114,15 +114,21 @@ class ChainRecord:
 
 
 def chain_records(mcmc: Any) -> list[ChainRecord]:
-    """The :class:`ChainRecord` of every chain of a finished ``MCMC`` run, in Pyro's chain order."""
+    """The :class:`ChainRecord` of every chain of a finished ``MCMC`` run, in Pyro's chain order;
+    a run that did not finish (records missing, or of another run: a re-run that stopped
+    partway) is refused, so its draws are never paired with another run's statistics."""
     per_chain = list(getattr(mcmc, "_diagnostics", None) or [])  # MCMC keeps each chain's kernel.diagnostics() here
     records = [d.get(RECORD) for d in per_chain if isinstance(d, dict)]
-    if not records or len(records) != len(per_chain) or not all(isinstance(r, ChainRecord) for r in records):
+    chains = [r for r in records if isinstance(r, ChainRecord)]
+    finished = len(chains) == len(per_chain) > 0 and all(
+        r.chain == i and r.num_samples == getattr(mcmc, "num_samples", r.num_samples) for i, r in enumerate(chains)
+    )
+    if not finished:
         raise ValueError(
             "this MCMC object holds no finished run of an MLM kernel (each chain's record comes back with its last "
             "draw); call mcmc.run(...) to its end first"
         )
-    return [r for r in records if isinstance(r, ChainRecord)]
+    return chains
 
 
 def chain_streams(seed: int | None, chain_index: int, num_chains: int) -> ChainStreams:

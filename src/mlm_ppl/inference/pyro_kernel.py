@@ -11,7 +11,6 @@ Pyro pitfalls handled here (pyro 1.9, ``pyro/infer/mcmc/api.py``):
 
 * ``sample(params)`` is the only abstract method; ``initial_params`` has a getter and setter.
 * ``end_warmup()`` is never called by MCMC: the kernel counts warm-up steps itself.
-* ``transforms = {}`` is set up front, or MCMC re-runs ``setup`` after sampling.
 * ``logging()`` output goes through ``json.dumps`` every step: plain floats only.
 * Sequential chains reuse one kernel object: ``setup`` resets all chain state and takes the
   random streams of Pyro's chain id (:func:`~mlm_ppl.inference.pyro_chains.pyro_chain_id`), which
@@ -221,8 +220,9 @@ class MLMKernel(MCMCKernel):
             return
         self._streams = chain_streams(self.seed, self._chain_index, self.num_chains)
         init: str | Tensor = self.init
-        if self._initial_params is not None:
+        if self._initial_params is not None:  # used once: MCMC sets them again before each chain it gives them to
             init = self._initial_params[self.site].reshape(-1, dist.event_shape[0])
+            self._initial_params = None
             if init.shape[0] != self.num_chains:
                 raise ValueError(f"initial_params has {init.shape[0]} chains, the kernel runs {self.num_chains}")
         # a fill within the alphabets, repaired where it breaks a rule; given starts checked against the rules

@@ -55,7 +55,7 @@ from .base import (
 )
 from .exact import enumerate_states, transition_matrix
 from .jump import GapJump, check_moves, move_options
-from .mh import MetropolisHastings, MHState, default_proposal_temperature
+from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, option
 from .streams import ChainStreams
 from .tempering import ReplicaMH, ReplicaState, TemperingOptions
@@ -271,8 +271,8 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         of the state), so one exact evaluation per outer step pays for every length change inside."""
         o = self.options
         given: list[str] = [name for name in ("block_size", "top_k", "top_p", "replicas") if name in o.given()]
-        if o.proposal_temperature not in (None, default_proposal_temperature(target.temperature)):
-            given.insert(1, "proposal_temperature")  # gap-jump's updates propose at the default
+        if o.proposal_temperature not in (None, 1.0):  # gap-jump's moves propose at 1 (records hold 1.0)
+            given.insert(1, "proposal_temperature")
         if o.temperature_schedule is not None:
             given.append("annealing schedule")
         if given:
