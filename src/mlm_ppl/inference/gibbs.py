@@ -423,14 +423,15 @@ class MLMGibbs(MCMCKernel):
     def draw_stats(self) -> list[dict[str, dict[str, Tensor]]]:
         """Per Pyro chain and token site: ``lp``, ``is_accepted``, ``acceptance_rate``,
         ``n_changed``, each ``(D,)`` (``(D, B)`` for a site of B sequences under a plate)."""
-        out = []
-        for chain in self._chains:
-            sites = {}
-            for site, stats in chain.items():
-                stacked = {k: torch.stack(v) for k, v in stats.items() if v}  # (D, B or 1)
-                sites[site] = stacked if self.is_plated(site) else {k: v[:, 0] for k, v in stacked.items()}
-            out.append(sites)
-        return out
+        return [self._stacked(chain) for chain in self._chains]
+
+    def _stacked(self, chain: dict[str, dict[str, list[Tensor]]]) -> dict[str, dict[str, Tensor]]:
+        """One chain's per-draw statistics as :attr:`draw_stats` gives them."""
+        sites = {}
+        for site, stats in chain.items():
+            stacked = {k: torch.stack(v) for k, v in stats.items() if v}  # (D, B or 1)
+            sites[site] = stacked if self.is_plated(site) else {k: v[:, 0] for k, v in stacked.items()}
+        return sites
 
     def logging(self) -> dict[str, Any]:
         out = dict(self.inner.logging()) if self.continuous_sites else {}
@@ -446,7 +447,7 @@ class MLMGibbs(MCMCKernel):
         out["token acceptance rate"] = self._accepted / max(self._t, 1)
         out["token moved"] = self._moved / max(self._t, 1)
         initial = self._initials[-1] if self._initials else None
-        stats = self.draw_stats[-1] if self._chains else {}
+        stats = self._stacked(self._chains[-1]) if self._chains else {}  # this chain's alone
         out[RECORD] = ChainRecord(self._chain_index, initial, stats, max(self._t - self._warmup_steps, 0))
         return out
 

@@ -302,7 +302,7 @@ class MLMKernel(MCMCKernel):
     def diagnostics(self) -> dict[str, Any]:
         """The chain's acceptance rate and its :class:`~mlm_ppl.inference.pyro_chains.ChainRecord`
         (``MCMC`` collects both at the chain's end, from worker processes too)."""
-        stats = self.draw_stats[-1] if self._chains else {}
+        stats = {k: torch.stack(v) for k, v in self._chains[-1].items()} if self._chains else {}  # this chain's
         nan = torch.tensor(float("nan"))
         accepted = stats["is_accepted"].float().mean() if "is_accepted" in stats else nan
         moved = (stats["n_changed"] > 0).float().mean() if "n_changed" in stats else nan
