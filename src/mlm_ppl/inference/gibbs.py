@@ -30,7 +30,7 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, fill_template
-from .pyro_chains import RECORD, ChainRecord, called_for_transforms, chain_streams, pyro_chain_id, start_worker_chain
+from .pyro_chains import RECORD, ChainRecord, called_for_transforms, chain_streams, start_chain
 from .pyro_sites import (
     AS_TOKEN_DRAWS,
     AsSupportDtype,
@@ -203,9 +203,7 @@ class MLMGibbs(MCMCKernel):
         self._warmup_steps = int(warmup_steps)
         self._t, self._accepted, self._moved = 0, 0.0, 0.0
         if not probe:
-            start_worker_chain()  # one thread per worker process
-            chain = pyro_chain_id()
-            self._chain_index = self._chain_index + 1 if chain is None else chain
+            self._chain_index, _ = start_chain(self._chain_index)
         self._streams = chain_streams(self.seed, max(self._chain_index, 0), 1)  # a probe may come first
         self._values = {}
         trace = trace_model(self.model, args, kwargs)

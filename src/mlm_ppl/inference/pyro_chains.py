@@ -16,8 +16,7 @@ from .streams import ChainStreams
 
 __all__ = [
     "pyro_chain_id",
-    "in_pyro_worker",
-    "start_worker_chain",
+    "start_chain",
     "called_for_transforms",
     "chain_streams",
     "ChainRecord",
@@ -32,53 +31,47 @@ def _pyro_api() -> Any:
     return api
 
 
+def _pyro_chain() -> tuple[int | None, bool]:
+    """Pyro's chain id of the chain being set up (None outside Pyro's samplers) and whether it runs
+    in one of Pyro's worker processes, read in one walk up the stack."""
+    api = _pyro_api()
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(16):
+        if frame is None:
+            return None, False
+        if frame.f_code is api._gen_samples.__code__:
+            caller = frame.f_back
+            owner = caller.f_locals.get("self") if caller is not None else None
+            if isinstance(owner, api._Worker):
+                return int(owner.chain_id), True
+            if isinstance(owner, api._UnarySampler) and caller is not None:
+                return int(caller.f_locals.get("i", 0)), False
+            chain = frame.f_locals.get("chain_id")
+            return (None if chain is None else int(chain)), False
+        frame = frame.f_back
+    return None, False
+
+
 def pyro_chain_id() -> int | None:
     """Which chain of a ``pyro.infer.MCMC`` run a kernel's ``setup`` is starting: Pyro's own chain
     id, read from its samplers (``pyro/infer/mcmc/api.py``), which pass it to no kernel. Chain
     ``i`` of ``MCMC(num_chains=P)`` is ``i`` whether Pyro runs the chains one after another
     (``_UnarySampler``) or each in a worker process (``_Worker``, forked or spawned, each with its
     own copy of the kernel); None when ``setup`` is called outside Pyro's samplers."""
-    api = _pyro_api()
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(16):
-        if frame is None:
-            return None
-        if frame.f_code is api._gen_samples.__code__:
-            caller = frame.f_back
-            owner = caller.f_locals.get("self") if caller is not None else None
-            if isinstance(owner, api._Worker):
-                return int(owner.chain_id)
-            if isinstance(owner, api._UnarySampler) and caller is not None:
-                return int(caller.f_locals.get("i", 0))
-            chain = frame.f_locals.get("chain_id")
-            return None if chain is None else int(chain)
-        frame = frame.f_back
-    return None
+    return _pyro_chain()[0]
 
 
-def in_pyro_worker() -> bool:
-    """Whether this ``setup`` runs in one of Pyro's worker processes (``MCMC(num_chains=P)`` with
-    ``P <= cpu_count - 1``)."""
-    api = _pyro_api()
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(16):
-        if frame is None:
-            return False
-        if isinstance(frame.f_locals.get("self"), api._Worker):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def start_worker_chain() -> bool:
-    """In one of Pyro's worker processes, run this chain's forward passes on one thread, as
-    PyTorch's DataLoader workers do: a process forked after its parent ran a parallel forward
-    inherits a thread pool that hangs at its first parallel region, and P workers of several
-    threads each would oversubscribe the cores anyway. Returns whether this is a worker."""
-    if not in_pyro_worker():
-        return False
-    torch.set_num_threads(1)
-    return True
+def start_chain(previous: int) -> tuple[int, bool]:
+    """What a kernel's ``setup`` starts: the index of its chain (Pyro's chain id; ``previous + 1``
+    when ``setup`` is called outside Pyro's samplers) and whether it runs in one of Pyro's worker
+    processes. In a worker, the chain's forward passes run on one thread, as PyTorch's DataLoader
+    workers do: a process forked after its parent ran a parallel forward inherits a thread pool
+    that hangs at its first parallel region, and P workers of several threads each would
+    oversubscribe the cores anyway."""
+    chain, worker = _pyro_chain()
+    if worker:
+        torch.set_num_threads(1)
+    return (previous + 1 if chain is None else chain), worker
 
 
 def called_for_transforms() -> bool:

@@ -45,7 +45,7 @@ from ..models.distribution import MaskedLMDistribution
 from ..models.target import ConstrainedTarget
 from .api import check_kernel_options
 from .base import check_init, initial_tokens
-from .pyro_chains import RECORD, ChainRecord, called_for_transforms, chain_streams, pyro_chain_id, start_worker_chain
+from .pyro_chains import RECORD, ChainRecord, called_for_transforms, chain_streams, start_chain
 from .pyro_sites import (
     AsTokenDraws,
     is_sample_site,
@@ -170,9 +170,7 @@ class MLMKernel(MCMCKernel):
         self._reset()
         worker = False
         if not probe:
-            worker = start_worker_chain()  # one thread per worker process
-            chain = pyro_chain_id()
-            self._chain_index = self._chain_index + 1 if chain is None else chain
+            self._chain_index, worker = start_chain(self._chain_index)
         if self._initial_params is not None and worker:
             raise ValueError(
                 "MCMC(initial_params=...) with chains in worker processes gives every worker the last chain's "
