@@ -118,7 +118,7 @@ def test_plots_are_written(tiny4, mixing_run, tmp_path):
     idata = to_inference_data(mixing_run, mlm=tiny4)
     paths = plot_diagnostics(idata, str(tmp_path), mlm=tiny4)
     names = sorted(p.split("/")[-1] for p in paths)
-    assert names == ["acceptance.png", "rank_lp.png", "token_frequency.png", "trace_lp.png"]
+    assert names == ["acceptance.png", "deep_states.png", "rank_lp.png", "token_frequency.png", "trace_lp.png"]
     for p in paths:
         with open(p, "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"

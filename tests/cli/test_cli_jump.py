@@ -70,8 +70,8 @@ def test_a_jump_run_records_every_draw_with_its_length_and_move(model_dir, tmp_p
     np.testing.assert_array_equal(np.diff(lengths, axis=1), expected)
     # samples.txt: the length beside each decoded sequence
     rows = [line.split("\t") for line in (out / "samples.txt").read_text().splitlines()]
-    assert rows[0] == ["chain", "draw", "lp", "length", "sequence"]
-    assert all(int(length) == len(seq) - 2 for *_, length, seq in rows[1:]) and len(rows) == 1 + 180
+    assert rows[0] == ["chain", "draw", "lp", "length", "site_prob", "memorized", "sequence"]
+    assert all(int(length) == len(seq) - 2 for *_, length, _, _, seq in rows[1:]) and len(rows) == 1 + 180
     # the summary: the length marginal, with the prior, counted from the draws
     report = summary(idata)
     assert [(L, w, n) for L, w, n, _, _ in report.lengths] == [
@@ -205,8 +205,8 @@ def test_diagnose_compares_the_length_marginal_with_a_reference(model_dir, tmp_p
     printed = capsys.readouterr().out
     assert f"and the reference {reference} renormalised over these lengths" in printed
     assert "(which hold 87.5% of its weight)" in printed
-    rows = printed.split("length   prior   draws  frequency   MCSE  reference\n")[1].splitlines()[:3]
-    assert [(int(r.split()[0]), float(r.split()[-1])) for r in rows] == [(1, 0.1429), (2, 0.2857), (3, 0.5714)]
+    rows = printed.split("length   prior   draws  frequency   MCSE  reference  term/residue\n")[1].splitlines()[:3]
+    assert [(int(r.split()[0]), float(r.split()[5])) for r in rows] == [(1, 0.1429), (2, 0.2857), (3, 0.5714)]
     idata = read_run(str(out))
     counts = [int((idata.posterior["length"].values == L).sum()) for L in (1, 2, 3)]
     assert [int(r.split()[2]) for r in rows] == counts

@@ -94,10 +94,11 @@ def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
         "rank_lp.png",
         "acceptance.png",
         "token_frequency.png",
+        "deep_states.png",
     } <= names
     lines = (out / "samples.txt").read_text().splitlines()
-    assert lines[0] == "chain\tdraw\tlp\tsequence" and len(lines) == 1 + 3 * 300
-    assert lines[1].split("\t")[3].startswith("A")
+    assert lines[0] == "chain\tdraw\tlp\tsite_prob\tmemorized\tsequence" and len(lines) == 1 + 3 * 300
+    assert lines[1].split("\t")[5].startswith("A")
     config = json.loads((out / "config.json").read_text())
     assert config["seed"] == 7 and config["kernel"] == "mh" and config["template"] == TEMPLATE
     idata = az.from_netcdf(out / "run.nc")

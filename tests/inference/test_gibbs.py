@@ -208,7 +208,7 @@ def test_from_pyro_gives_inference_data_for_both_kinds_of_sites(tiny4):
     assert set(idata.sample_stats.data_vars) == set(MetropolisHastings.stat_names())
     assert torch.equal(torch.as_tensor(post["x"].values), mcmc.get_samples(group_by_chain=True)["x"].long())
     report = summary(idata)
-    assert {"lp", "w", "x_hamming_reference"} <= set(report.table.index) and len(report.chains) == 2
+    assert {"lp", "w", "x_hamming_chain0_start"} <= set(report.table.index) and len(report.chains) == 2
 
     def bare():
         pyro.sample("x", d)
@@ -301,7 +301,7 @@ def test_sequences_under_a_plate_coupled_by_a_factor_match_enumeration(smooth64,
     both = from_pyro(mcmc)  # every sequence of the plate, each with its functionals, in one InferenceData
     for e in (0, 1):
         assert torch.equal(torch.as_tensor(both.posterior[f"x_{e}"].values[0]), mcmc.get_samples()["x"][:, e].long())
-        assert f"x_{e}_hamming_reference" in both.posterior and f"x_{e}_lp" in both.sample_stats
+        assert f"x_{e}_hamming_chain0_start" in both.posterior and f"x_{e}_lp" in both.sample_stats
     stats = both.sample_stats
     np.testing.assert_allclose(stats["lp"].values, stats["x_0_lp"].values + stats["x_1_lp"].values)
     with pytest.raises(ValueError, match=r"MLMKernel moves one token site.*under a pyro.plate.*MLMGibbs\(model"):
@@ -371,13 +371,13 @@ def test_from_pyro_keeps_every_token_site_under_its_pyro_name_in_one_inference_d
     post, stats, samples = idata.posterior, idata.sample_stats, mcmc.get_samples(group_by_chain=True)
     for name in ("heavy", "light"):
         assert torch.equal(torch.as_tensor(post[name].values), samples[name].long())
-        assert {f"{name}_hamming_start", f"{name}_hamming_reference"} <= set(post.data_vars)
+        assert {f"{name}_hamming_start", f"{name}_hamming_chain0_start"} <= set(post.data_vars)
         assert post[name].dims == ("chain", "draw", f"{name}_position")
     assert "tokens" not in post and "w" in post
     np.testing.assert_allclose(stats["lp"].values, stats["heavy_lp"].values + stats["light_lp"].values)
     assert (stats["n_changed"].values == stats["heavy_n_changed"].values + stats["light_n_changed"].values).all()
     table = summary(idata).table
-    assert {"lp", "w", "heavy_hamming_reference", "light_hamming_reference"} <= set(table.index)
+    assert {"lp", "w", "heavy_hamming_chain0_start", "light_hamming_chain0_start"} <= set(table.index)
     assert not {"heavy", "light"} & set(table.index)  # draws, not functionals
     only = from_pyro(mcmc, site="light")
     assert "light" in only.posterior and "heavy" not in only.posterior

@@ -7,7 +7,8 @@ sequence. ArviZ (``>=0.21,<1``) and matplotlib are imported lazily.
 
 One module a job: :mod:`.data` (InferenceData of runs, ``run.nc``), :mod:`.summary` (R-hat, ESS
 and each chain's verdict), :mod:`.lengths` (a variable gap's length marginal), :mod:`.plots` and
-:mod:`.loops` (the loop distribution). Every public name is importable from here.
+:mod:`.loops` (the loop distribution), :mod:`.deep` (the deepest states the chains visited, and
+memorized ones). Every public name is importable from here.
 """
 
 from .data import (
@@ -16,6 +17,17 @@ from .data import (
     functional_name,
     read_run,
     to_inference_data,
+    with_reference,
+)
+from .deep import (
+    DEEP_GAP,
+    MEMORIZED_PROB,
+    DeepState,
+    DeepStates,
+    deep_disagreement,
+    deep_states,
+    draw_energies,
+    site_scores,
 )
 from .lengths import gap_lengths, length_log_prior, length_marginal
 from .loops import LoopDistribution, loop_distribution
@@ -40,6 +52,7 @@ from .summary import (
 
 __all__ = [
     "to_inference_data",
+    "with_reference",
     "read_run",
     "functional_name",
     "from_pyro",
@@ -63,6 +76,14 @@ __all__ = [
     "MIN_DRAWS",
     "constraint_functionals",
     "gap_lengths",
+    "deep_states",
+    "deep_disagreement",
+    "DeepState",
+    "DeepStates",
+    "draw_energies",
+    "site_scores",
+    "MEMORIZED_PROB",
+    "DEEP_GAP",
     "length_log_prior",
     "length_marginal",
 ]

@@ -69,6 +69,8 @@ def to_inference_data(
     functions: Mapping[str, Callable[[str], float]] | None = None,
     other_sites: Mapping[str, np.ndarray] | None = None,
     constraints: "BoundConstraints | None" = None,
+    sites: bool = False,
+    progress: bool = False,
 ) -> "arviz.InferenceData":
     """An ``arviz.InferenceData`` of a run, built with ``arviz.from_dict``.
 
@@ -81,8 +83,10 @@ def to_inference_data(
         Needed to decode sequences (``functions``), to read a string ``reference`` and token
         names in ``indicators``; its name goes to the attributes.
     reference : str or Tensor, optional
-        A complete sequence (string, or ids ``(L,)``) for ``hamming_reference``; default: the
-        start of chain 0.
+        A complete sequence (string, or ids ``(L,)``): adds ``hamming_reference``, each draw's
+        Hamming distance to it (e.g. the template's own sequence before its loop was masked).
+        Without one, ``hamming_chain0_start`` is the distance to chain 0's start, and says so in
+        its name.
     indicators : sequence of (position, token)
         Adds ``indicator_<position>_<token>``: 1.0 where the draw has ``token`` at
         ``position`` (token position in the encoded sequence; a token id or a string).
@@ -97,13 +101,20 @@ def to_inference_data(
         rule), ``feasible`` (1.0 where it satisfies every rule) and ``expert_<name>`` (each
         expert's unweighted value), so the summary gives their R-hat and ESS
         (:func:`constraint_functionals`).
+    sites : bool
+        Adds ``site_prob``, ``site_energy`` and ``memorized`` (:func:`~mlm_ppl.diagnostics.deep.
+        site_scores`: the designed positions' mean conditional probability and own terms, one
+        masked copy per designed position of each distinct state); needs ``mlm``.
+    progress : bool
+        A progress bar over the masked copies of ``sites``.
 
     Returns
     -------
     arviz.InferenceData
         ``posterior``: ``tokens`` (int, dims chain, draw, position), ``hamming_start`` (to each
         chain's own start: shows chains leaving their starts, but depends on the start, so it
-        is left out of convergence verdicts), ``hamming_reference``, ``length`` (a variable gap's:
+        is left out of convergence verdicts), ``hamming_reference`` or ``hamming_chain0_start``
+        (a distance to a common state: a functional of the state alone), ``length`` (a variable gap's:
         the draw's gap length; its states are padded after the loop, so the Hamming distances
         count a residue against a pad as a difference) and the other functionals;
         ``sample_stats``: ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed``,
@@ -119,9 +130,11 @@ def to_inference_data(
     start = run.initial if run.initial is not None else tokens[:, 0]
     posterior["hamming_start"] = _hamming(tokens, start[:, None, :], free)
     # A common reference makes a functional of the state alone (comparable across chains);
-    # without one, chain 0's start serves.
-    ref = _reference_ids(reference, mlm, L) if reference is not None else start[0]
-    posterior["hamming_reference"] = _hamming(tokens, ref[None, None, :], free)
+    # without one, chain 0's start serves, and the name says so.
+    if reference is not None:
+        posterior["hamming_reference"] = _hamming(tokens, _reference_ids(reference, mlm, L)[None, None, :], free)
+    else:
+        posterior["hamming_chain0_start"] = _hamming(tokens, start[0][None, None, :], free)
     gap = attr_list(run.attrs, "gap_positions")
     if gap is not None:  # a variable gap: states padded after the loop (GapTarget)
         posterior["length"] = (tokens[..., gap] != int(run.attrs["pad_id"])).sum(-1).double().numpy()
@@ -143,6 +156,16 @@ def to_inference_data(
         if name in posterior:
             raise ValueError(f"the constraints' functional {name!r} clashes with another; rename the function")
         posterior[name] = values
+    if sites:
+        if mlm is None:
+            raise ValueError("sites=True reads the designed positions' conditionals: give mlm=")
+        from .deep import site_scores
+
+        pad = run.attrs.get("pad_id")
+        positions = torch.nonzero(free).flatten().tolist()
+        posterior.update(
+            site_scores(tokens, positions, mlm, pad_id=None if pad is None else int(pad), progress=progress)
+        )
     for name, values in (other_sites or {}).items():
         values = np.asarray(values)
         if name in posterior or values.shape[:2] != (C, D):
@@ -150,6 +173,10 @@ def to_inference_data(
         posterior[name] = values
     stats = {k: v.numpy() for k, v in run.stats.items()}
     attrs = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in run.attrs.items() if v is not None}
+    if sites:
+        from .deep import MEMORIZED_PROB
+
+        attrs["memorized_threshold"] = MEMORIZED_PROB
     if mlm is not None:
         attrs["model"] = mlm.name
         attrs["vocab"] = json.dumps(list(mlm.vocab))
@@ -179,7 +206,7 @@ def from_pyro(
 
     Every token site keeps its Pyro name, all of them in one InferenceData: a site ``heavy``
     gives the draws ``heavy`` (dims chain, draw, ``heavy_position``) and its functionals named after
-    it (``heavy_hamming_start``, ``heavy_hamming_reference``, and, for a site with constraints,
+    it (``heavy_hamming_start``, ``heavy_hamming_chain0_start``, and, for a site with constraints,
     ``heavy_rule_<name>``, ``heavy_feasible``, ``heavy_expert_<name>``: :func:`to_inference_data`,
     :func:`constraint_functionals`). Each sequence of a site under a ``pyro.plate`` is its own
     variable, ``x_0``, ``x_1`` ..., with its own functionals. ``site`` (and ``element``, one sequence
@@ -388,3 +415,33 @@ def _token_id(token, mlm) -> int:
     if isinstance(token, bool) or not isinstance(token, int):
         raise TypeError(f"indicator token must be a str or int id, got {token!r}")
     return int(token)
+
+
+def with_reference(idata: "arviz.InferenceData", loop: str) -> "arviz.InferenceData":
+    """``idata`` with ``hamming_reference``: each draw's Hamming distance over the designed positions
+    to ``loop``, their tokens in a reference (e.g. the template's own loop before it was masked;
+    residues as one string, or tokens separated by spaces), read with the run's recorded vocabulary.
+    The attribute ``hamming_reference`` records the loop. A ValueError for a loop of another length,
+    a token outside the vocabulary, or a run over a variable gap (its loops differ in length)."""
+    vocab = attr_list(idata.attrs, "vocab")
+    free = attr_list(idata.attrs, "free_positions")
+    if vocab is None or free is None:
+        raise ValueError("the run does not record its vocabulary and free positions; a reference loop needs both")
+    if "length" in idata.posterior:
+        raise ValueError(
+            "the run's loops vary in length (a variable gap): a reference loop of one length cannot be compared"
+        )
+    parts = loop.split() if " " in loop.strip() else list(loop.strip())
+    if len(parts) != len(free):
+        raise ValueError(f"the reference loop {loop!r} has {len(parts)} tokens; the run designs {len(free)} positions")
+    index = {str(tok): i for i, tok in enumerate(vocab)}
+    unknown = [p for p in parts if p not in index]
+    if unknown:
+        raise ValueError(f"the reference loop's token {unknown[0]!r} is not in the run's vocabulary")
+    ref = np.array([index[p] for p in parts])
+    tokens = np.asarray(idata.posterior["tokens"].values)[..., [int(i) for i in free]]
+    distance = (tokens != ref).sum(-1).astype(np.float64)
+    out = idata.copy()
+    out.posterior = out.posterior.assign(hamming_reference=(("chain", "draw"), distance))
+    out.attrs["hamming_reference"] = "".join(parts) if all(len(p) == 1 for p in parts) else " ".join(parts)
+    return out

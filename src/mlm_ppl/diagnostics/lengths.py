@@ -44,6 +44,20 @@ def length_marginal(idata: "arviz.InferenceData") -> list[tuple[int, float, int,
     return rows
 
 
+def length_terms(idata: "arviz.InferenceData") -> dict[int, float] | None:
+    """A variable-gap run's mean designed-position term per residue at each length of its prior:
+    the mean over its draws of that length of ``site_energy / L`` (nan where no draw has it); None
+    for a run of one length or without ``site_energy``. Beside ``log V`` (the uniform's term) it
+    says why ``exp(-E)`` over lengths weighs long loops: while the mean term per residue is below
+    ``log V``, each residue more multiplies the number of loops more than it divides their weight."""
+    prior = _length_prior(idata)
+    if prior is None or "site_energy" not in idata.posterior:
+        return None
+    lengths = np.asarray(idata.posterior["length"].values)
+    terms = np.asarray(idata.posterior["site_energy"].values)
+    return {L: float((terms[lengths == L] / L).mean()) if (lengths == L).any() else math.nan for L in prior}
+
+
 def reference_for(idata: "arviz.InferenceData", reference: "LengthReference | None") -> "LengthReference | None":
     """``reference`` when it covers the run's lengths; a ValueError for a run of one length or a
     reference read over other lengths."""

@@ -76,11 +76,47 @@ def plot_diagnostics(
     ax.set(xlabel="token position (sampled positions)", ylabel="token", title="Token frequency over all draws")
     fig.colorbar(im, ax=ax, label="frequency")
     paths.append(_save(fig, out_dir, "token_frequency.png"))
+    if not np.isnan(lp.values).all() and "free_positions" in idata.attrs:
+        paths.append(_plot_deep_states(idata, out_dir))
     rows = length_marginal(idata)
     reference = reference_for(idata, length_reference)
     if rows is not None:
         paths.append(_plot_lengths(idata, rows, out_dir, reference))
     return paths
+
+
+DEEP_SHOWN = 5
+
+
+def _plot_deep_states(idata: "arviz.InferenceData", out_dir: str) -> str:
+    """``deep_states.png``: each chain's ``lp`` by draw, marked where the chain sits in one of the
+    run's 5 deepest states (:func:`~mlm_ppl.diagnostics.deep_states`), and beside it, chain by
+    chain, which of them it is in: where a chain stays, and whether the others ever go there."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.figure import Figure
+
+    from .deep import deep_states, state_index
+
+    report = deep_states(idata, DEEP_SHOWN)
+    which = state_index(idata, report.states)  # (C, D)
+    lp = np.asarray(idata.sample_stats["lp"].values, dtype=float)
+    C, D = lp.shape
+    colors = ["tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown"][: len(report.states)]
+    fig = Figure(figsize=(11, 3.5 + 0.25 * C))
+    trace, raster = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    for c in range(C):
+        trace.plot(np.arange(D), lp[c], lw=0.8, color="0.6" if C > 1 else "tab:blue", zorder=1)
+    for i, (state, color) in enumerate(zip(report.states, colors)):
+        c, d = np.nonzero(which == i)
+        trace.scatter(d, lp[c, d], s=6, color=color, zorder=2, label=f"{i + 1}: {state.loop} ({state.visits} draws)")
+    trace.set(xlabel="draw", ylabel="lp", title="lp of each chain; the deepest states marked")
+    if report.states:
+        trace.legend(fontsize="x-small", loc="lower right")
+    cmap = ListedColormap(["0.92", *colors])
+    raster.imshow(which + 1, aspect="auto", cmap=cmap, vmin=0, vmax=len(colors), interpolation="nearest")
+    raster.set_yticks(range(C), [f"chain {c}" for c in range(C)], fontsize="small")
+    raster.set(xlabel="draw", title="Which deep state each chain is in (grey: none)")
+    return _save(fig, out_dir, "deep_states.png")
 
 
 def _plot_lengths(idata: "arviz.InferenceData", rows: list, out_dir: str, reference: "LengthReference | None") -> str:

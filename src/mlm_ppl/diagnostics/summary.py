@@ -16,7 +16,8 @@ from ..inference.annealing import annealing_note
 from ..inference.registry import KERNELS
 from ..inference.runner import OWN_LAW
 from .data import load_arviz, to_inference_data
-from .lengths import length_marginal, reference_for
+from .deep import MEMORIZED_PROB, SITE_FUNCTIONALS, deep_disagreement
+from .lengths import length_marginal, length_terms, reference_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import arviz
@@ -92,6 +93,19 @@ class Summary:
     length_reference : LengthReference or None
         A length distribution the marginal is compared with (``summary(...,
         length_reference=)``), shown as a column beside it; None without one.
+    length_terms : dict or None
+        A variable gap's mean designed-position term per residue at each length
+        (:func:`~mlm_ppl.diagnostics.lengths.length_terms`), a column of the length table; None
+        for a run of one length or without ``site_energy``.
+    deep : str or None
+        The line of a run whose chains disagree on deep states
+        (:func:`~mlm_ppl.diagnostics.deep.deep_disagreement`); None where they agree.
+    reference : str or None
+        What the table's Hamming distances count: the designed positions that differ from the
+        reference (``hamming_reference``) or from chain 0's start (``hamming_chain0_start``).
+    memorized : float or None
+        The fraction of draws flagged memorized (``site_prob >= MEMORIZED_PROB``: the designed
+        positions are predicted from the rest as from memory); None for a run without the column.
     """
 
     table: "pandas.DataFrame"
@@ -107,6 +121,10 @@ class Summary:
     stopped: str | None = None
     lengths: list[tuple[int, float, int, float, float]] | None = None
     length_reference: "LengthReference | None" = None
+    deep: str | None = None
+    memorized: float | None = None
+    reference: str | None = None
+    length_terms: dict[int, float] | None = None
 
     @property
     def converged(self) -> bool:
@@ -124,20 +142,25 @@ class Summary:
         lines += [self.stationary_law, ""] if self.stationary_law is not None else []
         lines += [f"stopped early: {self.stopped}", ""] if self.stopped is not None else []
         lines += [self.table.to_string(float_format=lambda x: f"{x:.3f}"), ""]
+        if self.reference is not None:
+            lines += [self.reference, ""]
         if self.lengths is not None:
-            ref = self.length_reference
+            ref, terms = self.length_reference, self.length_terms
             lines += ["gap length: prior, draws, frequency over all draws and its Monte Carlo standard error"]
-            if ref is None:
-                lines += ["length   prior   draws  frequency   MCSE"]
-                lines += [f"{L:>6}  {w:.4f}  {n:>6}  {f:9.4f}  {m:.4f}" for L, w, n, f, m in self.lengths]
-            else:
+            head = "length   prior   draws  frequency   MCSE"
+            if ref is not None:
                 lines[-1] += f", and the reference {ref.source} renormalised over these lengths"
                 lines += [f"(which hold {ref.inside:.1%} of its weight)"]
-                lines += ["length   prior   draws  frequency   MCSE  reference"]
-                lines += [
-                    f"{L:>6}  {w:.4f}  {n:>6}  {f:9.4f}  {m:.4f}  {ref.weights[L]:9.4f}"
-                    for L, w, n, f, m in self.lengths
-                ]
+                head += "  reference"
+            if terms is not None:
+                lines[-1] += "; term/residue: the loop's mean E_norm term per residue"
+                head += "  term/residue"
+            lines.append(head)
+            for L, w, n, f, m in self.lengths:
+                row = f"{L:>6}  {w:.4f}  {n:>6}  {f:9.4f}  {m:.4f}"
+                row += f"  {ref.weights[L]:9.4f}" if ref is not None else ""
+                row += f"  {terms[L]:12.3f}" if terms is not None else ""
+                lines.append(row)
             lines.append("")
         lines.append(
             f"acceptance rate {self.acceptance_rate:.3f}   novel-transition rate {self.novel_transition_rate:.3f}"
@@ -147,6 +170,13 @@ class Summary:
                 f"surrogate: inner acceptance {self.inner_acceptance:.3f}   moves per step {self.moves_per_step:.2f}   "
                 f"masked copies per step {self.masked_copies_per_step:.0f}"
             )
+        if self.memorized is not None:
+            lines.append(
+                f"memorized: {self.memorized:.1%} of draws have designed positions of mean conditional probability "
+                f">= {MEMORIZED_PROB} (the model predicts them from the rest as from memory)"
+            )
+        if self.deep is not None:
+            lines.append(self.deep)
         for c, (verdict, why) in enumerate(zip(self.chains, self.reasons)):
             lines.append(f"chain {c}: {verdict} ({why})")
         return "\n".join(lines)
@@ -215,7 +245,9 @@ def summary(
     law = law_note(idata.attrs)
     # hamming_start (a token site's <site>_hamming_start) depends on each chain's own start: chains
     # legitimately disagree on it
-    varying = [n for n in names if not _from_start(n) and np.nanstd(post[n].values) > 0]
+    # the site functionals need the model: a stop rule without it cannot read them, and the deep-state
+    # line reports what they would add
+    varying = [n for n in names if not _from_start(n) and n not in SITE_FUNCTIONALS and np.nanstd(post[n].values) > 0]
     for c in range(n_chains):
         infeasible = 0 if lp_values is None else int(np.isneginf(lp_values[c]).sum())
         if infeasible:
@@ -289,7 +321,25 @@ def summary(
         stopped=idata.attrs.get("stopped"),
         lengths=length_marginal(idata),
         length_reference=reference_for(idata, length_reference),
+        deep=deep_disagreement(idata),
+        memorized=float(post["memorized"].values.mean()) if "memorized" in post else None,
+        reference=_reference_line(idata),
+        length_terms=length_terms(idata),
     )
+
+
+def _reference_line(idata: "arviz.InferenceData") -> str | None:
+    """What the Hamming distances of the table count, each to its own reference."""
+    post = idata.posterior
+    parts = []
+    if "hamming_reference" in post:
+        ref = idata.attrs.get("hamming_reference")
+        parts.append(
+            f"hamming_reference: to the reference {ref}" if ref else "hamming_reference: to the reference given"
+        )
+    if "hamming_chain0_start" in post:
+        parts.append("hamming_chain0_start: to chain 0's start (no reference given: --reference LOOP)")
+    return None if not parts else "Hamming distances over the designed positions: " + "; ".join(parts)
 
 
 def _is_sequence(values: Any) -> bool:

@@ -27,7 +27,7 @@ from .tokens import Encoding
 if TYPE_CHECKING:  # pragma: no cover
     from .masked_lm import MaskedLM
 
-__all__ = ["ENERGIES", "VARIANTS", "EnergyTerms", "energy_terms", "check_energy"]
+__all__ = ["ENERGIES", "VARIANTS", "EnergyTerms", "energy_terms", "check_energy", "site_log_probs"]
 
 ENERGIES = ("norm", "raw")
 VARIANTS = ("pll", "within_word_l2r")
@@ -129,3 +129,43 @@ def energy_terms(
     raw[rows, query] = -out[:, 0]
     norm[rows, query] = -out[:, 1]
     return EnergyTerms(enc, norm=norm, raw=raw)
+
+
+def site_log_probs(
+    mlm: "MaskedLM", tokens: Tensor, positions: Sequence[int], *, pad_id: int | None = None, progress: bool = False
+) -> Tensor:
+    """``(N, P)`` float64: ``log p(x_t | x_\\t)`` at each of ``positions`` (token positions of the
+    states ``tokens`` ``(N, T)``, e.g. a run's free positions), each read with that position alone
+    masked: the ``E_norm`` terms of the designed positions, negated.
+
+    ``pad_id``: the states are a variable gap's padded states (:class:`~mlm_ppl.models.gap_target.
+    GapTarget`): the pads are taken out before the model reads a state, and a position holding a
+    pad (no residue there) gives NaN. One batched pass over ``N x P`` masked copies at most.
+    """
+    tokens = torch.as_tensor(tokens, dtype=torch.long)
+    pos = torch.as_tensor(list(positions), dtype=torch.long)
+    out = torch.full((tokens.shape[0], pos.numel()), float("nan"), dtype=torch.float64)
+    if tokens.shape[0] == 0 or pos.numel() == 0:
+        return out
+    present = tokens != pad_id if pad_id is not None else torch.ones_like(tokens, dtype=torch.bool)
+    # states with the same pads are read together: the same length, the same columns
+    _, group = torch.unique(present, dim=0, return_inverse=True)
+    for g in torch.unique(group):
+        rows = (group == g).nonzero().flatten()
+        keep = present[rows[0]]
+        where = torch.cumsum(keep.long(), 0) - 1  # a kept column's index in the state without pads
+        sites = keep[pos]  # the positions that hold a residue
+        query = where[pos[sites]]
+        enc = mlm.encoding_from_ids(tokens[rows][:, keep])
+        n, k = rows.numel(), query.numel()
+        if k == 0:
+            continue
+        copy_rows = torch.arange(n).repeat_interleave(k)
+        copy_query = query.repeat(n)
+        masks = torch.zeros((n * k, enc.input_ids.shape[1]), dtype=torch.bool)
+        masks[torch.arange(n * k), copy_query] = True
+        scores = mlm.masked_reduce(enc, copy_rows, masks, copy_query, token_scores, progress=progress)
+        values = torch.full((n, pos.numel()), float("nan"), dtype=torch.float64)
+        values[:, sites] = scores[:, 1].double().reshape(n, k)
+        out[rows] = values
+    return out

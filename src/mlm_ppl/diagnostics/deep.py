@@ -1,0 +1,288 @@
+"""Deep states of a run: the lowest-energy states its chains visited, how each chain met them, and
+whether the designed positions are ones the model knows by heart (memorized).
+
+* :func:`site_scores`: per draw, the designed positions' own ``E_norm`` terms (``site_energy``)
+  and their mean conditional probability ``p(x_t | x_\\t)`` (``site_prob``), read once per distinct
+  state; ``memorized`` where ``site_prob`` reaches :data:`MEMORIZED_PROB`.
+* :func:`deep_states`: the ``K`` distinct states of lowest energy, with which chains visited
+  them, when first, how often and the longest stay (:class:`DeepStates`).
+* :func:`deep_disagreement`: the line every summary carries when a state far below the rest was
+  visited by some chains only: R-hat compares chains with each other and cannot weigh it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .._checks import check_count
+from .data import attr_list
+from .lengths import length_log_prior
+
+if TYPE_CHECKING:  # pragma: no cover
+    import arviz
+
+    from ..models.masked_lm import MaskedLM
+
+__all__ = [
+    "MEMORIZED_PROB",
+    "DEEP_GAP",
+    "SITE_FUNCTIONALS",
+    "site_scores",
+    "draw_energies",
+    "deep_states",
+    "deep_disagreement",
+    "DeepState",
+    "DeepStates",
+]
+
+MEMORIZED_PROB = 0.9
+"""A state is flagged **memorized** when the mean conditional probability of its designed
+positions, each read with only itself masked, is at least this. Chosen on AntiBERTy
+(``benchmarks/memorization.py``, docs/diagnostics.md "Memorized states"): windows of germline V
+genes, which the model saw in training by the thousand, against their shuffles and the converge
+run's draws."""
+
+DEEP_GAP = 3.0
+"""Nats of log density: a state this far below the best any other chain reached is one some
+chains never found (:func:`deep_disagreement`)."""
+
+SITE_FUNCTIONALS = ("site_prob", "site_energy", "memorized")
+"""The per-draw functionals :func:`site_scores` adds: shown in a summary's table, left out of its
+verdicts (a stop rule without the model cannot read them, and the deep-state line reports what
+they would add)."""
+
+
+def site_scores(
+    tokens: np.ndarray | torch.Tensor,
+    positions: list[int],
+    mlm: "MaskedLM",
+    *,
+    pad_id: int | None = None,
+    progress: bool = False,
+) -> dict[str, np.ndarray]:
+    """Per draw of ``tokens`` ``(C, D, L)``: ``site_prob`` (the mean over the designed
+    ``positions`` of ``p(x_t | x_\\t)``, each read with only ``t`` masked), ``site_energy`` (their
+    ``E_norm`` terms summed: ``-sum_t log p(x_t | x_\\t)``) and ``memorized`` (1.0 where
+    ``site_prob >= MEMORIZED_PROB``), each ``(C, D)`` float64. Each distinct state is read once
+    (:func:`~mlm_ppl.models.energy.site_log_probs`: one masked copy per designed position); a
+    variable gap's pads (``pad_id``) are no residue and count in neither."""
+    from ..models.energy import site_log_probs
+
+    tokens = torch.as_tensor(np.asarray(tokens), dtype=torch.long)
+    C, D, L = tokens.shape
+    unique, which = torch.unique(tokens.reshape(C * D, L), dim=0, return_inverse=True)
+    logp = site_log_probs(mlm, unique, positions, pad_id=pad_id, progress=progress).numpy()  # (U, P)
+    prob = np.nanmean(np.exp(logp), axis=1)
+    energy = -np.nansum(logp, axis=1)
+    idx = which.numpy()
+    return {
+        "site_prob": prob[idx].reshape(C, D),
+        "site_energy": energy[idx].reshape(C, D),
+        "memorized": (prob[idx] >= MEMORIZED_PROB).astype(np.float64).reshape(C, D),
+    }
+
+
+def draw_energies(idata: "arviz.InferenceData") -> np.ndarray | None:
+    """``(C, D)`` the MLM energy ``E`` of each draw, from its ``lp``: ``-T (lp - sum_k w_k f_k -
+    log pi(L))`` (experts' weights from the run's recorded settings; a variable gap's length prior);
+    None where a run with experts does not record their weights (its energy cannot be told from
+    ``lp``)."""
+    from ..models.constraints import recorded_expert_weights
+
+    lp = np.asarray(idata.sample_stats["lp"].values, dtype=np.float64)
+    factor = np.zeros_like(lp)
+    experts = [v for v in idata.posterior.data_vars if str(v).startswith("expert_")]
+    if experts:
+        config = attr_list(idata.attrs, "config")
+        record = config.get("constraints") if isinstance(config, dict) else None
+        if record is None:
+            return None
+        from .data import functional_name
+
+        for name, weight in recorded_expert_weights(record, "run.nc settings: constraints").items():
+            factor += weight * np.asarray(idata.posterior[functional_name("expert", name)].values, dtype=np.float64)
+    prior = length_log_prior(idata)
+    if prior is not None:
+        factor += prior
+    return -float(idata.attrs.get("temperature", 1.0)) * (lp - factor)
+
+
+@dataclass(frozen=True)
+class DeepState:
+    """One distinct state of a run: its ``loop`` (the designed positions' tokens), ``energy`` (E;
+    None where the run cannot tell it, :func:`draw_energies`), ``lp``, ``site_energy`` and
+    ``site_prob`` (None without them), ``memorized``, the ``chains`` that visited it with their
+    ``visits``, the ``first`` visit ``(chain, draw)``, the ``longest`` stay (consecutive draws
+    of one chain), and ``ids``, the designed positions' token ids."""
+
+    loop: str
+    energy: float | None
+    lp: float
+    site_energy: float | None
+    site_prob: float | None
+    memorized: bool | None
+    chains: dict[int, int]
+    first: tuple[int, int]
+    longest: int
+    ids: tuple[int, ...] = ()
+
+    @property
+    def visits(self) -> int:
+        return sum(self.chains.values())
+
+
+@dataclass(frozen=True)
+class DeepStates:
+    """The ``states`` of lowest energy of a run (lowest first; by ``lp`` where the energy cannot be
+    told), the run's ``chains`` and ``draws`` per chain, and its ``disagreement`` line (None
+    where the chains agree)."""
+
+    states: list[DeepState]
+    chains: int
+    draws: int
+    disagreement: str | None
+    by: str
+
+    def __str__(self) -> str:
+        def num(x: float | None, fmt: str = ".2f") -> str:
+            return "-" if x is None else format(x, fmt)
+
+        lines = [
+            f"The {len(self.states)} distinct states of lowest {self.by} that any chain visited "
+            f"({self.chains} chains x {self.draws} draws); site terms: the designed positions' own E_norm terms, "
+            f"mean p: their mean conditional probability, memorized: mean p >= {MEMORIZED_PROB}:",
+            "",
+            "| rank | loop | E | lp | site terms | mean p | memorized | chains (draws) | first visit | draws | "
+            "longest stay |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for i, s in enumerate(self.states, 1):
+            chains = ", ".join(f"{c} ({n})" for c, n in sorted(s.chains.items()))
+            memo = "-" if s.memorized is None else ("yes" if s.memorized else "no")
+            lines.append(
+                f"| {i} | {s.loop} | {num(s.energy)} | {num(s.lp)} | {num(s.site_energy)} | {num(s.site_prob, '.3f')} "
+                f"| {memo} | {chains} | chain {s.first[0]}, draw {s.first[1]} | {s.visits} | {s.longest} |"
+            )
+        if self.disagreement is not None:
+            lines += ["", self.disagreement]
+        return "\n".join(lines)
+
+
+def _loops(idata: "arviz.InferenceData") -> tuple[np.ndarray, list[int], Any, int | None]:
+    tokens = np.asarray(idata.posterior["tokens"].values)
+    free = attr_list(idata.attrs, "free_positions")
+    if free is None:
+        raise ValueError("the run does not record its free positions (attrs['free_positions']); nothing to call a loop")
+    pad = idata.attrs.get("pad_id")
+    return tokens, [int(p) for p in free], attr_list(idata.attrs, "vocab"), None if pad is None else int(pad)
+
+
+def state_index(idata: "arviz.InferenceData", states: list[DeepState]) -> np.ndarray:
+    """``(C, D)``: which of ``states`` each draw is (0, 1, ...), -1 for none."""
+    tokens, free, _, _ = _loops(idata)
+    loops = tokens[..., free]
+    out = np.full(loops.shape[:2], -1)
+    for i, s in enumerate(states):
+        out[(loops == np.asarray(s.ids)).all(-1) & (out < 0)] = i
+    return out
+
+
+def loop_text(ids: np.ndarray, vocab: Any, pad: int | None) -> str:
+    """A loop's tokens as text (a variable gap's pads left out; residues joined, words spaced)."""
+    kept = [int(v) for v in ids if pad is None or int(v) != pad]
+    names = [str(vocab[v]) if vocab is not None else str(v) for v in kept]
+    return ("" if vocab is not None and all(len(n) == 1 for n in names) else " ").join(names)
+
+
+def _longest_run(flags: np.ndarray) -> int:
+    best = run = 0
+    for f in flags:
+        run = run + 1 if f else 0
+        best = max(best, run)
+    return best
+
+
+def deep_disagreement(idata: "arviz.InferenceData", gap: float = DEEP_GAP) -> str | None:
+    """A line when some chains never came within ``gap`` nats of log density of the best state any
+    chain visited (None when every chain did, or the run has one chain or no ``lp``): R-hat
+    compares chains with each other, so it cannot weigh a deep state that some never visit."""
+    if "lp" not in idata.sample_stats:
+        return None
+    lp = np.asarray(idata.sample_stats["lp"].values, dtype=np.float64)
+    if lp.shape[0] < 2 or lp.shape[1] == 0 or not np.isfinite(lp).any():
+        return None
+    best = np.where(np.isfinite(lp), lp, -np.inf).max(axis=1)  # (C,)
+    top = float(best.max())
+    behind = [c for c in range(lp.shape[0]) if best[c] < top - gap]
+    if not behind:
+        return None
+    tokens, free, vocab, pad = _loops(idata)
+    c0, d0 = (int(i) for i in np.argwhere(lp == top)[0])
+    loop = tokens[c0, d0, free]
+    at = (tokens[..., free] == loop).all(-1)  # (C, D) draws of that state
+    holders = [c for c in range(lp.shape[0]) if at[c].any()]
+    held = ", ".join(f"chain {c} ({int(at[c].sum())} draws, longest stay {_longest_run(at[c])})" for c in holders)
+    others = ", ".join(f"chain {c} {best[c]:.2f}" for c in behind)
+    return (
+        f"chains disagree on deep states; R-hat cannot weigh them: the best state visited, "
+        f"{loop_text(loop, vocab, pad)} (lp {top:.2f}), was held by {held}; {len(behind)} of {lp.shape[0]} chains "
+        f"never came within {gap:g} nats of it (their best lp: {others})"
+    )
+
+
+def deep_states(idata: "arviz.InferenceData", k: int = 10, *, mlm: "MaskedLM | None" = None) -> DeepStates:
+    """The ``k`` distinct states of lowest energy that any chain of the run visited
+    (:class:`DeepStates`): ranked by the MLM energy (:func:`draw_energies`), or by ``lp`` where the
+    run cannot tell its energy. ``site_energy`` and ``site_prob`` come from the run's own columns
+    (``run.nc`` of mlm-ppl 0.6 and later), else from ``mlm`` (one masked copy per designed
+    position of each of the ``k`` states), else are left out."""
+    k = check_count(k, "k", minimum=1)
+    tokens, free, vocab, pad = _loops(idata)
+    C, D, L = tokens.shape
+    lp = np.asarray(idata.sample_stats["lp"].values, dtype=np.float64)
+    energy = draw_energies(idata)
+    key = energy if energy is not None else -lp
+    loops = tokens[..., free].reshape(C * D, len(free))
+    flat_key = np.where(np.isfinite(lp.reshape(-1)), key.reshape(-1), np.inf)  # an infeasible draw is no state
+    unique, first_index, inverse = np.unique(loops, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    best = np.full(len(unique), np.inf)
+    np.minimum.at(best, inverse, flat_key)
+    order = [u for u in np.argsort(best, kind="stable") if np.isfinite(best[u])][:k]
+    post = idata.posterior
+    site: dict[str, np.ndarray] | None = None
+    if "site_prob" in post and "site_energy" in post:
+        site = {n: np.asarray(post[n].values).reshape(-1) for n in ("site_prob", "site_energy")}
+    elif mlm is not None and order:
+        rows = np.array([first_index[u] for u in order])
+        scores = site_scores(tokens.reshape(C * D, 1, L)[rows], free, mlm, pad_id=pad)
+        site = {n: np.full(C * D, np.nan) for n in ("site_prob", "site_energy")}
+        for n in site:
+            site[n][rows] = scores[n][:, 0]
+    states = []
+    for u in order:
+        at = (inverse == u).reshape(C, D)
+        j = int(first_index[u])  # a draw of this state
+        first = min((int(np.flatnonzero(at[c])[0]), c) for c in range(C) if at[c].any())
+        prob = None if site is None or math.isnan(site["site_prob"][j]) else float(site["site_prob"][j])
+        states.append(
+            DeepState(
+                loop=loop_text(unique[u], vocab, pad),
+                energy=None if energy is None else float(energy.reshape(-1)[j]),
+                lp=float(lp.reshape(-1)[j]),
+                site_energy=None if prob is None or site is None else float(site["site_energy"][j]),
+                site_prob=prob,
+                memorized=None if prob is None else prob >= MEMORIZED_PROB,
+                chains={c: int(at[c].sum()) for c in range(C) if at[c].any()},
+                first=(first[1], first[0]),
+                longest=max(_longest_run(at[c]) for c in range(C)),
+                ids=tuple(int(v) for v in unique[u]),
+            )
+        )
+    by = "energy E" if energy is not None else "-lp (the run does not record its experts' weights)"
+    return DeepStates(states, C, D, deep_disagreement(idata), by)
