@@ -21,6 +21,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 # IGHV3-23 + IGHJ4 human heavy chain (mlm_ppl.data.example_heavy_chain) with its 13-residue CDR-H3 masked
 CDRH3_TEMPLATE := EVQLLESGGGLVQPGGSLRLSCAASGFTFSSYAMSWVRQAPGKGLEWVSAISGSGGSTYYADSVKGRFTISRDNSKNTLYLQMNSLRAEDTAVYYC$(subst x,[MASK],xxxxxxxxxxxxx)WGQGTLVTVSS
 
+# The example chain's own CDR-H3, the reference of the summaries' Hamming distances
+CDRH3_LOOP := AKDRGYSSGWFDY
+
 # The main job: surrogate-MH, exact for E_norm in float32; its inner chain (26 steps, half of them whole-loop proposals
 # by unmasking the loop one residue at a time, half single-site MH) runs on the 13 loop positions' own terms, read by
 # a bfloat16 copy of the model beside the frozen rest of the chain (docs/performance.md measures the choices).
@@ -36,7 +39,9 @@ demo: venv
 # most 5000 draws; 17 to 26 s per step of the 4 chains on 2 cores). Restartable: run it again after an interruption and
 # it resumes exactly (the same flags with --resume: a changed setting is refused, a higher --num-samples raises the cap: the
 # run reached its first cap of 1000 unconverged); the run directory is committed, so a fresh clone resumes it too.
-# Then docs/converge/: the summary with the loop distribution (summary.md), the plots and the run's config.json.
+# Then docs/converge/: the summary with the loop distribution and the 10 deepest states (summary.md), the plots and the
+# run's config.json. Stopped partway, `mlm-ppl diagnose docs/converge/run` writes the run's current outputs from its
+# checkpoint (run.nc, samples.txt, summary.txt), which the commands below then read.
 CONVERGE := docs/converge/run
 CONVERGE_RUN := $(MAIN_JOB) --num-chains 4 --num-samples 5000 --warmup-steps 20 --until-converged
 converge: venv
@@ -46,7 +51,8 @@ converge: venv
 		$(VENV)/bin/mlm-ppl sample $(CONVERGE_RUN) --out $(CONVERGE); \
 	fi
 	mkdir -p docs/converge
-	$(VENV)/bin/mlm-ppl diagnose $(CONVERGE) --loops 20 --plots docs/converge > docs/converge/summary.md
+	$(VENV)/bin/mlm-ppl diagnose $(CONVERGE) --loops 20 --deep 10 --reference $(CDRH3_LOOP) --plots docs/converge \
+		> docs/converge/summary.md
 	cp $(CONVERGE)/config.json docs/converge/config.json
 
 # What AntiBERTy's energy says about CDR-H3 length (for docs/reproductions.md section 4): the main job's heavy chain
@@ -69,7 +75,7 @@ lengths: venv
 		$(VENV)/bin/mlm-ppl sample $(LENGTHS_RUN) --out $(LENGTHS); \
 	fi
 	mkdir -p docs/lengths
-	$(VENV)/bin/mlm-ppl diagnose $(LENGTHS) --loops 10 --plots docs/lengths \
+	$(VENV)/bin/mlm-ppl diagnose $(LENGTHS) --loops 10 --deep 10 --plots docs/lengths \
 		--length-reference docs/lengths/human_cdrh3_olga.tsv > docs/lengths/summary.md
 	cp $(LENGTHS)/config.json docs/lengths/config.json
 

@@ -36,6 +36,7 @@ from .run import (
     connect_workers,
     constraints_of,
     execute,
+    run_so_far,
     start_states,
     starts_record,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "build_kernel",
     "connect_workers",
     "execute",
+    "run_so_far",
     "starts_record",
     "start_states",
     "constraints_of",

@@ -16,7 +16,7 @@ from .. import rundir
 from ..diagnostics import stop_when_converged
 from ..inference.distributed import connect, run_chains_ray, split_chains
 from ..inference.registry import make_kernel
-from ..inference.runner import Checkpoint, Run, run_chains
+from ..inference.runner import Checkpoint, Run, checkpoint_run, run_chains
 from ..inference.spec import KernelBase
 from ..models.constraints import ConstraintTarget
 from ..models.distribution import MaskedLMDistribution
@@ -244,9 +244,24 @@ def execute(
     result.attrs.update(model=mlm.name, kernel=settings.kernel)
     if run_dir is None:  # where the chains ran is no part of a run in memory (Ray's equals this process's)
         return result, None, []
-    result.attrs.update(template_text=settings.template or "", config=json.dumps(record, sort_keys=True))
+    record_settings(result, settings)
     report, paths = rundir.write_outputs(run_dir, result, mlm, constraints_of(kernel.target))
     return result, report, paths
+
+
+def record_settings(run: Run, settings: RunSettings) -> None:
+    """What a run directory's run records of its settings: the template text and the whole record
+    (``config``, read back by ``mlm-ppl designs``)."""
+    run.attrs.update(template_text=settings.template or "", config=json.dumps(settings.to_dict(), sort_keys=True))
+
+
+def run_so_far(settings: RunSettings, checkpoint: Checkpoint, mlm: MaskedLM, kernel: KernelBase) -> Run:
+    """The draws of a run directory's checkpoint so far (a run still going, or cut off), with the
+    attributes its finished run would have (:func:`~mlm_ppl.inference.runner.checkpoint_run`)."""
+    run = checkpoint_run(kernel, checkpoint, warmup_steps=settings.warmup_steps, thin=settings.thin, seed=settings.seed)
+    run.attrs.update(model=mlm.name, kernel=settings.kernel)
+    record_settings(run, settings)
+    return run
 
 
 def _same(kernel: KernelBase) -> KernelBase:

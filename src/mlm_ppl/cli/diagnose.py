@@ -8,7 +8,14 @@ from typing import TextIO
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    diag = sub.add_parser("diagnose", help="summary and plots of a run (DIR/run.nc)")
+    diag = sub.add_parser(
+        "diagnose",
+        help="summary and plots of a run (DIR/run.nc, or the checkpoint of a run still going)",
+        description="Print the summary of a run and redraw its plots. A run directory whose checkpoint holds other "
+        "draws than its run.nc (a run still going, cut off, or resumed since) is read from its checkpoint, its draws "
+        "so far, and, unless the run is going on, its run.nc, samples.txt, summary.txt and plots are rewritten "
+        "from them.",
+    )
     diag.add_argument("path", help="run.nc, or its run directory")
     diag.add_argument("--plots", default=None, help="directory for the plots (default: next to run.nc)")
     diag.add_argument(
@@ -24,17 +31,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "LENGTH<TAB>WEIGHT, as --length-prior's; renormalised over the run's lengths), as a column of the "
         "summary's length table and a series of length.png",
     )
+    diag.add_argument(
+        "--deep",
+        type=int,
+        metavar="K",
+        help="also print the K distinct states of lowest energy any chain visited: energy, the designed positions' "
+        "own terms and mean conditional probability, memorized or not, which chains visited them, first visit, "
+        "draws and longest stay",
+    )
+    diag.add_argument(
+        "--reference",
+        metavar="LOOP",
+        help="the designed positions' tokens of a reference (e.g. the template's own loop): adds hamming_reference, "
+        "each draw's Hamming distance to it, to the summary",
+    )
+    diag.add_argument(
+        "--trust-code", action="store_true", help="consent to code experts of a run read from its checkpoint"
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .._checks import check_count
-    from ..diagnostics import gap_lengths, loop_distribution, plot_diagnostics, read_run, summary
+    from ..diagnostics import deep_states, gap_lengths, loop_distribution, plot_diagnostics, summary, with_reference
+    from ..jobs.current import read_current, write_current
     from ..models.gaps import LengthReference
-    from ..rundir import MARKER, RunDirectory, plots_of
+    from ..rundir import MARKER, RunDirectory, RunLockedError, plots_of
 
     if args.loops is not None:
         check_count(args.loops, "--loops")
-    idata = read_run(args.path)
+    if args.deep is not None:
+        check_count(args.deep, "--deep", minimum=1)
+    current = read_current(args.path, trust_code=args.trust_code, progress=True)
+    idata = current.idata
+    if args.reference is not None:
+        idata = with_reference(idata, args.reference)
     reference = None
     if args.length_reference is not None:
         lengths = gap_lengths(idata)
@@ -45,11 +75,23 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             )
         reference = LengthReference.read(args.length_reference, lengths)
     path = os.path.join(args.path, "run.nc") if os.path.isdir(args.path) else args.path
+    out.write(f"{current.source}\n\n" if current.from_checkpoint else "")
     out.write(str(summary(idata, length_reference=reference)) + "\n")
     if args.loops is not None:
-        out.write("\n" + str(loop_distribution(idata, top=args.loops)) + "\n\n")
+        out.write("\n" + str(loop_distribution(idata, top=args.loops)) + "\n")
+    if args.deep is not None:
+        out.write("\n" + str(deep_states(idata, args.deep)) + "\n")
+    out.write("\n" if args.loops is not None or args.deep is not None else "")
     out.flush()
     plot_dir = args.plots or os.path.dirname(os.path.abspath(path))
+    if current.from_checkpoint and args.plots is None:  # the run's own outputs, as its end would write them
+        try:
+            written = write_current(args.path, current)
+        except RunLockedError:
+            out.write("the run is going on (its directory is locked): its outputs are left to it\n")
+            return 0
+        out.write(f"wrote the run's current outputs: {', '.join(os.path.basename(p) for p in written)}\n")
+        return 0
     if os.path.isfile(os.path.join(plot_dir, MARKER)):  # a run directory: plot under its lock, as its files
         with RunDirectory.open(plot_dir, "sample") as run_dir:
             for name in plots_of(idata):

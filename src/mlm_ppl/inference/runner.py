@@ -31,6 +31,8 @@ __all__ = [
     "kernel_attrs",
     "OWN_LAW",
     "state_consistent_lp",
+    "run_attrs",
+    "checkpoint_run",
     "STAT_NAMES",
 ]
 
@@ -121,6 +123,32 @@ def kernel_attrs(kernel: Kernel) -> dict[str, Any]:
     if capabilities is not None and not capabilities.samples_target:
         attrs["stationary_law"] = OWN_LAW
     return attrs
+
+
+def run_attrs(kernel: Kernel, num_chains: int, num_samples: int, *, warmup_steps: int, thin: int, seed: int) -> dict:
+    """The attributes of a run of ``kernel`` (:attr:`Run.attrs`): its kernel, sizes, seed, target
+    (:func:`target_attrs`) and how its draws relate to the target (:func:`kernel_attrs`)."""
+    return dict(
+        kernel=type(kernel).__name__,
+        num_chains=num_chains,
+        num_samples=num_samples,
+        warmup_steps=warmup_steps,
+        thin=thin,
+        seed=seed,
+        **target_attrs(kernel.target),
+        **kernel_attrs(kernel),
+    )
+
+
+def checkpoint_run(kernel: Kernel, checkpoint: Checkpoint, *, warmup_steps: int, thin: int, seed: int) -> Run:
+    """The draws a checkpoint of a run of ``kernel`` holds so far, as :func:`run_chains` would return
+    them had the run stopped there (its ``num_samples`` the draws taken; ``lp`` one value per state)."""
+    stats = {k: v.clone() for k, v in checkpoint.stats.items()}
+    n = int(stats["lp"].shape[1])
+    draws = checkpoint.draws[:, :n].clone()
+    stats["lp"] = state_consistent_lp(draws, stats["lp"])
+    attrs = run_attrs(kernel, int(draws.shape[0]), n, warmup_steps=warmup_steps, thin=thin, seed=seed)
+    return Run(draws, stats, attrs, checkpoint.initial.clone())
 
 
 def step_stats(info: StepInfo) -> dict[str, Tensor]:
@@ -296,16 +324,7 @@ def run_chains(
         steps_done, st, rng, n = snap
         on_checkpoint(Checkpoint(steps_done, st, rng, draws, packed(n), initial))
 
-    attrs = dict(
-        kernel=type(kernel).__name__,
-        num_chains=C,
-        num_samples=D,
-        warmup_steps=W,
-        thin=thin,
-        seed=seed,
-        **target_attrs(target),
-        **kernel_attrs(kernel),
-    )
+    attrs = run_attrs(kernel, C, D, warmup_steps=W, thin=thin, seed=seed)
 
     def so_far(n: int) -> Run:  # the first n draws, as the run would return them (its attributes too)
         stats_n = packed(n)

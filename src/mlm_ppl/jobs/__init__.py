@@ -8,8 +8,22 @@ This floor stands above :mod:`mlm_ppl.campaign` (what a run directory's run and 
 prints what these return.
 """
 
+from .current import CurrentRun, read_current, write_current
 from .door import resume, run_job, sample
 from .results import BatchRun, SampledRun, load_run
 from .spec import JOB_KEYS, JobSpec, read_job_file
 
-__all__ = ["JobSpec", "JOB_KEYS", "read_job_file", "sample", "run_job", "resume", "load_run", "SampledRun", "BatchRun"]
+__all__ = [
+    "JobSpec",
+    "JOB_KEYS",
+    "read_job_file",
+    "sample",
+    "run_job",
+    "resume",
+    "load_run",
+    "SampledRun",
+    "BatchRun",
+    "read_current",
+    "write_current",
+    "CurrentRun",
+]

@@ -15,7 +15,8 @@ from ..campaign import batch_templates
 from ..designs import Designs, pick_designs
 from ..diagnostics import read_run, summary, to_inference_data
 from ..inference.runner import Run
-from ..rundir import CONFIG, kind_of
+from ..rundir import CHECKPOINT, CONFIG, kind_of
+from .current import read_current
 
 __all__ = ["SampledRun", "BatchRun", "load_run"]
 
@@ -31,13 +32,19 @@ class SampledRun(Run):
     written: tuple[str, ...] = ()
     mlm: Any = field(default=None, repr=False)
     constraints: Any = field(default=None, repr=False)
+    source: str = ""
+    idata: Any = field(default=None, repr=False)
 
     def inference_data(self) -> Any:
-        """The run as ArviZ InferenceData (with the constraints' columns of a constrained run): the
-        directory's ``run.nc``, or converted from the draws of a run in memory."""
-        if self.directory is not None:
-            return read_run(str(self.directory))
-        return to_inference_data(self, mlm=self.mlm, constraints=self.constraints)
+        """The run as ArviZ InferenceData (with the constraints' columns of a constrained run): as
+        :func:`load_run` read it, the directory's ``run.nc``, or converted from the draws of a run
+        in memory."""
+        if self.idata is None:
+            if self.directory is not None:
+                self.idata = read_run(str(self.directory))
+            else:
+                self.idata = to_inference_data(self, mlm=self.mlm, constraints=self.constraints)
+        return self.idata
 
     def summary(self) -> Any:
         """R-hat, ESS and a verdict per chain (:func:`mlm_ppl.summary`); a directory's as it was written."""
@@ -45,11 +52,12 @@ class SampledRun(Run):
             self.report = summary(self.inference_data())
         return self.report
 
-    def designs(self, top: int = 10, min_hamming: int = 1) -> Designs:
-        """The best distinct designs of the run (:func:`mlm_ppl.designs.pick_designs`, as ``mlm-ppl designs``)."""
+    def designs(self, top: int = 10, min_hamming: int = 1, **filters: Any) -> Designs:
+        """The best distinct designs of the run (:func:`mlm_ppl.designs.pick_designs`, as ``mlm-ppl
+        designs``; ``filters``: its ``exclude_memorized``, ``novel_from``, ``min_distance``)."""
         if self.directory is None:
             raise ValueError("designs are picked from a run directory: run the job with out=DIR")
-        return pick_designs(self.directory, top=top, min_hamming=min_hamming)
+        return pick_designs(self.directory, top=top, min_hamming=min_hamming, **filters)
 
 
 @dataclass
@@ -69,14 +77,18 @@ class BatchRun:
         assert isinstance(run, SampledRun)  # a template's folder holds a sampling run (load_run checks its kind)
         return run
 
-    def designs(self, top: int = 10, min_hamming: int = 1) -> Designs:
-        """The best distinct designs of every template (``mlm-ppl designs``)."""
-        return pick_designs(self.directory, top=top, min_hamming=min_hamming)
+    def designs(self, top: int = 10, min_hamming: int = 1, **filters: Any) -> Designs:
+        """The best distinct designs of every template (``mlm-ppl designs``; ``filters`` as
+        :meth:`SampledRun.designs`)."""
+        return pick_designs(self.directory, top=top, min_hamming=min_hamming, **filters)
 
 
-def load_run(directory: str | os.PathLike) -> SampledRun | BatchRun:
-    """A finished run (its ``run.nc``: draws, statistics and record) or batch, read from its
-    directory without a lock; a ValueError says what is missing."""
+def load_run(directory: str | os.PathLike, *, trust_code: bool = False) -> SampledRun | BatchRun:
+    """A run (its ``run.nc``: draws, statistics and record) or batch, read from its directory
+    without a lock; a ValueError says what is missing. A run still going, cut off, or resumed since
+    its ``run.nc`` was written is read from its checkpoint, its draws so far
+    (:func:`~mlm_ppl.jobs.current.read_current`: the model is loaded); ``source`` says which was
+    read. ``trust_code``: consent to code experts in the record of a run read from its checkpoint."""
     path = Path(directory)
     kind = kind_of(path)
     if kind == "batch":
@@ -87,13 +99,18 @@ def load_run(directory: str | os.PathLike) -> SampledRun | BatchRun:
         return BatchRun(path, templates, text.read_text())
     if kind != "sample":
         raise ValueError(f"{str(path)!r} is not an mlm-ppl run or batch directory (no {CONFIG} of one)")
-    if not (path / "run.nc").is_file():
-        raise ValueError(f"the run in {str(path)!r} is not finished (no run.nc): resume it first")
-    idata = read_run(str(path))
+    if not (path / "run.nc").is_file() and not (path / CHECKPOINT).is_file():
+        raise ValueError(f"the run in {str(path)!r} has no draws yet (no run.nc, no checkpoint): resume it first")
+    current = read_current(path, trust_code=trust_code)
+    idata = current.idata
     post, stats = idata.posterior, idata.sample_stats
     return SampledRun(
         tokens=torch.as_tensor(post["tokens"].values).long(),
         stats={name: torch.as_tensor(stats[name].values) for name in stats.data_vars},
         attrs=dict(idata.attrs),
         directory=path,
+        mlm=current.mlm,
+        constraints=current.constraints,
+        source=current.source,
+        idata=idata,
     )

@@ -55,6 +55,7 @@ __all__ = [
     "resume_run",
     "raise_cap",
     "chain_states",
+    "run_checkpoint",
     "states_digest",
     "save_checkpoint",
     "load_checkpoint",
@@ -140,10 +141,18 @@ def raise_cap(
 def chain_states(directory: str | os.PathLike) -> tuple[Tensor, RunSettings]:
     """Where the chains of the sampling run in ``directory`` are, ``(C, L)`` tokens, and its settings.
 
-    Read from its checkpoint (``checkpoint.pt``: the state after its last step, finished or not; a
-    run still going may be read), whose record must agree with ``config.json`` as on resume. A
-    ValueError says what is missing: a directory that is not a sampling run, a run without a
-    checkpoint yet, a run on Ray workers (one checkpoint per group of chains)."""
+    Read from its checkpoint (:func:`run_checkpoint`: the state after its last step, finished or
+    not; a run still going may be read)."""
+    checkpoint, settings = run_checkpoint(directory)
+    return checkpoint.state.tokens.clone(), settings
+
+
+def run_checkpoint(directory: str | os.PathLike) -> tuple[Checkpoint, RunSettings]:
+    """The checkpoint of the sampling run in ``directory`` (``checkpoint.pt``: its draws and state
+    after its last step, finished or not; a run still going may be read, no lock is taken) and its
+    settings; the checkpoint's record must agree with ``config.json`` as on resume. A ValueError
+    says what is missing: a directory that is not a sampling run, a run without a checkpoint yet,
+    a run on Ray workers (one checkpoint per group of chains)."""
     path = Path(directory)
     if kind_of(path) != "sample":
         raise ValueError(f"{str(path)!r} is not an mlm-ppl sampling run directory (no run started there)")
@@ -152,8 +161,8 @@ def chain_states(directory: str | os.PathLike) -> tuple[Tensor, RunSettings]:
     if checkpoint is None:
         groups = [name for name in checkpoint_files(path) if name != CHECKPOINT]
         why = "its chains ran on Ray workers, one checkpoint per group" if groups else "it has no checkpoint yet"
-        raise ValueError(f"the run in {str(path)!r} has no {CHECKPOINT} to start from ({why})")
-    return checkpoint.state.tokens.clone(), RunSettings.from_dict(config, str(path / CONFIG))
+        raise ValueError(f"the run in {str(path)!r} has no {CHECKPOINT} to read ({why})")
+    return checkpoint, RunSettings.from_dict(config, str(path / CONFIG))
 
 
 def _read_agreeing_checkpoint(path: Path, config: Mapping[str, Any], name: str) -> Checkpoint | None:

@@ -1,0 +1,87 @@
+"""A run directory as it stands now: its finished outputs (``run.nc``), or, for a run still going or
+cut off, the draws its checkpoint holds so far (:func:`read_current`, what ``mlm-ppl diagnose``,
+``mlm-ppl designs`` and :func:`~mlm_ppl.load_run` read), and those draws written out as the
+run's current outputs (:func:`write_current`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import campaign, rundir
+from ..diagnostics import read_run, to_inference_data
+from ..inference.runner import Run
+from ..models.constraints import trusting_code
+
+__all__ = ["CurrentRun", "read_current", "write_current"]
+
+
+@dataclass
+class CurrentRun:
+    """What :func:`read_current` read: the run's ``idata``, ``source`` (one line: which file, and why),
+    and, read from a checkpoint, the ``run`` so far with its ``mlm`` and ``constraints`` (None for
+    ``run.nc``, which needs no model)."""
+
+    idata: Any
+    source: str
+    run: Run | None = None
+    mlm: Any = None
+    constraints: Any = None
+
+    @property
+    def from_checkpoint(self) -> bool:
+        return self.run is not None
+
+
+def read_current(path: str | os.PathLike, *, trust_code: bool = False, progress: bool = False) -> CurrentRun:
+    """The draws of the run at ``path`` (a ``run.nc``, or a run directory) as they stand now.
+
+    A run directory whose checkpoint holds the draws of its ``run.nc`` (a finished run) is read from
+    ``run.nc``, with no model. One whose checkpoint holds other draws (a run still going, or cut off,
+    or resumed since: ``run.nc`` is older) or that has no ``run.nc`` yet is read from its checkpoint:
+    the model is loaded and the draws are converted as the finished run's would be
+    (:func:`~mlm_ppl.campaign.run_so_far`; the designed positions scored per distinct state), and
+    ``source`` says so. ``trust_code``: consent to code experts named in the run's record."""
+    path = Path(path)
+    if not path.is_dir() or rundir.kind_of(path) != "sample" or not (path / rundir.CHECKPOINT).is_file():
+        return CurrentRun(read_run(str(path)), f"read {path / 'run.nc' if path.is_dir() else path}")
+    finished = path / "run.nc"
+    if finished.is_file():  # no settings built yet: a finished run's record is not read (its code experts)
+        idata = read_run(str(path))
+        tokens = idata.posterior["tokens"].values
+        checkpoint = rundir.load_checkpoint(path)
+        drawn = None if checkpoint is None else int(checkpoint.stats["lp"].shape[1])
+        if checkpoint is None or (
+            tokens.shape[1] == drawn and np.array_equal(tokens, checkpoint.draws[:, :drawn].numpy())
+        ):
+            return CurrentRun(idata, f"read {finished}")
+        why = f"{finished} holds {tokens.shape[1]} draws, an older state of the run"
+    else:
+        why = f"{finished} is not written yet"
+    with trusting_code(trust_code):
+        checkpoint, settings = rundir.run_checkpoint(path)
+        drawn = int(checkpoint.stats["lp"].shape[1])
+        mlm, target, kernel = campaign.build(settings)
+    run = campaign.run_so_far(settings, checkpoint, mlm, kernel)
+    constraints = campaign.constraints_of(target)
+    idata = to_inference_data(run, mlm=mlm, constraints=constraints, sites=True, progress=progress)
+    source = (
+        f"read {path / rundir.CHECKPOINT}: the {drawn} draws of {settings.num_samples} the run has taken so far ({why})"
+    )
+    return CurrentRun(idata, source, run, mlm, constraints)
+
+
+def write_current(path: str | os.PathLike, current: CurrentRun) -> list[str]:
+    """Write the current outputs of the run in ``path`` read from its checkpoint (:func:`read_current`):
+    ``run.nc``, ``samples.txt``, ``summary.txt`` and the plots, as its end would write them for the
+    draws so far, under the run's lock (a :class:`~mlm_ppl.rundir.RunLockedError` while the run is
+    going on). Resuming the run later replaces them. Returns the paths written."""
+    if current.run is None:
+        raise ValueError("the run was read from its run.nc: its outputs are already written")
+    with rundir.RunDirectory.open(path, "sample") as run_dir:
+        _, paths = rundir.write_outputs(run_dir, current.run, current.mlm, current.constraints, current.idata)
+    return paths
