@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -144,3 +145,26 @@ def split_lines(source: str, what: str) -> list[str]:
                 "output take for a line break; remove it (lines end at \\n; a \\r\\n ending is fine)"
             )
     return lines
+
+
+LIST_FILE_LIMIT = 64 << 20
+"""Bytes a list file (one entry per line) may hold: read whole, so a device or a giant is refused first."""
+
+
+def read_list_file(path: str | os.PathLike, what: str) -> list[str]:
+    """The entries of a plain UTF-8 file, one per line, stripped; blank lines and ``#`` comments
+    skipped. A one-line ValueError for a missing file, one that is not a regular file (a FIFO, a
+    device) or larger than 64 MiB, or not UTF-8; ``what`` says what it should hold."""
+    path = Path(path)
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path} is not a regular file; give a file of {what}")
+        if info.st_size > LIST_FILE_LIMIT:
+            raise ValueError(f"{path} holds {info.st_size} bytes, more than {LIST_FILE_LIMIT}: too large for {what}")
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read the {what}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save the {what} as UTF-8") from None
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]

@@ -10,25 +10,36 @@ template, compared only with designs of the same template (different templates m
 length, and their log densities are of different conditionals). The Hamming distance counts the
 token positions where two draws differ: the designed positions, since the fixed ones agree.
 
+Each design carries its designed positions' mean conditional probability ``site_prob`` and the
+flag ``memorized`` (:data:`~mlm_ppl.diagnostics.MEMORIZED_PROB`): a loop the model predicts from
+the rest as from memory is most likely one it was trained on, however good its ``lp``. Filters
+leave out memorized loops, and loops near a given set (a novelty rule), before the picking.
+
 Everything is read, nothing written: ``run.nc`` (draws, ``lp``, functionals, and the run's
 settings, recorded with it), ``samples.txt`` (each draw's sequence as the run decoded it) and,
-for a batch, ``batch-record.json`` (its templates). No lock is taken and no model is loaded.
+for a batch, ``batch-record.json`` (its templates). No lock is taken. The model is loaded only
+where these do not hold the draws: a run read from its checkpoint (still going, or cut off), a
+``run.nc`` written before the memorization columns, a run without ``samples.txt``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from . import rundir
 from ._checks import check_count
+from ._files import read_list_file
 from .campaign import batch_templates
-from .diagnostics import functional_name, length_log_prior, read_run
+from .diagnostics import MEMORIZED_PROB, functional_name, length_log_prior, site_scores
+from .diagnostics.data import attr_list
 from .models.constraints import recorded_expert_weights, weighted_expert_sum
 from .models.target import energy_from_log_density
 from .settings import RunSettings
@@ -92,8 +103,11 @@ class Design:
     ``count`` (feasible draws of this sequence), ``lp``, ``energy`` (the MLM energy ``E``:
     ``-T (lp - sum_k w_k f_k)``, and ``log pi(L)`` taken out too for a variable gap's draw),
     ``experts`` (each expert's unweighted value, by its ``run.nc`` name ``expert_<name>``),
-    ``min_hamming`` (to the nearest design ranked above it in its template; None for the first)
-    and the ``sequence`` as the run decoded it."""
+    ``min_hamming`` (to the nearest design ranked above it in its template; None for the first),
+    ``site_prob`` (the designed positions' mean conditional probability, each read with only itself
+    masked) and ``memorized`` (``site_prob >= MEMORIZED_PROB``: the model predicts the loop from the
+    rest as from memory, as it does sequences it was trained on), and the ``sequence`` as the run
+    decoded it."""
 
     rank: int
     template: str
@@ -105,19 +119,23 @@ class Design:
     experts: dict[str, float]
     min_hamming: int | None
     sequence: str
+    site_prob: float = float("nan")
+    memorized: bool = False
 
 
 @dataclass(frozen=True)
 class Designs:
     """What :func:`pick_designs` found: the ``designs`` (template by template, each in rank
     order), the ``experts`` columns, and ``found``, the number picked per template (fewer than
-    ``top`` where too few candidates lie ``min_hamming`` apart)."""
+    ``top`` where too few candidates lie ``min_hamming`` apart), and ``excluded``, per template, the
+    distinct feasible sequences a filter took out (``exclude_memorized``, ``novel_from``)."""
 
     designs: list[Design]
     top: int
     min_hamming: int
     experts: list[str] = field(default_factory=list)
     found: dict[str, int] = field(default_factory=dict)
+    excluded: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def short(self) -> dict[str, int]:
         """The templates with fewer than ``top`` designs, and how many each has."""
@@ -125,10 +143,10 @@ class Designs:
 
     def to_tsv(self) -> str:
         """Tab-separated: rank, template, chain, draw, count, lp, energy, feasible (always 1: only
-        feasible draws are picked), one column per expert, min_hamming (empty for the first of a
-        template), sequence."""
+        feasible draws are picked), one column per expert, site_prob, memorized (1 or 0),
+        min_hamming (empty for the first of a template), sequence."""
         header = ["rank", "template", "chain", "draw", "count", "lp", "energy", "feasible", *self.experts]
-        lines = ["\t".join([*header, "min_hamming", "sequence"])]
+        lines = ["\t".join([*header, "site_prob", "memorized", "min_hamming", "sequence"])]
         for d in self.designs:
             values = [f"{d.experts[name]:.4g}" for name in self.experts]
             lines.append(
@@ -143,6 +161,8 @@ class Designs:
                         f"{d.energy:.4f}",
                         "1",
                         *values,
+                        f"{d.site_prob:.4f}",
+                        str(int(d.memorized)),
                         "" if d.min_hamming is None else str(d.min_hamming),
                         d.sequence,
                     ]
@@ -151,18 +171,40 @@ class Designs:
         return "\n".join(lines) + "\n"
 
 
-def pick_designs(directory: str | os.PathLike, top: int = 10, min_hamming: int = 1) -> Designs:
+def pick_designs(
+    directory: str | os.PathLike,
+    top: int = 10,
+    min_hamming: int = 1,
+    *,
+    exclude_memorized: bool = False,
+    novel_from: str | os.PathLike | Sequence[str] | None = None,
+    min_distance: int = 1,
+    trust_code: bool = False,
+) -> Designs:
     """The best distinct designs of the run or batch in ``directory`` (made by ``mlm-ppl
     sample``; see the module docstring for the rule): up to ``top`` per template, at Hamming
     distance ``>= min_hamming`` from each other.
 
+    Filters, applied before the picking: ``exclude_memorized`` leaves out every memorized loop
+    (``site_prob >= MEMORIZED_PROB``); ``novel_from`` (a file of loops, one per line, or the loops
+    themselves) leaves out every loop at Hamming distance below ``min_distance`` from one of them
+    (loops of another length are no match; a file with none of the run's loop lengths is refused).
+    :attr:`Designs.excluded` counts what each filter took out.
+
+    A run still going, cut off or resumed since its ``run.nc`` is read from its checkpoint (its
+    draws so far; :func:`~mlm_ppl.jobs.current.read_current`: the model is loaded), a ``run.nc``
+    written before the memorization columns is scored with the model (once per distinct state).
+    ``trust_code``: consent to code experts in the record of a run read so.
+
     Every template's run is read and checked before anything is picked. A ValueError (one
     line) for a ``top`` below 1 or a negative ``min_hamming``, a directory that is not an
-    mlm-ppl sampling run or batch, an unfinished run, files that do not match, or no feasible
+    mlm-ppl sampling run or batch, a run with no draws yet, files that do not match, or no feasible
     draw anywhere ("nothing to pick"). A template with fewer candidates than ``top`` at that
     distance is no error: :attr:`Designs.found` and :meth:`Designs.short` say how many it has.
     """
     top, min_hamming = check_count(top, "top", 1), check_count(min_hamming, "min_hamming", 0)
+    min_distance = check_count(min_distance, "min_distance", 1)
+    novel = None if novel_from is None else _novel_loops(novel_from)
     path = Path(directory)
     if not path.is_dir():
         raise ValueError(f"{str(path)!r} is not a directory; give a run or batch directory of mlm-ppl sample")
@@ -178,14 +220,31 @@ def pick_designs(directory: str | os.PathLike, top: int = 10, min_hamming: int =
         )
     else:
         raise ValueError(f"{str(path)!r} holds an mlm-ppl {kind} run, not a sampling run or batch")
-    draws = [_read_draws(name, run, path, kind) for name, run in runs]
+    draws = [_read_draws(name, run, path, kind, trust_code) for name, run in runs]
     experts = draws[0].experts if draws else []
     if not any(d.feasible.any() for d in draws):
         raise ValueError(f"no feasible draw in {path}; nothing to pick")
+    if novel is not None and not any(set(map(len, d.loops)) & set(map(len, novel)) for d in draws):
+        lengths = sorted({len(loop) for d in draws for loop in d.loops})
+        raise ValueError(
+            f"novel_from: none of its {len(novel)} loops has the length of a designed loop ({lengths}); a novelty "
+            "rule compares loops of one length: give loops of the designed positions"
+        )
     designs: list[Design] = []
     found: dict[str, int] = {}
+    excluded: dict[str, dict[str, int]] = {}
     for d in draws:
-        picks = select_designs(d.tokens, d.lp, d.feasible, top, min_hamming)
+        keep = d.feasible.copy()
+        taken: dict[str, int] = {}
+        if exclude_memorized:
+            taken["exclude_memorized"] = _distinct(d, keep & d.memorized)
+            keep &= ~d.memorized
+        if novel is not None:
+            near = np.array([_nearest(loop, novel) < min_distance for loop in d.loops])
+            taken["novel_from"] = _distinct(d, keep & near)
+            keep &= ~near
+        excluded[d.name] = taken
+        picks = select_designs(d.tokens, d.lp, keep, top, min_hamming)
         found[d.name] = len(picks)
         D = d.draws
         for rank, p in enumerate(picks, 1):
@@ -201,15 +260,41 @@ def pick_designs(directory: str | os.PathLike, top: int = 10, min_hamming: int =
                     experts={name: float(d.values[name][p.index]) for name in d.experts},
                     min_hamming=p.min_hamming,
                     sequence=d.sequences[p.index],
+                    site_prob=float(d.site_prob[p.index]),
+                    memorized=bool(d.memorized[p.index]),
                 )
             )
-    return Designs(designs, top, min_hamming, experts, found)
+    return Designs(designs, top, min_hamming, experts, found, excluded)
+
+
+def _novel_loops(source: str | os.PathLike | Sequence[str]) -> list[tuple[str, ...]]:
+    """The loops of a novelty rule: lines of a file (blank lines and ``#`` comments skipped), or the
+    strings given; each split into tokens (at whitespace where it has any, else into characters)."""
+    if isinstance(source, (str, os.PathLike)):
+        lines, where = read_list_file(source, "loops"), f"novel_from: {source}"
+    else:
+        lines, where = [str(line).strip() for line in source], "novel_from"
+    loops = [tuple(line.split()) if " " in line else tuple(line) for line in lines if line and not line.startswith("#")]
+    if not loops:
+        raise ValueError(f"{where} holds no loop; give one loop (the designed positions' tokens) per line")
+    return loops
+
+
+def _nearest(loop: tuple[str, ...], novel: list[tuple[str, ...]]) -> float:
+    """The Hamming distance from ``loop`` to the nearest loop of ``novel`` of its length (inf: none)."""
+    return min((sum(a != b for a, b in zip(loop, other)) for other in novel if len(other) == len(loop)), default=np.inf)
+
+
+def _distinct(d: "_Draws", rows: np.ndarray) -> int:
+    """Distinct sequences among the draws ``rows`` marks."""
+    return len({d.sequences[i] for i in np.flatnonzero(rows)})
 
 
 @dataclass
 class _Draws:
     """One run's draws, flattened (chain-major): tokens ``(N, L)``, ``lp``, ``feasible``, the
-    MLM ``energy``, each expert's ``values`` and the decoded ``sequences``."""
+    MLM ``energy``, each expert's ``values``, the decoded ``sequences``, the designed ``loops`` (as
+    tokens) and their ``site_prob`` and ``memorized`` flags."""
 
     name: str
     draws: int
@@ -220,19 +305,27 @@ class _Draws:
     experts: list[str]
     values: dict[str, np.ndarray]
     sequences: list[str]
+    loops: list[tuple[str, ...]]
+    site_prob: np.ndarray
+    memorized: np.ndarray
 
 
-def _read_draws(name: str, path: Path, top_dir: Path, kind: str) -> _Draws:
+def _read_draws(name: str, path: Path, top_dir: Path, kind: str, trust_code: bool) -> _Draws:
+    from .jobs.current import read_current
+
     resume = f"mlm-ppl sample --resume {top_dir}"
     if rundir.kind_of(path) != "sample":
         raise ValueError(
             f"{path} is not the run of template {name!r} (no mlm-ppl sampling run there); the batch has not "
             f"run it yet: finish the batch with {resume}"
         )
-    if not (path / "run.nc").is_file():
+    if not (path / "run.nc").is_file() and not (path / rundir.CHECKPOINT).is_file():
         what = "the batch" if kind == "batch" else "the run"
-        raise ValueError(f"{path} has no run.nc: {what} has not finished; finish it with {resume}")
-    idata = read_run(str(path))
+        raise ValueError(
+            f"{path} has no draws yet (no run.nc, no checkpoint): {what} has not run; run it with {resume}"
+        )
+    current = read_current(path, trust_code=trust_code)
+    idata = current.idata
     settings, weights = _settings(idata.attrs, path)
     tokens = idata.posterior["tokens"].values
     C, D, L = tokens.shape
@@ -255,8 +348,52 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str) -> _Draws:
     if prior is not None:  # a variable gap: lp = log pi(L) - E/T, and the energy is the MLM's alone
         factor = factor + torch.from_numpy(prior.reshape(C * D))
     energy = energy_from_log_density(torch.from_numpy(lp), factor, settings.temperature).numpy()
-    sequences = _sequences(path / "samples.txt", C, D, resume)
-    return _Draws(name, D, tokens.reshape(C * D, L), lp, feasible, energy, list(names.values()), values, sequences)
+    mlm = current.mlm
+    if "site_prob" not in post or not (path / "samples.txt").is_file() and not current.from_checkpoint:
+        mlm = mlm if mlm is not None else _model(settings, trust_code)
+    if "site_prob" in post:
+        site = post["site_prob"].values.reshape(C * D)
+    else:  # a run.nc written before the memorization columns: scored here, once per distinct state
+        site = site_scores(tokens, attr_list(idata.attrs, "free_positions"), mlm, pad_id=_pad(idata))["site_prob"]
+        site = site.reshape(C * D)
+    if mlm is not None and (current.from_checkpoint or not (path / "samples.txt").is_file()):
+        sequences = [seq for c in range(C) for seq in mlm.decode(torch.as_tensor(tokens[c]))]
+    else:
+        sequences = _sequences(path / "samples.txt", C, D, resume)
+    vocab, free, pad = attr_list(idata.attrs, "vocab"), attr_list(idata.attrs, "free_positions"), _pad(idata)
+    flat = tokens.reshape(C * D, L)
+    loops = [
+        tuple(str(vocab[int(v)]) if vocab is not None else str(int(v)) for v in row[free] if pad is None or v != pad)
+        for row in flat
+    ]
+    return _Draws(
+        name,
+        D,
+        flat,
+        lp,
+        feasible,
+        energy,
+        list(names.values()),
+        values,
+        sequences,
+        loops,
+        site,
+        site >= MEMORIZED_PROB,
+    )
+
+
+def _pad(idata: Any) -> int | None:
+    pad = idata.attrs.get("pad_id")
+    return None if pad is None else int(pad)
+
+
+def _model(settings: RunSettings, trust_code: bool) -> Any:
+    """The run's model (its files checked against the record), to score or decode what its run.nc lacks."""
+    from .campaign import build
+    from .models.constraints import trusting_code
+
+    with trusting_code(trust_code):
+        return build(settings)[0]
 
 
 def _settings(attrs: dict, path: Path) -> tuple[RunSettings, dict[str, float]]:

@@ -99,7 +99,7 @@ def test_a_constrained_run_ranks_merges_and_spaces_its_designs(model_dir, constr
     tokens, lp, feasible = _record(constrained)
     vocab = _vocab(model_dir)
     header, rows, err = _designs(capsys, constrained, "--top", 3, "--min-hamming", 2)
-    assert header == [*HEADER, "expert_few_e", "min_hamming", "sequence"]
+    assert header == [*HEADER, "expert_few_e", "site_prob", "memorized", "min_hamming", "sequence"]
     expected = _check_against_hand(rows, tokens, lp, feasible, 3, 2, vocab, "cons")
     assert len(rows) >= 2 and any(count > 1 for *_, count, _ in expected)  # sequences were merged
     # the expert's value is the designed E count; the energy is the model's, without the expert's term
@@ -129,7 +129,7 @@ def test_distance_zero_lists_every_distinct_sequence_with_its_count(model_dir, c
 def test_an_unconstrained_run_at_temperature_2(model_dir, plain, capsys, tmp_path):
     tokens, lp, feasible = _record(plain)
     header, rows, _ = _designs(capsys, plain, "--top", 2, "--min-hamming", 1)
-    assert header == [*HEADER, "min_hamming", "sequence"]
+    assert header == [*HEADER, "site_prob", "memorized", "min_hamming", "sequence"]
     _check_against_hand(rows, tokens, lp, feasible, 2, 1, _vocab(model_dir), "plain")
     assert len(rows) == 2
     _, target, _ = campaign.build(_settings(plain))
@@ -165,7 +165,7 @@ def test_designs_builds_no_expert_a_module_function_whose_module_is_gone(model_d
         __import__("designs_gone_expert")
     tokens, lp, feasible = _record(out)
     header, rows, _ = _designs(capsys, out, "--top", 3, "--min-hamming", 1)
-    assert header == [*HEADER, "expert_e_count", "min_hamming", "sequence"]
+    assert header == [*HEADER, "expert_e_count", "site_prob", "memorized", "min_hamming", "sequence"]
     _check_against_hand(rows, tokens, lp, feasible, 3, 1, _vocab(model_dir), "run")
     for r in rows:  # f: the whole sequence's E count; E = -T (lp - w f) with T = 1 and w = -0.5
         assert float(r[8]) == r[-1].count("E")
@@ -222,7 +222,7 @@ def test_a_batch_picks_per_template(model_dir, tmp_path, capsys):
     assert main(argv) == 0
     capsys.readouterr()
     header, rows, _ = _designs(capsys, out, "--top", 3, "--min-hamming", 2)
-    assert header == [*HEADER, "expert_few_e", "min_hamming", "sequence"]
+    assert header == [*HEADER, "expert_few_e", "site_prob", "memorized", "min_hamming", "sequence"]
     vocab = _vocab(model_dir)
     assert [r[1] for r in rows] == sorted(r[1] for r in rows)  # template by template, in the batch's order
     for name in ("one", "two"):
@@ -251,10 +251,11 @@ def test_errors_are_one_line_before_any_work(model_dir, constrained, tmp_path, c
     assert not (constrained / "top.tsv").exists()
     unfinished = tmp_path / "unfinished"
     shutil.copytree(constrained, unfinished)
-    os.remove(unfinished / "run.nc")
+    os.remove(unfinished / "run.nc")  # a run read from its checkpoint (tests/cli/test_deep_states.py); with neither:
+    os.remove(unfinished / "checkpoint.pt")
     assert main(["designs", str(unfinished)]) == 2
     line = _one_line_error(capsys)
-    assert "has no run.nc: the run has not finished" in line and f"--resume {unfinished}" in line
+    assert "has no draws yet (no run.nc, no checkpoint)" in line and f"--resume {unfinished}" in line
     pairs = tmp_path / "pairs"
     pairs.mkdir()
     (pairs / ".mlm-ppl").write_text('{"format": "mlm-ppl-dir-1", "kind": "pairs", "run_id": "0", "files": []}')

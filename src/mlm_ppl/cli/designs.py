@@ -18,8 +18,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Rank every kept feasible draw of a run (or of each template of a batch) by its log "
         "density lp, merge identical sequences (count), and take the best in turn when they lie at Hamming "
         "distance >= --min-hamming from every design taken before, up to --top per template. Columns: rank, "
-        "template, chain, draw, count, lp, energy (the MLM energy E), feasible, one per expert, min_hamming, "
-        "sequence. Reads the directory only (docs/constraints.md, Picking designs).",
+        "template, chain, draw, count, lp, energy (the MLM energy E), feasible, one per expert, site_prob (the "
+        "designed positions' mean conditional probability), memorized (site_prob >= 0.9: most likely a sequence "
+        "the model was trained on), min_hamming, sequence. A run still going is read from its checkpoint. Reads "
+        "the directory only (docs/constraints.md, Picking designs).",
     )
     des.add_argument("directory", metavar="DIR", help="a run or batch directory of mlm-ppl sample --out")
     des.add_argument("--top", type=int, default=10, help="designs per template, at least 1 (default 10)")
@@ -28,6 +30,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         help="least Hamming distance (token positions) between two designs of a template, >= 0 (default 1)",
+    )
+    des.add_argument(
+        "--exclude-memorized",
+        action="store_true",
+        help="leave out memorized loops (site_prob >= 0.9) before picking",
+    )
+    des.add_argument(
+        "--novel-from",
+        metavar="FILE",
+        help="leave out loops within --min-distance of a loop in FILE (one loop of the designed positions per line: "
+        "a training set, known binders)",
+    )
+    des.add_argument(
+        "--min-distance",
+        type=int,
+        default=1,
+        help="with --novel-from: least Hamming distance from every loop in FILE, >= 1 (default 1: not one of them)",
+    )
+    des.add_argument(
+        "--trust-code", action="store_true", help="consent to code experts of a run read from its checkpoint"
     )
     des.add_argument("--out", metavar="FILE.tsv", help="write the table to FILE (atomically) instead of stdout")
 
@@ -39,6 +61,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     at_least(args.top, "top", 1)
     at_least(args.min_hamming, "min-hamming", 0)
+    at_least(args.min_distance, "min-distance", 1)
+    if args.min_distance != 1 and args.novel_from is None:
+        raise ValueError("--min-distance applies to --novel-from FILE: give the file of loops to keep away from")
     if args.out is not None:  # checked before any run is read
         if os.path.isdir(args.out):
             raise ValueError(f"--out {args.out} is a directory; give a file name")
@@ -51,7 +76,15 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                     f"--out {args.out} lies in the mlm-ppl run directory {folder}, whose files are the run's; "
                     "write it elsewhere"
                 )
-    found = pick_designs(args.directory, args.top, args.min_hamming)
+    found = pick_designs(
+        args.directory,
+        args.top,
+        args.min_hamming,
+        exclude_memorized=args.exclude_memorized,
+        novel_from=args.novel_from,
+        min_distance=args.min_distance,
+        trust_code=args.trust_code,
+    )
     table = found.to_tsv()
     if args.out is None:
         out.write(table)
@@ -59,6 +92,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         write_text_atomic(args.out, table)
         out.write(f"wrote {len(found.designs)} designs to {args.out}\n")
     out.flush()
+    for name, taken in found.excluded.items():
+        for what, k in taken.items():
+            print(
+                f"mlm-ppl designs: {name!r}: --{what.replace('_', '-')} left out {k} distinct sequences",
+                file=sys.stderr,
+            )
     for name, k in found.short().items():
         print(
             f"mlm-ppl designs: note: only {k} of {args.top} designs at --min-hamming {args.min_hamming} in {name!r}",

@@ -11,12 +11,13 @@ import sys
 import typing
 from typing import Any, TextIO
 
+from .._files import read_list_file
 from ..diagnostics import CHAIN_RHAT_MAX, ESS_MIN_PER_CHAIN, RHAT_MAX
 from ..inference.base import INITS
 from ..inference.registry import KERNELS
 from ..jobs import JobSpec, read_job_file, resume, run_job
 from ..jobs.results import BatchRun
-from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Rule, trusting_code
+from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Novel, Rule, trusting_code
 from ..models.energy import ENERGIES
 from ..rundir import checkpoint_files
 from ..settings import STOP_EVERY, RunSettings, option_flags
@@ -172,7 +173,7 @@ def _add_constraint_flags(rules: Any) -> None:
     rules.add_argument(
         "--constraints",
         metavar="FILE.toml",
-        help="a constraint spec file: liabilities, [[rules]] (allowed, forbid, require) and [[experts]]",
+        help="a constraint spec file: liabilities, [[rules]] (allowed, forbid, require, novel) and [[experts]]",
     )
     rules.add_argument(
         "--trust-code",
@@ -191,6 +192,18 @@ def _add_constraint_flags(rules: Any) -> None:
         metavar="NAME",
         nargs="*",
         help=f"forbid antibody liabilities: {', '.join(LIABILITIES)} (all of them when no name is given)",
+    )
+    rules.add_argument(
+        "--novel-from",
+        metavar="FILE",
+        help="a novelty rule (rule novel): every designed loop at Hamming distance >= --min-distance from each loop "
+        "of FILE (one per line: the designed positions' tokens; a training set, known binders)",
+    )
+    rules.add_argument(
+        "--min-distance",
+        type=int,
+        metavar="D",
+        help="with --novel-from: the least Hamming distance from every loop of FILE (default 1: none of them)",
     )
 
 
@@ -231,10 +244,13 @@ def job_from_flags(args: argparse.Namespace) -> JobSpec:
 
 def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
     """The one constraint spec of ``--constraints FILE``, ``--forbid REGEX`` (rules ``forbid-1``,
-    ``forbid-2`` ... after the file's) and ``--liabilities [NAME ...]`` (added to the file's; all
-    of them without a name); None without any of them. A malformed one is a one-line ValueError
-    naming the flag or the file, the entry and the key."""
-    if args.constraints is None and args.forbid is None and args.liabilities is None:
+    ``forbid-2`` ... after the file's), ``--novel-from FILE --min-distance D`` (rule ``novel``) and
+    ``--liabilities [NAME ...]`` (added to the file's; all of them without a name); None without
+    any of them. A malformed one is a one-line ValueError naming the flag or the file, the entry and
+    the key."""
+    if args.min_distance is not None and args.novel_from is None:
+        raise ValueError("--min-distance applies to --novel-from FILE: give the file of loops to keep away from")
+    if args.constraints is None and args.forbid is None and args.liabilities is None and args.novel_from is None:
         return None
     spec = ConstraintSpec() if args.constraints is None else ConstraintSpec.from_toml(args.constraints)
     source = args.constraints or "the constraint flags"
@@ -244,6 +260,11 @@ def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
             rules.append(Forbid(f"forbid-{i}", pattern))
         except (TypeError, ValueError) as err:
             raise ValueError(f"--forbid {pattern!r}: {err}") from None
+    if args.novel_from is not None:
+        try:
+            rules.append(Novel("novel", read_list_file(args.novel_from, "loops"), args.min_distance or 1))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"--novel-from {args.novel_from}: {err}") from None
     liabilities: list[str] | bool = list(spec.liabilities)
     if args.liabilities == []:
         liabilities = True
@@ -258,7 +279,7 @@ def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
     try:
         return ConstraintSpec(rules, spec.experts, liabilities=liabilities)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{source} with --forbid/--liabilities: {err}") from None
+        raise ValueError(f"{source} with --forbid/--liabilities/--novel-from: {err}") from None
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:

@@ -6,8 +6,9 @@ should be:
 * **hard rules**, each with a name: :class:`Allowed` (an alphabet per free position; a fixed
   token is an alphabet of one), :class:`Forbid` (a regular expression that must not match where
   it touches a designed position), :class:`Require` (a regular expression that must match
-  somewhere) and :class:`OddCount` (a token that must appear an even number of times among the
-  designed positions);
+  somewhere), :class:`OddCount` (a token that must appear an even number of times among the
+  designed positions) and :class:`Novel` (the designed loop at Hamming distance at least ``d`` from
+  each of a set of known loops);
 * **soft experts** ``f_k`` with weights ``w_k``: :class:`Expert`, and the built-ins
   :func:`hydropathy`, :func:`net_charge`, :func:`residue_count`, :func:`keyword_count`,
   :func:`hamming_distance` and :func:`classifier_log_prob`;
@@ -66,7 +67,7 @@ from .experts import (
 )
 from .files import code_trusted, trusting_code
 from .liabilities import LIABILITIES, liability_constraints
-from .rules import Allowed, Forbid, OddCount, Require, Rule
+from .rules import Allowed, Forbid, Novel, OddCount, Require, Rule
 from .spec import ConstraintSpec, recorded_expert_weights, weighted_expert_sum
 from .target import ConstraintTarget
 
@@ -75,6 +76,7 @@ __all__ = [
     "Forbid",
     "Require",
     "OddCount",
+    "Novel",
     "Rule",
     "Expert",
     "EXPERT_INPUTS",

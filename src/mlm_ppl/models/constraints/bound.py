@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ..target import Target
 from ..tokens import TokenCodec
-from .rules import Allowed, Forbid, OddCount, Require
+from .rules import Allowed, Forbid, Novel, OddCount, Require
 
 if TYPE_CHECKING:
     from .spec import ConstraintSpec
@@ -99,6 +99,7 @@ class BoundConstraints:
         self._odd = [(r, r.token_id(codec)) for r in spec.all_rules if isinstance(r, OddCount)]
         self._forbid = [r for r in spec.all_rules if isinstance(r, Forbid)]
         self._require = [r for r in spec.all_rules if isinstance(r, Require)]
+        self._novel = [(r, r.token_ids(codec, F)) for r in spec.all_rules if isinstance(r, Novel)]
         self._cache: dict[tuple[int, ...], tuple[str, str, list[tuple[int, int]]]] = {}
         self.framework_matches: tuple[FrameworkMatch, ...] = self._framework_matches()
 
@@ -209,6 +210,8 @@ class BoundConstraints:
             out[rule.name] = ~mask[free[:, indices]].all(-1)
         for odd, token_id in self._odd:
             out[odd.name] = (free == token_id).sum(-1) % 2 == 1
+        for novel, loops in self._novel:  # (M, F): the known loops of the designed loop's length
+            out[novel.name] = ((free[:, None, :] != loops[None]).sum(-1) < novel.min_distance).any(-1)
         if self._forbid or self._require:
             decoded = self._decode(tokens)
             for forbid in self._forbid:

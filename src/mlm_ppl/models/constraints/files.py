@@ -19,16 +19,19 @@ import inspect
 import json
 import math
 import numbers
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
+from ..._files import read_list_file
 from ..tokens import TokenCodec
 from .experts import EXPERT_KINDS, Expert, module_digest
 from .fields import FieldTypeError, FieldValueError, check_name
-from .rules import RULE_KINDS, Allowed, Rule
+from .rules import RULE_KINDS, Allowed, Novel, Rule
 
 _TRUST_CODE: ContextVar[bool] = ContextVar("mlm_ppl_trust_code", default=False)
 
@@ -100,10 +103,32 @@ def rule_from_dict(entry: Mapping[str, Any], index: int, mlm: TokenCodec | None,
             rule = Allowed(entry["name"], entry["tokens"], entry.get("positions"))
             if mlm is not None:
                 rule.token_mask(mlm)
+        elif kind == "novel":
+            _require_keys(entry, ("kind", "name"), ("loops", "file", "min_distance"))
+            if ("loops" in entry) == ("file" in entry):
+                raise FieldValueError(
+                    "give the loops (loops = [...]) or a file of them (file = PATH), one of the two", "loops"
+                )
+            loops = entry["loops"] if "loops" in entry else read_loops(entry["file"], source)
+            rule = Novel(entry["name"], loops, entry.get("min_distance", 1))
         else:
             _require_keys(entry, ("kind", "name", "pattern"), ())
             rule = RULE_KINDS[kind](entry["name"], entry["pattern"])
     return rule
+
+
+def read_loops(file: Any, source: str = "<dict>") -> list[str]:
+    """The loops of a file, one per line (blank lines and ``#`` comments skipped): a novelty rule's
+    ``file``, read relative to the spec file ``source`` when it is one."""
+    if not isinstance(file, str) or not file:
+        raise FieldTypeError(f"file must be a path, got {file!r}", "file")
+    path = Path(file)
+    if not path.is_absolute() and os.path.isfile(source):
+        path = Path(source).parent / path
+    try:
+        return read_list_file(path, "loops")
+    except ValueError as err:
+        raise FieldValueError(str(err), "file") from None
 
 
 def expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Expert:

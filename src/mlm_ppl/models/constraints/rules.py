@@ -164,7 +164,64 @@ class OddCount:
         return int(Allowed(self.name, (self.token,)).token_mask(codec).nonzero()[0])
 
 
-Rule = Allowed | Forbid | Require | OddCount
+@dataclass(frozen=True)
+class Novel:
+    """Violated where the designed loop (the tokens of the free positions, in order) lies at Hamming
+    distance below ``min_distance`` from one of ``loops``: known sequences a design must stay away
+    from (a training set, known binders, the parent's own loop). Each loop is a string of residues,
+    or tokens separated by spaces; loops of another length than the designed loop never match, and
+    a rule none of whose loops has that length is refused when bound. The loops themselves are the
+    record (a file they were read from may change; the run's rule does not)."""
+
+    name: str
+    loops: tuple[str, ...]
+    min_distance: int = 1
+    kind: ClassVar[str] = "novel"
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "rule")
+        loops = self.loops
+        if isinstance(loops, (str, bytes)) or not isinstance(loops, Sequence):
+            raise FieldTypeError(f"rule {self.name!r}: loops must be a list of strings", "loops")
+        if not loops or not all(isinstance(x, str) and x.strip() for x in loops):
+            raise FieldValueError(f"rule {self.name!r}: loops must be non-empty strings, at least one", "loops")
+        object.__setattr__(self, "loops", tuple(x.strip() for x in loops))
+        d = self.min_distance
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise FieldValueError(
+                f"rule {self.name!r}: min_distance must be an integer >= 1, got {d!r}", "min_distance"
+            )
+
+    def token_ids(self, codec: TokenCodec, length: int) -> Tensor:
+        """``(M, length)`` the loops of ``length`` tokens as ids of ``codec``; a ValueError names a
+        token outside its vocabulary, or says that no loop has ``length`` tokens."""
+        index = {tok: i for i, tok in enumerate(codec.vocab) if tok}
+        rows = []
+        for loop in self.loops:
+            parts = loop.split() if " " in loop else list(loop)
+            if len(parts) != length:
+                continue
+            missing = [p for p in parts if p not in index]
+            if missing:
+                raise FieldValueError(
+                    f"rule {self.name!r}: token {missing[0]!r} of loop {loop!r} is not in the vocabulary of model "
+                    f"{codec.name!r}",
+                    "loops",
+                )
+            rows.append([index[p] for p in parts])
+        if not rows:
+            raise FieldValueError(
+                f"rule {self.name!r}: none of its {len(self.loops)} loops has the designed loop's {length} tokens; a "
+                "novelty rule compares loops of one length: give loops of the designed positions",
+                "loops",
+            )
+        return torch.tensor(rows, dtype=torch.long)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "loops": list(self.loops), "min_distance": self.min_distance}
+
+
+Rule = Allowed | Forbid | Require | OddCount | Novel
 """A hard rule: a state that breaks one is infeasible (``log_factor = -inf``)."""
 
-RULE_KINDS: dict[str, type] = {"allowed": Allowed, "forbid": Forbid, "require": Require}
+RULE_KINDS: dict[str, type] = {"allowed": Allowed, "forbid": Forbid, "require": Require, "novel": Novel}

@@ -27,7 +27,7 @@ from .files import (
     trusting_code,
 )
 from .liabilities import LIABILITIES, liability_constraints, liability_names
-from .rules import Allowed, Forbid, OddCount, Require, Rule
+from .rules import Allowed, Forbid, Novel, OddCount, Require, Rule
 from .target import ConstraintTarget
 
 
@@ -51,8 +51,8 @@ class ConstraintSpec:
         self.rules: tuple[Rule, ...] = tuple(rules)
         self.experts: tuple[Expert, ...] = tuple(experts)
         for r in self.rules:
-            if not isinstance(r, (Allowed, Forbid, Require, OddCount)):
-                raise TypeError(f"rules must be Allowed, Forbid, Require or OddCount, got {type(r).__name__}")
+            if not isinstance(r, (Allowed, Forbid, Require, OddCount, Novel)):
+                raise TypeError(f"rules must be Allowed, Forbid, Require, OddCount or Novel, got {type(r).__name__}")
         for e in self.experts:
             if not isinstance(e, Expert):
                 raise TypeError(f"experts must be Expert objects, got {type(e).__name__}")
