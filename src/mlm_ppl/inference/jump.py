@@ -4,7 +4,7 @@ The target is ``p(L, x) ∝ pi(L) exp(-E(x)/T)`` over every loop of a
 :class:`~mlm_ppl.models.gaps.GapTemplate` with length ``L`` in the prior's lengths (``x`` the
 whole sequence of the length-``L`` template), so that the model's own energy decides the lengths,
 up to the prior ``pi`` (:class:`~mlm_ppl.models.gaps.LengthPrior`; its lengths contiguous: a
-chain moves one length at a time). With constraints (bound to each length by the
+chain's one-residue moves go one length at a time). With constraints (bound to each length by the
 :class:`~mlm_ppl.models.gap_target.GapTarget`), ``p~`` below is ``exp(-E/T + log_factor_L)``;
 without, ``exp(-E/T)``.
 One step picks a move:
@@ -22,15 +22,34 @@ One step picks a move:
   cancel);
 * **delete** (``p_delete``; refused at ``L = lo``): a gap position ``j`` of ``L``, uniformly; ``z``
   is ``x`` without it, accepted with the reciprocal of the insert ratio from ``z`` back to ``x``:
-  ``A = pi(L-1) p~(z) q(x_j | x_{-j}) p_insert / (pi(L) p~(x) p_delete)``.
+  ``A = pi(L-1) p~(z) q(x_j | x_{-j}) p_insert / (pi(L) p~(x) p_delete)``;
+* **insert run** (``p_insert_run``; default 0, off): ``k`` drawn uniformly from ``2..max_run``,
+  refused where ``L + k`` has prior weight 0; a slot ``j`` of the gap's ``L + 1`` and an order ``s``
+  of the ``k`` new positions, each uniformly; ``y`` is ``x`` with ``k`` new positions at gap
+  positions ``j .. j+k-1``, unmasked one at a time along ``s`` (each read with the later ones still
+  masked, the earlier draws in place): ``q_s(t | y)``, the product of the ``k`` conditionals.
+  Accepted with probability ``min(1, A)``,
 
-A refused move type (insert at ``hi``, delete at ``lo``) leaves the state where it is, so the
-move probabilities do not depend on ``L`` and the ratios above hold everywhere. Each insert path
-``(x, j, t)`` and the delete path ``(y, j)`` that undoes it are in one-to-one correspondence, so
-the ratios (per path) give detailed balance of the whole kernel, also where two slots give the
-same ``y``. The conditional ``q`` of both directions is computed the same way (one masked
-copy of ``y`` at ``j``), and :meth:`GapJump.step` and the exact matrix share the proposal code
-and the ratio (:meth:`GapJump.log_ratio`).
+      A = pi(L+k) p~(y) / (pi(L) p~(x))  x  [p_delete_run w(k) / ((L+1) k!)]
+                                            / ([p_insert_run w(k) / ((L+1) k!)] q_s(t | y))
+
+  (``w(k)``, the slots and the orders cancel: a length-``L+k`` gap has ``L + 1`` runs of ``k``);
+* **delete run** (``p_delete_run``; default 0): ``k`` as above, refused where ``L - k`` has prior
+  weight 0; a start ``j`` of the ``L - k + 1`` runs and an order ``s``, uniformly; ``z`` is ``x``
+  without gap positions ``j .. j+k-1``, accepted with the reciprocal of the insert-run ratio from
+  ``z`` back to ``x``: ``A = pi(L-k) p~(z) q_s(x_run | x) p_insert_run / (pi(L) p~(x) p_delete_run)``,
+  ``q_s(x_run | x)`` read along ``s`` with ``x``'s own tokens in place of the draws.
+
+A run crosses a light length between two heavy ones in one step, which the one-residue moves
+cross only by stopping on it (:mod:`.jump_runs` has the run moves' code and exact matrices).
+A refused move type (insert at ``hi``, delete at ``lo``, a run past a bound) leaves the state where
+it is, so the move probabilities do not depend on ``L`` and the ratios above hold everywhere.
+Each insert path ``(x, j, t)`` (a run's ``(x, k, j, s, t)``) and the delete path ``(y, j)``
+(``(y, k, j, s)``) that undoes it are in one-to-one correspondence, so the ratios (per path) give
+detailed balance of the whole kernel, also where two slots give the same ``y``. The conditional
+``q`` of both directions is computed the same way (masked copies of ``y`` at the new positions),
+and :meth:`GapJump.step` and the exact matrix share the proposal code and the ratio
+(:meth:`GapJump.log_ratio`).
 
 The target is a :class:`~mlm_ppl.models.gap_target.GapTarget` (states padded to the longest
 template), and :class:`GapJump` is a registered kernel (``gap-jump``): ``run_chains``, checkpoints,
@@ -54,34 +73,59 @@ from ..models.gap_target import GapTarget
 from ..models.target import Evaluation, log_density
 from .base import acceptance_probability, mh_log_ratio, proposal_log_probs
 from .exact import enumerate_states, state_index, transition_matrix
+from .jump_runs import RUN_MOVES, delete_run, insert_masks, run_matrices, run_sizes, unmask_run
 from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
 __all__ = ["GapJump", "GapJumpOptions", "GapJumpState", "GapJumpInfo", "JumpState", "MOVES"]
 
-MOVES = ("update", "insert", "delete")
-"""The moves, in the order of their codes in a run's ``move`` statistic (0, 1, 2)."""
+MOVES = ("update", "insert", "delete") + RUN_MOVES
+"""The moves, in the order of their codes in a run's ``move`` statistic (0 .. 4; the run moves,
+added later, after the first three)."""
+
+MOVE_OPTIONS = ("p_update", "p_insert", "p_delete", "p_insert_run", "p_delete_run", "max_run")
+"""The fields of :func:`move_options`, in its order."""
+
+RUN_RECORDS = {"p_insert_run": 0.0, "p_delete_run": 0.0, "max_run": 2}
+"""What runs recorded before the run moves did (none): their kernels' ``older_records``."""
 
 
-def move_options() -> tuple[Any, Any, Any]:
-    """The fields ``p_update``, ``p_insert``, ``p_delete`` of an Options class whose kernel makes
-    gap-jump's moves (gap-jump's own, surrogate-MH's inner chain on a variable gap)."""
+def move_options() -> tuple[Any, ...]:
+    """The fields :data:`MOVE_OPTIONS` of an Options class whose kernel makes gap-jump's moves
+    (gap-jump's own, surrogate-MH's inner chain on a variable gap)."""
     return (
         option(0.5, "probability of an update move (MH at the current length)", check=check_probability),
         option(0.25, "probability of an insert move (a gap position added)", check=check_probability),
         option(0.25, "probability of a delete move (a gap position removed)", check=check_probability),
+        option(0.0, "probability of an insert-run move (a run of 2..max_run gap positions added)", check=check_share),
+        option(0.0, "probability of a delete-run move (a run of 2..max_run gap positions removed)", check=check_share),
+        option(2, "longest run a run move adds or removes (runs of 2..max_run, uniformly)", check=count_at_least(2)),
     )
 
 
 def check_moves(options: Any) -> None:
-    """The move probabilities of ``options`` sum to 1 (a ValueError naming them otherwise)."""
-    probs = (options.p_update, options.p_insert, options.p_delete)
+    """The move probabilities of ``options`` sum to 1, the run moves are both on or both off, and
+    ``max_run`` is given only with them (a ValueError naming them otherwise)."""
+    probs = tuple(getattr(options, name) for name in MOVE_OPTIONS[:5])
     if not math.isclose(sum(probs), 1.0):
-        raise ValueError(f"the move probabilities p_update, p_insert, p_delete {probs} must sum to 1")
+        raise ValueError(f"the move probabilities {', '.join(MOVE_OPTIONS[:5])} {probs} must sum to 1")
+    runs = options.p_insert_run, options.p_delete_run
+    if (runs[0] > 0) != (runs[1] > 0):
+        raise ValueError(
+            f"p_insert_run and p_delete_run {runs} must be both 0 or both > 0: each run move is the other's "
+            "reverse, and a move whose reverse is never proposed is always refused"
+        )
+    if options.max_run != 2 and runs[0] == 0:
+        raise ValueError(f"max_run={options.max_run} does nothing without p_insert_run and p_delete_run > 0")
 
 
-_UPDATE, _INSERT, _DELETE = move_options()
+def move_settings(options: Any) -> dict[str, Any]:
+    """The :data:`MOVE_OPTIONS` of ``options``, as keyword arguments of :class:`GapJump`."""
+    return {name: getattr(options, name) for name in MOVE_OPTIONS}
+
+
+_UPDATE, _INSERT, _DELETE, _INSERT_RUN, _DELETE_RUN, _MAX_RUN = move_options()
 
 
 @dataclass(frozen=True)
@@ -89,6 +133,9 @@ class GapJumpOptions(Options):
     p_update: float = _UPDATE
     p_insert: float = _INSERT
     p_delete: float = _DELETE
+    p_insert_run: float = _INSERT_RUN
+    p_delete_run: float = _DELETE_RUN
+    max_run: int = _MAX_RUN
     p_unmask: float = option(
         0.0,
         "probability that an update move proposes a run of unmask_size free positions by unmasking them one by one",
@@ -117,9 +164,9 @@ class GapJumpInfo(NamedTuple):
     lp: Tensor  # (C,) log pi(L) - E/T after the step
     is_accepted: Tensor  # (C,) bool
     acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)) of the move made (0 for a move refused at a bound)
-    n_changed: Tensor  # (C,) positions the step changed (1 for an accepted insert or delete)
+    n_changed: Tensor  # (C,) positions the step changed (an accepted jump: the residues it added or removed)
     length: Tensor  # (C,) gap length after the step
-    move: Tensor  # (C,) 0 update, 1 insert, 2 delete (MOVES)
+    move: Tensor  # (C,) 0 update, 1 insert, 2 delete, 3 insert_run, 4 delete_run (MOVES)
 
 
 class JumpState(NamedTuple):
@@ -133,7 +180,8 @@ class GapJump(KernelBase[GapJumpOptions]):
     """Trans-dimensional MH on ``pi(L) exp(-E/T)`` over the lengths of a variable gap (``gap-jump``).
 
     ``GapJump(GapTarget(mlm, template, prior), p_update=..., p_insert=..., p_delete=...)``: the
-    move probabilities each in (0, 1), summing to 1 (default 1/2, 1/4, 1/4). The update move is
+    move probabilities each in (0, 1), summing to 1 (default 1/2, 1/4, 1/4), with ``p_insert_run``
+    and ``p_delete_run`` (default 0: off) runs of ``2..max_run`` positions. The update move is
     MH with random scan on the current length's target: single sites, and with probability
     ``p_unmask`` a run of ``unmask_size`` free positions unmasked one by one
     (:class:`~mlm_ppl.inference.MetropolisHastings`). It is reversible for its target (every move
@@ -147,12 +195,19 @@ class GapJump(KernelBase[GapJumpOptions]):
     capabilities = Capabilities(
         log_factor=False, gibbs=False, complete_start=True, exact_matrix=False, lengths=True, batched=False, fixed=False
     )
-    older_records = {"p_unmask": 0.0, "unmask_size": None}  # unmask proposals came with 0.4
+    older_records = {"p_unmask": 0.0, "unmask_size": None, **RUN_RECORDS}  # unmask 0.4, runs 0.5
     target: GapTarget
 
     def bind_target(self, target: Any) -> None:
         o = self.options
         self.p_update, self.p_insert, self.p_delete = o.p_update, o.p_insert, o.p_delete
+        self.p_insert_run, self.p_delete_run, self.run_sizes = o.p_insert_run, o.p_delete_run, run_sizes(o.max_run)
+        lengths = target.lengths
+        if self.p_insert_run > 0 and lengths[-1] - lengths[0] < 2:
+            raise ValueError(
+                f"no run of 2..{o.max_run} residues fits between the prior's lengths {lengths[0]}..{lengths[-1]}: "
+                "every run move would be refused; leave p_insert_run and p_delete_run at 0"
+            )
         self._kernels: dict[int, MetropolisHastings] = {}
         try:  # the update's options checked against the fewest free positions
             self.kernel(target.shortest)
@@ -180,7 +235,13 @@ class GapJump(KernelBase[GapJumpOptions]):
         longest = self.target.target(self.target.longest)
         copies = getattr(longest, "scored_positions", longest.free_positions).numel()
         reads = self.p_update * self.kernel(self.target.longest).proposal_cost()
-        return 1.0 + self.p_insert + self.p_delete + reads / copies
+        return 1.0 + self.jump_reads() + reads / copies
+
+    def jump_reads(self) -> float:
+        """Masked copies a step's jump reads for its ``q``, on average: one for an insert or a delete,
+        ``k`` for a run of ``k``."""
+        mean_k = sum(self.run_sizes) / len(self.run_sizes)
+        return self.p_insert + self.p_delete + (self.p_insert_run + self.p_delete_run) * mean_k
 
     def log_density(self, length: int, energy: Tensor, log_factor: Tensor) -> Tensor:
         """``log pi(L) - E/T + log_factor`` (float64), ``log_factor`` the length's own (0 here)."""
@@ -209,15 +270,16 @@ class GapJump(KernelBase[GapJumpOptions]):
 
     def log_ratio(self, kind: str, lp_new: Tensor, lp_old: Tensor | float, logq: Tensor) -> Tensor:
         """The log Hastings ratio of an insert (``logq``: ``log q(t | y_{-j})`` of the new token) or a
-        delete (``logq``: ``log q(x_j | x_{-j})`` of the removed one), from the log densities
+        delete (``logq``: ``log q(x_j | x_{-j})`` of the removed one), or of an insert run or a delete
+        run (``logq``: ``log q_s`` of the run's tokens along its order), from the log densities
         (:meth:`log_density`) of the new and the old state; the one formula :meth:`step_chain` and
         :meth:`move_matrices` use. Where a state has density 0 (it breaks a hard rule), as every
         kernel reads it (:func:`~mlm_ppl.inference.base.mh_log_ratio`): a move out of density 0 is
         accepted, a move into it refused."""
-        if kind == "insert":
-            correction = math.log(self.p_delete) - math.log(self.p_insert) - logq
-        else:
-            correction = math.log(self.p_insert) - math.log(self.p_delete) + logq
+        p = dict(zip(MOVES[1:], (self.p_insert, self.p_delete, self.p_insert_run, self.p_delete_run)))
+        reverse = {"insert": "delete", "delete": "insert", "insert_run": "delete_run", "delete_run": "insert_run"}
+        sign = -1.0 if kind in ("insert", "insert_run") else 1.0  # q is the forward move's, or the reverse's
+        correction = math.log(p[reverse[kind]]) - math.log(p[kind]) + sign * logq
         lp_old = torch.as_tensor(lp_old, dtype=torch.float64).expand_as(lp_new)
         return mh_log_ratio(lp_new, lp_old, correction, torch.ones_like(lp_new, dtype=torch.bool))
 
@@ -239,6 +301,8 @@ class GapJump(KernelBase[GapJumpOptions]):
         if u < self.p_update:
             new, info = self.kernel(L).step(state.mh, streams)
             return JumpState(L, new), "update", bool(info.is_accepted[0]), float(info.acceptance_rate[0])
+        if u >= 1.0 - self.p_insert_run - self.p_delete_run:  # the run moves, last (never at their default 0)
+            return self._run_move(state, "insert_run" if u < 1.0 - self.p_delete_run else "delete_run", streams)
         lp_x = self.lp(state)
         if u < self.p_update + self.p_insert:
             if self.target.log_prior(L + 1) == float("-inf"):  # past the prior's longest
@@ -263,6 +327,24 @@ class GapJump(KernelBase[GapJumpOptions]):
             moved, kind = JumpState(L - 1, new), "delete"
         accept = bool(torch.log(streams.rand((1,))[0].double()) < log_a)
         return (moved if accept else state), kind, accept, float(acceptance_probability(log_a))
+
+    def _run_move(self, state: JumpState, kind: str, streams: ChainStreams) -> tuple[JumpState, str, bool, float]:
+        """An insert run or a delete run (:mod:`.jump_runs`): ``k``, then a slot (a start), then an order."""
+        L, x = state.length, state.mh.tokens
+        k = self.run_sizes[int(streams.randint(len(self.run_sizes))[0])]
+        Lnew = L + k if kind == "insert_run" else L - k
+        if self.target.log_prior(Lnew) == float("-inf"):  # past a bound of the prior's lengths
+            return state, kind, False, 0.0
+        j = int(streams.randint(min(L, Lnew) + 1)[0])  # L + 1 slots; L - k + 1 starts of a run of k
+        order = streams.rand((1, k))[0].argsort()
+        if kind == "insert_run":
+            y, logq = unmask_run(self.target, insert_masks(self.target, x, L, j, k), Lnew, j, order, streams)
+        else:
+            y, logq = delete_run(self.target, x, L, j, k), unmask_run(self.target, x, L, j, order)[1]
+        new = self.kernel(Lnew).init(y)
+        log_a = self.log_ratio(kind, self.log_density(Lnew, new.energy, new.log_factor)[0], self.lp(state), logq[0])
+        accept = bool(torch.log(streams.rand((1,))[0].double()) < log_a)
+        return (JumpState(Lnew, new) if accept else state), kind, accept, float(acceptance_probability(log_a))
 
     # -------------------------------------------------------------- C chains (the kernel contract)
     def init(self, tokens: Tensor) -> GapJumpState:
@@ -305,7 +387,7 @@ class GapJump(KernelBase[GapJumpOptions]):
                 energy[c], factor[c], cond[c] = ev.energy[0], ev.log_factor[0], ev.cond_logits[0]
             lp[c] = self.lp(new)
             accepted[c], rate[c], length[c], move[c] = ok, prob, L, MOVES.index(kind)
-            changed[c] = int((tokens[c] != state.tokens[c]).sum()) if kind == "update" else int(ok)
+            changed[c] = int((tokens[c] != state.tokens[c]).sum()) if kind == "update" else abs(L - old.length) * ok
         return GapJumpState(tokens, energy, factor, cond), GapJumpInfo(lp, accepted, rate, changed, length, move)
 
     # -------------------------------------------------------------- exact, for tiny models
@@ -324,21 +406,22 @@ class GapJump(KernelBase[GapJumpOptions]):
         return torch.log_softmax(torch.cat(parts), 0)
 
     def exact_matrix(self) -> Tensor:
-        """``(S, S)`` float64 exact matrix of one :meth:`step_chain` over :meth:`states`:
-        ``p_update M_update + p_insert M_insert + p_delete M_delete`` (:meth:`move_matrices`)."""
-        m = self.move_matrices()
-        return self.p_update * m["update"] + self.p_insert * m["insert"] + self.p_delete * m["delete"]
+        """``(S, S)`` float64 exact matrix of one :meth:`step_chain` over :meth:`states`: the sum of
+        each move's probability times its matrix (:meth:`move_matrices`)."""
+        p = dict(zip(MOVES, (self.p_update, self.p_insert, self.p_delete, self.p_insert_run, self.p_delete_run)))
+        return sum((p[move] * M for move, M in self.move_matrices().items()), torch.zeros(()))
 
     def move_matrices(self) -> dict[str, Tensor]:
         """Each move's ``(S, S)`` float64 exact matrix over :meth:`states`, given that move is chosen:
         the update's from each length's MH kernel (:func:`~mlm_ppl.inference.exact.transition_matrix`),
-        insert and delete built from the moves' own proposal and density code."""
+        insert and delete built from the moves' own proposal and density code, and with the run moves
+        on (``p_insert_run > 0``) theirs (:func:`~mlm_ppl.inference.jump_runs.run_matrices`)."""
         lengths = self.target.lengths
         offset, n = {}, 0
         for L in lengths:
             offset[L] = n
             n += enumerate_states(self.target.target(L)).shape[0]
-        M = {move: torch.zeros((n, n), dtype=torch.float64) for move in MOVES}
+        M = {move: torch.zeros((n, n), dtype=torch.float64) for move in MOVES[:3]}
         for L in lengths:
             target = self.target.target(L)
             states = enumerate_states(target)
@@ -376,4 +459,4 @@ class GapJump(KernelBase[GapJumpOptions]):
                         w = probs / slots
                         P[o + s].index_add_(0, offset[Lnew] + index(ys), w * a)
                         P[o + s, o + s] += float((w * (1 - a)).sum())
-        return M
+        return {**M, **run_matrices(self, offset, n)} if self.p_insert_run > 0 else M

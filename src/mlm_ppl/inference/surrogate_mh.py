@@ -54,7 +54,7 @@ from .base import (
     state_rows,
 )
 from .exact import enumerate_states, transition_matrix
-from .jump import GapJump, check_moves, move_options
+from .jump import MOVE_OPTIONS, RUN_RECORDS, GapJump, check_moves, move_options, move_settings
 from .mh import MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, option
 from .streams import ChainStreams
@@ -77,7 +77,7 @@ SURROGATE_FRAMES = ("crop", "frozen")
 """What the surrogate's copies see outside ``surrogate_context`` (``surrogate_frame``)."""
 
 
-_UPDATE, _INSERT, _DELETE = move_options()  # the inner chain's moves on a variable gap
+_UPDATE, _INSERT, _DELETE, _INSERT_RUN, _DELETE_RUN, _MAX_RUN = move_options()  # the inner chain's, on a gap
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,9 @@ class SurrogateOptions(TemperingOptions):
     p_update: float = _UPDATE
     p_insert: float = _INSERT
     p_delete: float = _DELETE
+    p_insert_run: float = _INSERT_RUN
+    p_delete_run: float = _DELETE_RUN
+    max_run: int = _MAX_RUN
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -199,9 +202,8 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         nearly the whole copy's conditionals at the crop's cost.
     block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p
         The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings` (random scan).
-    p_update, p_insert, p_delete
-        On a variable gap, the inner gap-jump chain's move probabilities (refused on a fixed
-        template).
+    p_update, p_insert, p_delete, p_insert_run, p_delete_run, max_run
+        On a variable gap, the inner gap-jump chain's moves (refused on a fixed template).
     """
 
     name = "surrogate-mh"
@@ -221,6 +223,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         "replicas": 1,  # 0.5: replica exchange of the inner chain
         "replica_spacing": 1.5,
         "p_swap": 0.2,
+        **RUN_RECORDS,  # 0.5 too: gap-jump's run moves
     }
     options: SurrogateOptions
     surrogate: Any  # SurrogateTarget, or a GapTarget of them (a variable gap)
@@ -242,9 +245,9 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         if isinstance(target, GapTarget):
             self._bind_gap(target, surrogate_of)
             return
-        if {"p_update", "p_insert", "p_delete"} & set(o.given()):
+        if set(MOVE_OPTIONS) & set(o.given()):
             raise ValueError(
-                "p_update, p_insert and p_delete are the inner chain's moves over a variable gap's lengths; this "
+                f"{', '.join(MOVE_OPTIONS)} are the inner chain's moves over a variable gap's lengths; this "
                 "template has no variable gap MASK{a,b}: leave them out"
             )
         self.surrogate = surrogate_of(target)
@@ -284,14 +287,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         self.surrogate = target.map_targets(surrogate_of)
         for surrogate in self._surrogates():  # each length's E~ set to E at its greedy fill (no random draw)
             surrogate.calibrate(fill_template(surrogate.base, 1, ChainStreams(0, 1), "greedy"))
-        self.inner = GapJump(
-            self.surrogate,
-            p_update=o.p_update,
-            p_insert=o.p_insert,
-            p_delete=o.p_delete,
-            p_unmask=o.p_unmask,
-            unmask_size=o.unmask_size,
-        )
+        self.inner = GapJump(self.surrogate, **move_settings(o), p_unmask=o.p_unmask, unmask_size=o.unmask_size)
 
     def _surrogates(self) -> list[SurrogateTarget]:
         """The surrogate targets: one, or one per length of a variable gap."""
@@ -322,8 +318,8 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         full = int(surrogate.base.scored_positions.numel())  # type: ignore[attr-defined]
         crop = surrogate.columns.numel() / surrogate.template.numel()
         if self.inner.capabilities.lengths:  # a surrogate evaluation per move, an update's reads, a jump's q copy
-            o = self.options
-            reads = o.p_update * self.inner.kernel(self.surrogate.longest).proposal_cost() + o.p_insert + o.p_delete
+            reads = self.options.p_update * self.inner.kernel(self.surrogate.longest).proposal_cost()
+            reads += self.inner.jump_reads()
             per_step = surrogate.positions.numel() + reads
         else:  # with replicas, a local step evaluates each replica's proposal; an exchange, none
             per_step = surrogate.positions.numel() * self.options.local_steps() + self.inner.proposal_cost()
