@@ -71,7 +71,9 @@ def main() -> None:
             chains.append(seq)
             starts.append(w)
     real = window_prob(mlm, chains, starts)
-    mixed = [s[:w] + shuffled(s[w : w + WIDTH], seed=i) + s[w + WIDTH :] for i, (s, w) in enumerate(zip(chains, starts))]
+    mixed = [
+        s[:w] + shuffled(s[w : w + WIDTH], seed=i) + s[w + WIDTH :] for i, (s, w) in enumerate(zip(chains, starts))
+    ]
     shuffled_prob = window_prob(mlm, mixed, starts)
     cdr3 = []
     for v, body, j in HEAVY_CHAINS:

@@ -25,7 +25,7 @@ ALLOWED = {
     "rundir": {"_checks", "_files", "models", "inference", "settings", "diagnostics"},
     "campaign": {"_checks", "models", "inference", "settings", "diagnostics", "rundir"},
     "evaluation": {"_checks", "_files", "data", "models", "inference", "diagnostics", "rundir"},
-    "designs": {"_checks", "models", "settings", "diagnostics", "rundir", "campaign"},
+    "designs": {"_checks", "_files", "models", "settings", "diagnostics", "rundir", "campaign"},
     "jobs": {"_checks", "_files", "models", "inference", "settings", "diagnostics", "rundir", "campaign", "designs"},
     "cli": {
         "jobs",

@@ -13,13 +13,13 @@ token positions where two draws differ: the designed positions, since the fixed 
 Each design carries its designed positions' mean conditional probability ``site_prob`` and the
 flag ``memorized`` (:data:`~mlm_ppl.diagnostics.MEMORIZED_PROB`): a loop the model predicts from
 the rest as from memory is most likely one it was trained on, however good its ``lp``. Filters
-leave out memorized loops, and loops near a given set (a novelty rule), before the picking.
+pass over memorized loops, and leave out loops near a given set (a novelty rule).
 
 Everything is read, nothing written: ``run.nc`` (draws, ``lp``, functionals, and the run's
 settings, recorded with it), ``samples.txt`` (each draw's sequence as the run decoded it) and,
 for a batch, ``batch-record.json`` (its templates). No lock is taken. The model is loaded only
 where these do not hold the draws: a run read from its checkpoint (still going, or cut off), a
-``run.nc`` written before the memorization columns, a run without ``samples.txt``.
+``run.nc`` without the memorization columns (the picks are read), a run without ``samples.txt``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import torch
 from . import rundir
 from ._checks import check_count
 from ._files import read_list_file
-from .campaign import batch_templates
+from .campaign import batch_templates, run_model
 from .diagnostics import MEMORIZED_PROB, functional_name, length_log_prior, site_scores
 from .diagnostics.data import attr_list
 from .models.constraints import recorded_expert_weights, weighted_expert_sum
@@ -128,7 +128,8 @@ class Designs:
     """What :func:`pick_designs` found: the ``designs`` (template by template, each in rank
     order), the ``experts`` columns, and ``found``, the number picked per template (fewer than
     ``top`` where too few candidates lie ``min_hamming`` apart), and ``excluded``, per template, the
-    distinct feasible sequences a filter took out (``exclude_memorized``, ``novel_from``)."""
+    distinct sequences ``novel_from`` left out and the memorized loops ``exclude_memorized`` passed
+    over."""
 
     designs: list[Design]
     top: int
@@ -185,15 +186,17 @@ def pick_designs(
     sample``; see the module docstring for the rule): up to ``top`` per template, at Hamming
     distance ``>= min_hamming`` from each other.
 
-    Filters, applied before the picking: ``exclude_memorized`` leaves out every memorized loop
-    (``site_prob >= MEMORIZED_PROB``); ``novel_from`` (a file of loops, one per line, or the loops
-    themselves) leaves out every loop at Hamming distance below ``min_distance`` from one of them
-    (loops of another length are no match; a file with none of the run's loop lengths is refused).
-    :attr:`Designs.excluded` counts what each filter took out.
+    Filters: ``novel_from`` (a file of loops, one per line, or the loops themselves) leaves out,
+    before the picking, every loop at Hamming distance below ``min_distance`` from one of them
+    (loops of another length are no match; a file with none of the run's loop lengths is refused);
+    ``exclude_memorized`` passes over every memorized loop (``site_prob >= MEMORIZED_PROB``) the
+    picking reaches and picks on. :attr:`Designs.excluded` counts, per template, the distinct
+    sequences ``novel_from`` left out and the memorized loops ``exclude_memorized`` passed over.
 
     A run still going, cut off or resumed since its ``run.nc`` is read from its checkpoint (its
-    draws so far; :func:`~mlm_ppl.jobs.current.read_current`: the model is loaded), a ``run.nc``
-    written before the memorization columns is scored with the model (once per distinct state).
+    draws so far; :func:`~mlm_ppl.campaign.current.read_current`: the model is loaded); for a ``run.nc``
+    without the memorization columns (written before them, or of more distinct states than a run's
+    end reads: :data:`~mlm_ppl.diagnostics.SITE_COPY_BUDGET`) the model reads the picks' alone.
     ``trust_code``: consent to code experts in the record of a run read so.
 
     Every template's run is read and checked before anything is picked. A ValueError (one
@@ -236,15 +239,23 @@ def pick_designs(
     for d in draws:
         keep = d.feasible.copy()
         taken: dict[str, int] = {}
-        if exclude_memorized:
-            taken["exclude_memorized"] = _distinct(d, keep & d.memorized)
-            keep &= ~d.memorized
         if novel is not None:
             near = np.array([_nearest(loop, novel) < min_distance for loop in d.loops])
             taken["novel_from"] = _distinct(d, keep & near)
             keep &= ~near
+        passed = 0
+        while True:  # pick; score the picks the run has no site_prob for; pass over memorized ones, pick again
+            picks = select_designs(d.tokens, d.lp, keep, top, min_hamming)
+            d.score([p.index for p in picks])
+            memorized = [p.index for p in picks if d.site_prob[p.index] >= MEMORIZED_PROB]
+            if not exclude_memorized or not memorized:
+                break
+            passed += len(memorized)
+            for i in memorized:
+                keep &= (d.tokens != d.tokens[i]).any(-1)
+        if exclude_memorized:
+            taken["exclude_memorized"] = passed
         excluded[d.name] = taken
-        picks = select_designs(d.tokens, d.lp, keep, top, min_hamming)
         found[d.name] = len(picks)
         D = d.draws
         for rank, p in enumerate(picks, 1):
@@ -261,7 +272,7 @@ def pick_designs(
                     min_hamming=p.min_hamming,
                     sequence=d.sequences[p.index],
                     site_prob=float(d.site_prob[p.index]),
-                    memorized=bool(d.memorized[p.index]),
+                    memorized=bool(d.site_prob[p.index] >= MEMORIZED_PROB),
                 )
             )
     return Designs(designs, top, min_hamming, experts, found, excluded)
@@ -294,7 +305,7 @@ def _distinct(d: "_Draws", rows: np.ndarray) -> int:
 class _Draws:
     """One run's draws, flattened (chain-major): tokens ``(N, L)``, ``lp``, ``feasible``, the
     MLM ``energy``, each expert's ``values``, the decoded ``sequences``, the designed ``loops`` (as
-    tokens) and their ``site_prob`` and ``memorized`` flags."""
+    tokens) and their ``site_prob``."""
 
     name: str
     draws: int
@@ -306,12 +317,21 @@ class _Draws:
     values: dict[str, np.ndarray]
     sequences: list[str]
     loops: list[tuple[str, ...]]
-    site_prob: np.ndarray
-    memorized: np.ndarray
+    site_prob: np.ndarray  # nan where not read yet (a run.nc without the column): score() reads them
+    scorer: Any = None  # rows -> site_prob of those draws, for a run.nc without the column
+
+    def score(self, rows: list[int]) -> None:
+        """Fill ``site_prob`` of the draws of the states at ``rows`` that lack it (each state read once)."""
+        rows = [i for i in rows if np.isnan(self.site_prob[i])]
+        if not rows:
+            return
+        values = self.scorer(self.tokens[rows])
+        for i, value in zip(rows, values):
+            self.site_prob[(self.tokens == self.tokens[i]).all(-1)] = value
 
 
 def _read_draws(name: str, path: Path, top_dir: Path, kind: str, trust_code: bool) -> _Draws:
-    from .jobs.current import read_current
+    from .campaign.current import read_current
 
     resume = f"mlm-ppl sample --resume {top_dir}"
     if rundir.kind_of(path) != "sample":
@@ -326,7 +346,7 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str, trust_code: boo
         )
     current = read_current(path, trust_code=trust_code)
     idata = current.idata
-    settings, weights = _settings(idata.attrs, path)
+    settings, weights = recorded_settings(idata.attrs, path)
     tokens = idata.posterior["tokens"].values
     C, D, L = tokens.shape
     lp = idata.sample_stats["lp"].values.astype(np.float64).reshape(C * D)
@@ -350,12 +370,19 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str, trust_code: boo
     energy = energy_from_log_density(torch.from_numpy(lp), factor, settings.temperature).numpy()
     mlm = current.mlm
     if "site_prob" not in post or not (path / "samples.txt").is_file() and not current.from_checkpoint:
-        mlm = mlm if mlm is not None else _model(settings, trust_code)
+        mlm = mlm if mlm is not None else run_model(settings)
+    scorer = None
     if "site_prob" in post:
-        site = post["site_prob"].values.reshape(C * D)
-    else:  # a run.nc written before the memorization columns: scored here, once per distinct state
-        site = site_scores(tokens, attr_list(idata.attrs, "free_positions"), mlm, pad_id=_pad(idata))["site_prob"]
-        site = site.reshape(C * D)
+        site = post["site_prob"].values.astype(np.float64).reshape(C * D)
+    else:  # a run.nc without the column (written before it, or too many states to read): the picks are read
+        site = np.full(C * D, np.nan)
+        free = attr_list(idata.attrs, "free_positions")
+
+        def scorer(rows: np.ndarray) -> np.ndarray:
+            scores = site_scores(rows[:, None, :], free, mlm, pad_id=_pad(idata))
+            assert scores is not None  # no budget: every state is read
+            return scores["site_prob"][:, 0]
+
     if mlm is not None and (current.from_checkpoint or not (path / "samples.txt").is_file()):
         sequences = [seq for c in range(C) for seq in mlm.decode(torch.as_tensor(tokens[c]))]
     else:
@@ -378,7 +405,7 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str, trust_code: boo
         sequences,
         loops,
         site,
-        site >= MEMORIZED_PROB,
+        scorer,
     )
 
 
@@ -387,16 +414,7 @@ def _pad(idata: Any) -> int | None:
     return None if pad is None else int(pad)
 
 
-def _model(settings: RunSettings, trust_code: bool) -> Any:
-    """The run's model (its files checked against the record), to score or decode what its run.nc lacks."""
-    from .campaign import build
-    from .models.constraints import trusting_code
-
-    with trusting_code(trust_code):
-        return build(settings)[0]
-
-
-def _settings(attrs: dict, path: Path) -> tuple[RunSettings, dict[str, float]]:
+def recorded_settings(attrs: dict, path: Path) -> tuple[RunSettings, dict[str, float]]:
     """The settings ``run.nc`` was made with (recorded in it as ``config``), and the name and weight
     of each expert of its constraints (:func:`~mlm_ppl.models.constraints.recorded_expert_weights`).
     The spec is not built: designs needs no expert's function, and building one imports its

@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_cli_constraints import SPEC, _sample, _vocab
 
+from mlm_ppl import load_mlm
 from mlm_ppl.cli import main
 from mlm_ppl.designs import pick_designs
 from mlm_ppl.diagnostics import deep as deep_module
@@ -265,3 +266,29 @@ def test_the_command_line_adds_the_rule_and_its_draws_keep_it(model_dir, tmp_pat
     assert len(set(loops)) > 3
     assert main(_sample(model, tmp_path / "x", "--min-distance", "2")) == 2
     assert "--min-distance applies to --novel-from" in capsys.readouterr().err
+
+
+def test_a_run_with_more_states_than_the_budget_scores_only_what_is_shown(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr("mlm_ppl.diagnostics.SITE_COPY_BUDGET", 5)
+    out = tmp_path / "big"
+    assert main(_sample(model_dir, out, draws="30")) == 0
+    idata = read_run(str(out))
+    assert "site_prob" not in idata.posterior and "more than 5 masked copies" in idata.attrs["site_scores"]
+    assert (
+        "memorized: not read: the run's distinct states need more than 5 masked copies"
+        in (out / "summary.txt").read_text()
+    )
+    assert (out / "samples.txt").read_text().splitlines()[0] == "chain\tdraw\tlp\tsequence"
+    mlm = load_mlm(model_dir)
+    designs = pick_designs(out, top=5)
+    tokens = idata.posterior["tokens"].values
+    for d in designs.designs:  # the picks are read, each as site_scores reads it
+        want = site_scores(tokens[d.chain, d.draw][None, None], [2, 4, 5], mlm)["site_prob"][0, 0]
+        assert d.site_prob == pytest.approx(want)
+    # passing over memorized picks: the best of the rest, as with every draw scored
+    cut = float(np.median([d.site_prob for d in designs.designs]))
+    monkeypatch.setattr("mlm_ppl.designs.MEMORIZED_PROB", cut)
+    kept = pick_designs(out, top=5, exclude_memorized=True)
+    assert all(d.site_prob < cut for d in kept.designs) and kept.excluded[out.name]["exclude_memorized"] >= 1
+    report = deep_states(idata, 3, mlm=mlm)  # the deepest states read with the model
+    assert all(s.site_prob is not None for s in report.states)

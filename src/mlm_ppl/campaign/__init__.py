@@ -28,6 +28,7 @@ from .batch import (
     run_template,
     start_batch,
 )
+from .current import CurrentRun, read_current, write_current
 from .lengths import LENGTH_MODES, GapPlan, plan_gap, strata, strata_name
 from .run import (
     build,
@@ -36,6 +37,7 @@ from .run import (
     connect_workers,
     constraints_of,
     execute,
+    run_model,
     run_so_far,
     start_states,
     starts_record,
@@ -60,6 +62,10 @@ __all__ = [
     "connect_workers",
     "execute",
     "run_so_far",
+    "run_model",
+    "read_current",
+    "write_current",
+    "CurrentRun",
     "starts_record",
     "start_states",
     "constraints_of",

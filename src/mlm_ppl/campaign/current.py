@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import campaign, rundir
-from ..diagnostics import read_run, to_inference_data
+from .. import rundir
+from ..diagnostics import SITE_COPY_BUDGET, read_run, to_inference_data
 from ..inference.runner import Run
 from ..models.constraints import trusting_code
+from .run import build, constraints_of, run_so_far
 
 __all__ = ["CurrentRun", "read_current", "write_current"]
 
@@ -44,12 +45,14 @@ def read_current(path: str | os.PathLike, *, trust_code: bool = False, progress:
     ``run.nc``, with no model. One whose checkpoint holds other draws (a run still going, or cut off,
     or resumed since: ``run.nc`` is older) or that has no ``run.nc`` yet is read from its checkpoint:
     the model is loaded and the draws are converted as the finished run's would be
-    (:func:`~mlm_ppl.campaign.run_so_far`; the designed positions scored per distinct state), and
+    (:func:`~mlm_ppl.campaign.run_so_far`; the designed positions scored per distinct state, within
+    :data:`~mlm_ppl.diagnostics.SITE_COPY_BUDGET`, those of an older ``run.nc`` reused), and
     ``source`` says so. ``trust_code``: consent to code experts named in the run's record."""
     path = Path(path)
     if not path.is_dir() or rundir.kind_of(path) != "sample" or not (path / rundir.CHECKPOINT).is_file():
         return CurrentRun(read_run(str(path)), f"read {path / 'run.nc' if path.is_dir() else path}")
     finished = path / "run.nc"
+    idata = None
     if finished.is_file():  # no settings built yet: a finished run's record is not read (its code experts)
         idata = read_run(str(path))
         tokens = idata.posterior["tokens"].values
@@ -65,10 +68,13 @@ def read_current(path: str | os.PathLike, *, trust_code: bool = False, progress:
     with trusting_code(trust_code):
         checkpoint, settings = rundir.run_checkpoint(path)
         drawn = int(checkpoint.stats["lp"].shape[1])
-        mlm, target, kernel = campaign.build(settings)
-    run = campaign.run_so_far(settings, checkpoint, mlm, kernel)
-    constraints = campaign.constraints_of(target)
-    idata = to_inference_data(run, mlm=mlm, constraints=constraints, sites=True, progress=progress)
+        mlm, target, kernel = build(settings)
+    run = run_so_far(settings, checkpoint, mlm, kernel)
+    constraints = constraints_of(target)
+    # the older run.nc's scores of the states it holds are the same: only the new states are read
+    idata = to_inference_data(
+        run, mlm=mlm, constraints=constraints, sites=True, progress=progress, known=idata, site_budget=SITE_COPY_BUDGET
+    )
     source = (
         f"read {path / rundir.CHECKPOINT}: the {drawn} draws of {settings.num_samples} the run has taken so far ({why})"
     )

@@ -40,12 +40,17 @@ def build(
     already in memory, is given; a kernel that does not sample log-factors refuses constraints
     beyond ``Allowed`` rules, and the options are checked against the target. ``options``: kernel
     options no record holds (a Python ``temperature_schedule``: a run in memory)."""
-    if mlm is None:
-        if settings.model_files is not None:
-            check_model_files(settings.model, settings.model_files)
-        mlm = load_mlm(settings.model, device=settings.device, dtype=settings.dtype)
+    mlm = run_model(settings) if mlm is None else mlm
     target = build_target(mlm, settings, log_factor=log_factor)
     return mlm, target, make_kernel(settings.kernel, target, **settings.kernel_arguments(), **(options or {}))
+
+
+def run_model(settings: RunSettings) -> MaskedLM:
+    """The model of a run's settings, loaded after its files are checked against
+    ``settings.model_files`` when they are recorded."""
+    if settings.model_files is not None:
+        check_model_files(settings.model, settings.model_files)
+    return load_mlm(settings.model, device=settings.device, dtype=settings.dtype)
 
 
 def build_target(mlm: MaskedLM, settings: RunSettings, log_factor: Callable[[Tensor], Tensor] | None = None) -> Target:

@@ -94,10 +94,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     out.flush()
     for name, taken in found.excluded.items():
         for what, k in taken.items():
-            print(
-                f"mlm-ppl designs: {name!r}: --{what.replace('_', '-')} left out {k} distinct sequences",
-                file=sys.stderr,
-            )
+            did = "passed over memorized loops" if what == "exclude_memorized" else "left out distinct sequences"
+            print(f"mlm-ppl designs: {name!r}: --{what.replace('_', '-')} {did}: {k}", file=sys.stderr)
     for name, k in found.short().items():
         print(
             f"mlm-ppl designs: note: only {k} of {args.top} designs at --min-hamming {args.min_hamming} in {name!r}",

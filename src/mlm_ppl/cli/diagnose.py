@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import TextIO
 
 
@@ -36,8 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         metavar="K",
         help="also print the K distinct states of lowest energy any chain visited: energy, the designed positions' "
-        "own terms and mean conditional probability, memorized or not, which chains visited them, first visit, "
-        "draws and longest stay",
+        "own terms and mean conditional probability (read with the model where run.nc lacks them), memorized or "
+        "not, which chains visited them, first visit, draws and longest stay",
     )
     diag.add_argument(
         "--reference",
@@ -52,8 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .._checks import check_count
+    from ..campaign.current import read_current, write_current
     from ..diagnostics import deep_states, gap_lengths, loop_distribution, plot_diagnostics, summary, with_reference
-    from ..jobs.current import read_current, write_current
     from ..models.gaps import LengthReference
     from ..rundir import MARKER, RunDirectory, RunLockedError, plots_of
 
@@ -80,7 +81,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.loops is not None:
         out.write("\n" + str(loop_distribution(idata, top=args.loops)) + "\n")
     if args.deep is not None:
-        out.write("\n" + str(deep_states(idata, args.deep)) + "\n")
+        mlm = current.mlm
+        if mlm is None and "site_prob" not in idata.posterior:  # the deepest states are read with the model
+            from ..campaign import run_model
+            from ..designs import recorded_settings
+
+            mlm = run_model(recorded_settings(dict(idata.attrs), Path(args.path))[0])
+        out.write("\n" + str(deep_states(idata, args.deep, mlm=mlm)) + "\n")
     out.write("\n" if args.loops is not None or args.deep is not None else "")
     out.flush()
     plot_dir = args.plots or os.path.dirname(os.path.abspath(path))

@@ -262,7 +262,7 @@ def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
             raise ValueError(f"--forbid {pattern!r}: {err}") from None
     if args.novel_from is not None:
         try:
-            rules.append(Novel("novel", read_list_file(args.novel_from, "loops"), args.min_distance or 1))
+            rules.append(Novel("novel", tuple(read_list_file(args.novel_from, "loops")), args.min_distance or 1))
         except (TypeError, ValueError) as err:
             raise ValueError(f"--novel-from {args.novel_from}: {err}") from None
     liabilities: list[str] | bool = list(spec.liabilities)

@@ -7,8 +7,8 @@ sequence. ArviZ (``>=0.21,<1``) and matplotlib are imported lazily.
 
 One module a job: :mod:`.data` (InferenceData of runs, ``run.nc``), :mod:`.summary` (R-hat, ESS
 and each chain's verdict), :mod:`.lengths` (a variable gap's length marginal), :mod:`.plots` and
-:mod:`.loops` (the loop distribution), :mod:`.deep` (the deepest states the chains visited, and
-memorized ones). Every public name is importable from here.
+:mod:`.loops` (the loop distribution), :mod:`.sites` (the designed positions as the model reads them:
+memorized or not), :mod:`.deep` (the deepest states the chains visited). Every public name is importable from here.
 """
 
 from .data import (
@@ -19,19 +19,11 @@ from .data import (
     to_inference_data,
     with_reference,
 )
-from .deep import (
-    DEEP_GAP,
-    MEMORIZED_PROB,
-    DeepState,
-    DeepStates,
-    deep_disagreement,
-    deep_states,
-    draw_energies,
-    site_scores,
-)
+from .deep import DEEP_GAP, DeepState, DeepStates, deep_disagreement, deep_states, draw_energies
 from .lengths import gap_lengths, length_log_prior, length_marginal
 from .loops import LoopDistribution, loop_distribution
 from .plots import plot_diagnostics
+from .sites import MEMORIZED_PROB, SITE_COPY_BUDGET, site_scores
 from .summary import (
     ANNEALED,
     CHAIN_RHAT_MAX,
@@ -83,6 +75,7 @@ __all__ = [
     "draw_energies",
     "site_scores",
     "MEMORIZED_PROB",
+    "SITE_COPY_BUDGET",
     "DEEP_GAP",
     "length_log_prior",
     "length_marginal",

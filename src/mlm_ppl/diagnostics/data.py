@@ -71,6 +71,8 @@ def to_inference_data(
     constraints: "BoundConstraints | None" = None,
     sites: bool = False,
     progress: bool = False,
+    known: "arviz.InferenceData | None" = None,
+    site_budget: int | None = None,
 ) -> "arviz.InferenceData":
     """An ``arviz.InferenceData`` of a run, built with ``arviz.from_dict``.
 
@@ -107,6 +109,12 @@ def to_inference_data(
         masked copy per designed position of each distinct state); needs ``mlm``.
     progress : bool
         A progress bar over the masked copies of ``sites``.
+    known : arviz.InferenceData, optional
+        An earlier InferenceData of the same run (an older ``run.nc``): its ``site_prob`` and
+        ``site_energy`` are reused for the states it holds.
+    site_budget : int, optional
+        With ``sites``: the most masked copies to run (``None``: no limit); a run that needs more
+        gets no site columns, and its ``site_scores`` attribute says why.
 
     Returns
     -------
@@ -159,13 +167,14 @@ def to_inference_data(
     if sites:
         if mlm is None:
             raise ValueError("sites=True reads the designed positions' conditionals: give mlm=")
-        from .deep import site_scores
+        from .sites import site_scores
 
         pad = run.attrs.get("pad_id")
         positions = torch.nonzero(free).flatten().tolist()
-        posterior.update(
-            site_scores(tokens, positions, mlm, pad_id=None if pad is None else int(pad), progress=progress)
-        )
+        pad_id = None if pad is None else int(pad)
+        scores = site_scores(tokens, positions, mlm, pad_id=pad_id, progress=progress, known=known, budget=site_budget)
+        if scores is not None:
+            posterior.update(scores)
     for name, values in (other_sites or {}).items():
         values = np.asarray(values)
         if name in posterior or values.shape[:2] != (C, D):
@@ -173,10 +182,15 @@ def to_inference_data(
         posterior[name] = values
     stats = {k: v.numpy() for k, v in run.stats.items()}
     attrs = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in run.attrs.items() if v is not None}
-    if sites:
-        from .deep import MEMORIZED_PROB
+    if sites and "site_prob" in posterior:
+        from .sites import MEMORIZED_PROB
 
         attrs["memorized_threshold"] = MEMORIZED_PROB
+    elif sites:
+        attrs["site_scores"] = (
+            f"not read: the run's distinct states need more than {site_budget} masked copies; mlm-ppl diagnose "
+            "--deep K reads its deepest states, mlm-ppl designs its picks"
+        )
     if mlm is not None:
         attrs["model"] = mlm.name
         attrs["vocab"] = json.dumps(list(mlm.vocab))

@@ -1,9 +1,6 @@
 """Deep states of a run: the lowest-energy states its chains visited, how each chain met them, and
-whether the designed positions are ones the model knows by heart (memorized).
+whether the designed positions are ones the model knows by heart (memorized: :mod:`.sites`).
 
-* :func:`site_scores`: per draw, the designed positions' own ``E_norm`` terms (``site_energy``)
-  and their mean conditional probability ``p(x_t | x_\\t)`` (``site_prob``), read once per distinct
-  state; ``memorized`` where ``site_prob`` reaches :data:`MEMORIZED_PROB`.
 * :func:`deep_states`: the ``K`` distinct states of lowest energy, with which chains visited
   them, when first, how often and the longest stay (:class:`DeepStates`).
 * :func:`deep_disagreement`: the line every summary carries when a state far below the rest was
@@ -17,11 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from .._checks import check_count
 from .data import attr_list
 from .lengths import length_log_prior
+from .sites import MEMORIZED_PROB, site_scores
 
 if TYPE_CHECKING:  # pragma: no cover
     import arviz
@@ -29,23 +26,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..models.masked_lm import MaskedLM
 
 __all__ = [
-    "MEMORIZED_PROB",
     "DEEP_GAP",
     "SITE_FUNCTIONALS",
-    "site_scores",
     "draw_energies",
     "deep_states",
     "deep_disagreement",
     "DeepState",
     "DeepStates",
 ]
-
-MEMORIZED_PROB = 0.9
-"""A state is flagged **memorized** when the mean conditional probability of its designed
-positions, each read with only itself masked, is at least this. Chosen on AntiBERTy
-(``benchmarks/memorization.py``, docs/diagnostics.md "Memorized states"): windows of germline V
-genes, which the model saw in training by the thousand, against their shuffles and the converge
-run's draws."""
 
 DEEP_GAP = 3.0
 """Nats of log density: a state this far below the best any other chain reached is one some
@@ -55,36 +43,6 @@ SITE_FUNCTIONALS = ("site_prob", "site_energy", "memorized")
 """The per-draw functionals :func:`site_scores` adds: shown in a summary's table, left out of its
 verdicts (a stop rule without the model cannot read them, and the deep-state line reports what
 they would add)."""
-
-
-def site_scores(
-    tokens: np.ndarray | torch.Tensor,
-    positions: list[int],
-    mlm: "MaskedLM",
-    *,
-    pad_id: int | None = None,
-    progress: bool = False,
-) -> dict[str, np.ndarray]:
-    """Per draw of ``tokens`` ``(C, D, L)``: ``site_prob`` (the mean over the designed
-    ``positions`` of ``p(x_t | x_\\t)``, each read with only ``t`` masked), ``site_energy`` (their
-    ``E_norm`` terms summed: ``-sum_t log p(x_t | x_\\t)``) and ``memorized`` (1.0 where
-    ``site_prob >= MEMORIZED_PROB``), each ``(C, D)`` float64. Each distinct state is read once
-    (:func:`~mlm_ppl.models.energy.site_log_probs`: one masked copy per designed position); a
-    variable gap's pads (``pad_id``) are no residue and count in neither."""
-    from ..models.energy import site_log_probs
-
-    tokens = torch.as_tensor(np.asarray(tokens), dtype=torch.long)
-    C, D, L = tokens.shape
-    unique, which = torch.unique(tokens.reshape(C * D, L), dim=0, return_inverse=True)
-    logp = site_log_probs(mlm, unique, positions, pad_id=pad_id, progress=progress).numpy()  # (U, P)
-    prob = np.nanmean(np.exp(logp), axis=1)
-    energy = -np.nansum(logp, axis=1)
-    idx = which.numpy()
-    return {
-        "site_prob": prob[idx].reshape(C, D),
-        "site_energy": energy[idx].reshape(C, D),
-        "memorized": (prob[idx] >= MEMORIZED_PROB).astype(np.float64).reshape(C, D),
-    }
 
 
 def draw_energies(idata: "arviz.InferenceData") -> np.ndarray | None:
@@ -199,6 +157,10 @@ def loop_text(ids: np.ndarray, vocab: Any, pad: int | None) -> str:
     return ("" if vocab is not None and all(len(n) == 1 for n in names) else " ").join(names)
 
 
+def _draws(n: int) -> str:
+    return f"{n} draw" if n == 1 else f"{n} draws"
+
+
 def _longest_run(flags: np.ndarray) -> int:
     best = run = 0
     for f in flags:
@@ -226,7 +188,7 @@ def deep_disagreement(idata: "arviz.InferenceData", gap: float = DEEP_GAP) -> st
     loop = tokens[c0, d0, free]
     at = (tokens[..., free] == loop).all(-1)  # (C, D) draws of that state
     holders = [c for c in range(lp.shape[0]) if at[c].any()]
-    held = ", ".join(f"chain {c} ({int(at[c].sum())} draws, longest stay {_longest_run(at[c])})" for c in holders)
+    held = ", ".join(f"chain {c} ({_draws(int(at[c].sum()))}, longest stay {_longest_run(at[c])})" for c in holders)
     others = ", ".join(f"chain {c} {best[c]:.2f}" for c in behind)
     return (
         f"chains disagree on deep states; R-hat cannot weigh them: the best state visited, "
@@ -261,6 +223,7 @@ def deep_states(idata: "arviz.InferenceData", k: int = 10, *, mlm: "MaskedLM | N
     elif mlm is not None and order:
         rows = np.array([first_index[u] for u in order])
         scores = site_scores(tokens.reshape(C * D, 1, L)[rows], free, mlm, pad_id=pad)
+        assert scores is not None  # no budget: every state is read
         site = {n: np.full(C * D, np.nan) for n in ("site_prob", "site_energy")}
         for n in site:
             site[n][rows] = scores[n][:, 0]

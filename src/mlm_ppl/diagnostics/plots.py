@@ -107,8 +107,9 @@ def _plot_deep_states(idata: "arviz.InferenceData", out_dir: str) -> str:
     for c in range(C):
         trace.plot(np.arange(D), lp[c], lw=0.8, color="0.6" if C > 1 else "tab:blue", zorder=1)
     for i, (state, color) in enumerate(zip(report.states, colors)):
-        c, d = np.nonzero(which == i)
-        trace.scatter(d, lp[c, d], s=6, color=color, zorder=2, label=f"{i + 1}: {state.loop} ({state.visits} draws)")
+        rows, cols = np.nonzero(which == i)
+        label = f"{i + 1}: {state.loop} ({state.visits} draws)"
+        trace.scatter(cols, lp[rows, cols], s=6, color=color, zorder=2, label=label)
     trace.set(xlabel="draw", ylabel="lp", title="lp of each chain; the deepest states marked")
     if report.states:
         trace.legend(fontsize="x-small", loc="lower right")

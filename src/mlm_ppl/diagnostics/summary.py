@@ -16,8 +16,9 @@ from ..inference.annealing import annealing_note
 from ..inference.registry import KERNELS
 from ..inference.runner import OWN_LAW
 from .data import load_arviz, to_inference_data
-from .deep import MEMORIZED_PROB, SITE_FUNCTIONALS, deep_disagreement
+from .deep import SITE_FUNCTIONALS, deep_disagreement
 from .lengths import length_marginal, length_terms, reference_for
+from .sites import MEMORIZED_PROB
 
 if TYPE_CHECKING:  # pragma: no cover
     import arviz
@@ -103,6 +104,9 @@ class Summary:
     reference : str or None
         What the table's Hamming distances count: the designed positions that differ from the
         reference (``hamming_reference``) or from chain 0's start (``hamming_chain0_start``).
+    site_scores : str or None
+        Why a run has no ``site_prob`` column (its ``site_scores`` attribute: too many distinct
+        states to read at its end); None otherwise.
     memorized : float or None
         The fraction of draws flagged memorized (``site_prob >= MEMORIZED_PROB``: the designed
         positions are predicted from the rest as from memory); None for a run without the column.
@@ -125,6 +129,7 @@ class Summary:
     memorized: float | None = None
     reference: str | None = None
     length_terms: dict[int, float] | None = None
+    site_scores: str | None = None
 
     @property
     def converged(self) -> bool:
@@ -170,6 +175,8 @@ class Summary:
                 f"surrogate: inner acceptance {self.inner_acceptance:.3f}   moves per step {self.moves_per_step:.2f}   "
                 f"masked copies per step {self.masked_copies_per_step:.0f}"
             )
+        if self.site_scores is not None:
+            lines.append(f"memorized: {self.site_scores}")
         if self.memorized is not None:
             lines.append(
                 f"memorized: {self.memorized:.1%} of draws have designed positions of mean conditional probability "
@@ -325,6 +332,7 @@ def summary(
         memorized=float(post["memorized"].values.mean()) if "memorized" in post else None,
         reference=_reference_line(idata),
         length_terms=length_terms(idata),
+        site_scores=idata.attrs.get("site_scores"),
     )
 
 

@@ -8,7 +8,7 @@ This floor stands above :mod:`mlm_ppl.campaign` (what a run directory's run and 
 prints what these return.
 """
 
-from .current import CurrentRun, read_current, write_current
+from ..campaign.current import CurrentRun, read_current, write_current
 from .door import resume, run_job, sample
 from .results import BatchRun, SampledRun, load_run
 from .spec import JOB_KEYS, JobSpec, read_job_file

@@ -12,11 +12,11 @@ from typing import Any
 import torch
 
 from ..campaign import batch_templates
+from ..campaign.current import read_current
 from ..designs import Designs, pick_designs
 from ..diagnostics import read_run, summary, to_inference_data
 from ..inference.runner import Run
 from ..rundir import CHECKPOINT, CONFIG, kind_of
-from .current import read_current
 
 __all__ = ["SampledRun", "BatchRun", "load_run"]
 
@@ -87,7 +87,7 @@ def load_run(directory: str | os.PathLike, *, trust_code: bool = False) -> Sampl
     """A run (its ``run.nc``: draws, statistics and record) or batch, read from its directory
     without a lock; a ValueError says what is missing. A run still going, cut off, or resumed since
     its ``run.nc`` was written is read from its checkpoint, its draws so far
-    (:func:`~mlm_ppl.jobs.current.read_current`: the model is loaded); ``source`` says which was
+    (:func:`~mlm_ppl.campaign.current.read_current`: the model is loaded); ``source`` says which was
     read. ``trust_code``: consent to code experts in the record of a run read from its checkpoint."""
     path = Path(directory)
     kind = kind_of(path)

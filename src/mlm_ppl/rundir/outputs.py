@@ -31,28 +31,28 @@ def write_outputs(
     in ``run.nc`` and the summary, and a ``feasible`` column in ``samples.txt``; a variable gap's
     run adds a ``length`` column). Every draw's designed positions are scored once per distinct
     state (``site_prob``, ``site_energy``, ``memorized``: :func:`~mlm_ppl.diagnostics.site_scores`),
-    in ``run.nc`` and, but for ``site_energy``, in ``samples.txt``. ``idata``: the run's
+    in ``run.nc`` and, but for ``site_energy``, in ``samples.txt``, unless that takes more than
+    :data:`~mlm_ppl.diagnostics.SITE_COPY_BUDGET` masked copies (the summary then says so). ``idata``: the run's
     InferenceData already made so (``to_inference_data(run, mlm=, constraints=, sites=True)``).
 
     Returns the :class:`~mlm_ppl.diagnostics.Summary` (``str()`` of it is ``summary.txt``) and
     the paths written (``run.nc`` first).
     """
-    from ..diagnostics import plot_diagnostics, summary, to_inference_data
+    from ..diagnostics import SITE_COPY_BUDGET, plot_diagnostics, summary, to_inference_data
 
     if idata is None:
-        idata = to_inference_data(run, mlm=mlm, constraints=constraints, sites=True)
+        idata = to_inference_data(run, mlm=mlm, constraints=constraints, sites=True, site_budget=SITE_COPY_BUDGET)
     with run_dir.atomic("run.nc") as tmp:
         idata.to_netcdf(str(tmp))
     lp = run.stats["lp"]
     columns = {k: idata.posterior[k].values for k in ("feasible", "length") if k in idata.posterior}
-    prob, memorized = idata.posterior["site_prob"].values, idata.posterior["memorized"].values
-    lines = ["\t".join(["chain", "draw", "lp", *columns, "site_prob", "memorized", "sequence"])]
+    if "site_prob" in idata.posterior:
+        columns.update(site_prob=idata.posterior["site_prob"].values, memorized=idata.posterior["memorized"].values)
+    lines = ["\t".join(["chain", "draw", "lp", *columns, "sequence"])]
     for c in range(run.num_chains):
         for d, seq in enumerate(mlm.decode(run.tokens[c])):
-            flags = "".join(f"{int(v[c, d])}\t" for v in columns.values())
-            lines.append(
-                f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{flags}{float(prob[c, d]):.4f}\t{int(memorized[c, d])}\t{seq}"
-            )
+            flags = "".join(_cell(k, v[c, d]) + "\t" for k, v in columns.items())
+            lines.append(f"{c}\t{d}\t{float(lp[c, d]):.4f}\t{flags}{seq}")
     run_dir.write_text("samples.txt", "\n".join(lines) + "\n")
     report = summary(idata)
     run_dir.write_text("summary.txt", str(report) + "\n")
@@ -60,3 +60,8 @@ def write_outputs(
         run_dir.record(name)
     plots = plot_diagnostics(idata, str(run_dir.path), mlm=mlm)
     return report, [str(run_dir.path / name) for name in ("run.nc", "samples.txt", "summary.txt")] + plots
+
+
+def _cell(name: str, value: Any) -> str:
+    """A column of ``samples.txt``: ``site_prob`` to 4 decimals, the flags as 0 or 1."""
+    return f"{float(value):.4f}" if name == "site_prob" else str(int(value))

@@ -110,6 +110,7 @@ def rule_from_dict(entry: Mapping[str, Any], index: int, mlm: TokenCodec | None,
                     "give the loops (loops = [...]) or a file of them (file = PATH), one of the two", "loops"
                 )
             loops = entry["loops"] if "loops" in entry else read_loops(entry["file"], source)
+            loops = tuple(loops) if isinstance(loops, list) else loops  # a TOML array; Novel refuses the rest
             rule = Novel(entry["name"], loops, entry.get("min_distance", 1))
         else:
             _require_keys(entry, ("kind", "name", "pattern"), ())
