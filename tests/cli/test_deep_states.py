@@ -13,7 +13,6 @@ from test_cli_constraints import SPEC, _sample, _vocab
 from mlm_ppl import load_mlm
 from mlm_ppl.cli import main
 from mlm_ppl.designs import pick_designs
-from mlm_ppl.diagnostics import deep as deep_module
 from mlm_ppl.diagnostics import (
     deep_disagreement,
     deep_states,
@@ -24,6 +23,7 @@ from mlm_ppl.diagnostics import (
     to_inference_data,
     with_reference,
 )
+from mlm_ppl.diagnostics import sites as sites_module
 from mlm_ppl.inference.runner import Run
 from mlm_ppl.jobs import load_run, read_current
 from mlm_ppl.models.energy import site_log_probs
@@ -77,7 +77,7 @@ def test_site_scores_read_each_distinct_state_once_and_flag_by_the_threshold(mlm
     prob = logp.exp().mean(1).numpy()
     assert np.allclose(scores["site_prob"], prob[[[0, 0, 1], [1, 1, 1]]])
     assert np.allclose(scores["site_energy"], -logp.sum(1).numpy()[[[0, 0, 1], [1, 1, 1]]])
-    monkeypatch.setattr(deep_module, "MEMORIZED_PROB", float(prob.min()) + 1e-9)
+    monkeypatch.setattr(sites_module, "MEMORIZED_PROB", float(prob.min()) + 1e-9)
     flagged = site_scores(tokens, [1, 2], mlm)["memorized"]
     assert np.array_equal(flagged, (scores["site_prob"] >= float(prob.min()) + 1e-9).astype(float))
     assert 0 < flagged.sum() < flagged.size
@@ -115,7 +115,7 @@ def test_deep_states_are_counted_as_by_hand(mlm):
     logp = site_log_probs(mlm, mlm.encode(["AEEEA"]).input_ids, [2, 3, 4])[0]
     assert first.site_energy == pytest.approx(float(-logp.sum()), abs=1e-5)
     assert first.site_prob == pytest.approx(float(logp.exp().mean()), abs=1e-6)
-    assert first.memorized == (first.site_prob >= deep_module.MEMORIZED_PROB)
+    assert first.memorized == (first.site_prob >= sites_module.MEMORIZED_PROB)
     line = deep_disagreement(idata)
     assert line is not None and "AEEEA" not in line and "EEE (lp -1.00)" in line
     assert "chain 2 (5 draws, longest stay 3)" in line and "3 of 4 chains never came within 3 nats" in line
@@ -166,7 +166,7 @@ def test_designs_flag_memorized_loops_and_filters_remove_them(finished, monkeypa
     prob = idata.posterior["site_prob"].values
     every = pick_designs(finished, top=50, min_hamming=0)
     assert all(d.site_prob == pytest.approx(float(prob[d.chain, d.draw])) for d in every.designs)
-    assert all(d.memorized == (d.site_prob >= deep_module.MEMORIZED_PROB) for d in every.designs)
+    assert all(d.memorized == (d.site_prob >= sites_module.MEMORIZED_PROB) for d in every.designs)
     # flag the best third as memorized (the threshold a run's designs read is the library's)
     cut = float(np.quantile([d.site_prob for d in every.designs], 0.66))
     monkeypatch.setattr("mlm_ppl.designs.MEMORIZED_PROB", cut)
