@@ -132,6 +132,11 @@ class DeepStates:
 
 
 def _loops(idata: "arviz.InferenceData") -> tuple[np.ndarray, list[int], Any, int | None]:
+    """The draws ``(C, D, L)``, the designed positions, the vocabulary and the pad id of a run; a
+    ValueError for an InferenceData that is not one run's draws (``from_pyro``'s token sites keep
+    their Pyro names) or does not record its free positions."""
+    if "tokens" not in idata.posterior:
+        raise ValueError("the InferenceData holds no 'tokens' (a Pyro run keeps its sites' names): give one run's")
     tokens = np.asarray(idata.posterior["tokens"].values)
     free = attr_list(idata.attrs, "free_positions")
     if free is None:
@@ -171,10 +176,11 @@ def _longest_run(flags: np.ndarray) -> int:
 
 def deep_disagreement(idata: "arviz.InferenceData", gap: float = DEEP_GAP) -> str | None:
     """A line when some chains never came within ``gap`` nats of log density of the best state any
-    chain visited (None when every chain did, or the run has one chain or no ``lp``): R-hat
+    chain visited (None when every chain did, or the run has one chain, no ``lp``, or is not one
+    run's ``tokens`` of recorded free positions, as ``from_pyro``'s sites): R-hat
     compares chains with each other, so it cannot weigh a deep state that some never visit."""
-    if "lp" not in idata.sample_stats:
-        return None
+    if "lp" not in idata.sample_stats or "tokens" not in idata.posterior or "free_positions" not in idata.attrs:
+        return None  # no log density, or not one run's draws of recorded free positions (a Pyro run's sites)
     lp = np.asarray(idata.sample_stats["lp"].values, dtype=np.float64)
     if lp.shape[0] < 2 or lp.shape[1] == 0 or not np.isfinite(lp).any():
         return None
