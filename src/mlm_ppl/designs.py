@@ -368,26 +368,26 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str, trust_code: boo
     if prior is not None:  # a variable gap: lp = log pi(L) - E/T, and the energy is the MLM's alone
         factor = factor + torch.from_numpy(prior.reshape(C * D))
     energy = energy_from_log_density(torch.from_numpy(lp), factor, settings.temperature).numpy()
-    mlm = current.mlm
-    if "site_prob" not in post or not (path / "samples.txt").is_file() and not current.from_checkpoint:
-        mlm = mlm if mlm is not None else run_model(settings)
+    vocab, free, pad = attr_list(idata.attrs, "vocab"), attr_list(idata.attrs, "free_positions"), _pad(idata)
+    decoded = (path / "samples.txt").is_file() and not current.from_checkpoint  # samples.txt holds the sequences
+    mlm = current.mlm  # the model of a run read from its checkpoint; else loaded only for what run.nc lacks
+    if mlm is None and ("site_prob" not in post or not decoded):
+        mlm = run_model(settings)
     scorer = None
     if "site_prob" in post:
         site = post["site_prob"].values.astype(np.float64).reshape(C * D)
     else:  # a run.nc without the column (written before it, or too many states to read): the picks are read
         site = np.full(C * D, np.nan)
-        free = attr_list(idata.attrs, "free_positions")
 
         def scorer(rows: np.ndarray) -> np.ndarray:
-            scores = site_scores(rows[:, None, :], free, mlm, pad_id=_pad(idata))
+            scores = site_scores(rows[:, None, :], free, mlm, pad_id=pad)
             assert scores is not None  # no budget: every state is read
             return scores["site_prob"][:, 0]
 
-    if mlm is not None and (current.from_checkpoint or not (path / "samples.txt").is_file()):
-        sequences = [seq for c in range(C) for seq in mlm.decode(torch.as_tensor(tokens[c]))]
-    else:
+    if decoded:
         sequences = _sequences(path / "samples.txt", C, D, resume)
-    vocab, free, pad = attr_list(idata.attrs, "vocab"), attr_list(idata.attrs, "free_positions"), _pad(idata)
+    else:
+        sequences = [seq for c in range(C) for seq in mlm.decode(torch.as_tensor(tokens[c]))]
     flat = tokens.reshape(C * D, L)
     loops = [
         tuple(str(vocab[int(v)]) if vocab is not None else str(int(v)) for v in row[free] if pad is None or v != pad)
