@@ -111,6 +111,10 @@ def test_deep_states_are_counted_as_by_hand(mlm):
     assert first.chains == {2: 5} and first.first == (2, 1) and first.longest == 3 and first.visits == 5
     assert second.loop == "CCC" and second.chains == {0: 3, 1: 6, 2: 1, 3: 4} and second.first == (1, 0)
     assert second.longest == 3  # chain 1, draws 0-2
+    assert report.library() == "EEE,CCC"  # a later run's library proposal, deepest first
+    memorized = [s.loop for s in report.states if s.memorized]
+    if len(memorized) < 2:
+        assert report.library(exclude_memorized=True) == ",".join(s.loop for s in report.states if not s.memorized)
     # the designed positions' terms, read for the two states only
     logp = site_log_probs(mlm, mlm.encode(["AEEEA"]).input_ids, [2, 3, 4])[0]
     assert first.site_energy == pytest.approx(float(-logp.sum()), abs=1e-5)

@@ -106,6 +106,16 @@ class DeepStates:
     disagreement: str | None
     by: str
 
+    def library(self, *, exclude_memorized: bool = False) -> str:
+        """The states' loops as a library for a later run's unmask proposals (``library=`` of
+        :class:`~mlm_ppl.inference.MetropolisHastings` and surrogate-MH, ``--library``): loops
+        separated by commas, deepest first; ``exclude_memorized`` leaves out the memorized ones (a
+        design run that should not revisit them; their mass then goes unseen, not removed)."""
+        kept = [s.loop for s in self.states if not (exclude_memorized and s.memorized)]
+        if not kept:
+            raise ValueError("every deep state is memorized: no loop is left for a library")
+        return ",".join(kept)
+
     def __str__(self) -> str:
         def num(x: float | None, fmt: str = ".2f") -> str:
             return "-" if x is None else format(x, fmt)

@@ -34,6 +34,7 @@ from .base import (
     select_sites,
 )
 from .exact import block_moves, scan_matrix
+from .library import Library, check_library
 from .spec import Capabilities, KernelBase, Options, option
 from .streams import ChainStreams
 
@@ -55,6 +56,10 @@ def default_proposal_temperature(temperature: float) -> float:
     faster than at 1 when ``T = 3`` and 2.6-20x when ``T = 2``, but 1.1-91x slower when
     ``T = 0.5`` (sharpened proposals lock onto the MLM's favourites), where 1 does better."""
     return max(float(temperature), 1.0)
+
+
+LIBRARY_RECORDS = {"library": None, "library_weight": 0.5}
+"""What runs recorded before the library proposal did (none): their kernels' ``older_records``."""
 
 
 class TruncatedProposalWarning(UserWarning):
@@ -91,6 +96,15 @@ class ProposalOptions(Options):
     )
     unmask_size: int | None = option(
         None, "free positions an unmask proposal redraws, a run of neighbours (default: all)", check=count_at_least(1)
+    )
+    library: str | None = option(
+        None,
+        "deep states an unmask proposal may propose (a fixed library, found before sampling): loops of the free "
+        "positions separated by commas, recorded with the run",
+        check=check_library,
+    )
+    library_weight: float = option(
+        0.5, "share of unmask proposals that put a library loop, drawn uniformly, on their run", check=check_share
     )
     temperature_schedule: Callable[[int], float] | None = option(
         None,
@@ -198,6 +212,14 @@ class MetropolisHastings(KernelBase[MHOptions]):
         exact and reversible (surrogate-MH's inner chain needs the latter). Needs ``scan="random"``.
         Cost: ``2b - 1`` masked copies for a run of ``b`` (in ``b`` passes), then the proposal's evaluation.
     unmask_size : int, optional
+    library : str, optional
+        A fixed library of deep states, loops of the free positions separated by commas (found
+        before sampling: an earlier run's :func:`~mlm_ppl.diagnostics.deep_states`, an annealed
+        run's ends). An unmask proposal then draws its run from the mixture ``(1 - w) q_U + w
+        n(y_R) / K``: with probability ``library_weight`` a library loop drawn uniformly is put on
+        the run. Exact for any fixed library (:mod:`~mlm_ppl.inference.library`); needs ``p_unmask``.
+    library_weight : float in (0, 1)
+        ``w`` above (default 0.5).
     temperature_schedule : callable, optional
         ``step -> tau``: anneal for mode seeking (Goyal et al. section 7): the step's acceptance
         uses the log density divided by ``tau`` (``anneal_terms="all"``: the MLM term and the
@@ -212,7 +234,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
     State = MHState
     Info = MHInfo
     capabilities = Capabilities(log_factor=True, gibbs=True, complete_start=True, exact_matrix=True)
-    older_records = {"p_unmask": 0.0, "unmask_size": None}  # unmask proposals came with 0.4
+    older_records = {"p_unmask": 0.0, "unmask_size": None, **LIBRARY_RECORDS}  # unmask 0.4, library 0.6
     options: MHOptions
 
     def bind_target(self, target: Target) -> None:
@@ -234,6 +256,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
                 f"unmask_size={o.unmask_size} is larger than the {target.num_free} free positions of the template"
             )
         self.unmask_size = target.num_free if o.unmask_size is None else o.unmask_size
+        self.library = Library.bind(o, target)  # None without one
         self.proposal_copies = torch.zeros(0, dtype=torch.long)  # (C,) of the last step: see proposal_cost
         if o.top_k is not None or o.top_p is not None:
             warnings.warn(TruncatedProposalWarning(TRUNCATION_MESSAGE), stacklevel=3)
@@ -279,10 +302,12 @@ class MetropolisHastings(KernelBase[MHOptions]):
     def proposal_cost(self) -> float:
         """Masked copies one step's proposal reads per chain, on average (its evaluation aside): one
         for a block of several positions (single sites read the cached conditionals), ``2b - 1`` for
-        an unmask proposal of ``b`` positions. After a step, ``proposal_copies`` ``(C,)`` holds what
-        each chain's proposal read (surrogate-MH counts its inner chain's copies from it)."""
+        an unmask proposal of ``b`` positions (``2b`` where it puts a library loop). After a step,
+        ``proposal_copies`` ``(C,)`` holds what each chain's proposal read (surrogate-MH counts its
+        inner chain's copies from it)."""
         o = self.options
-        return (1 - o.p_unmask) * int(o.block_size > 1) + o.p_unmask * (2 * self.unmask_size - 1)
+        unmask = 2 * self.unmask_size - (1 if self.library is None else 1 - o.library_weight)
+        return (1 - o.p_unmask) * int(o.block_size > 1) + o.p_unmask * unmask
 
     def _block_proposal(
         self, tokens: Tensor, cond_logits: Tensor, step: int, order: Tensor, streams: ChainStreams
@@ -351,11 +376,19 @@ class MetropolisHastings(KernelBase[MHOptions]):
             )
             proposed[blocks], correction[blocks] = prop, corr.double()
         if unmasks.numel():
-            sub = streams.subset(unmasks.tolist())
-            prop, log_fwd, log_rev = self.unmask(tokens[unmasks], self.unmask_orders(sub), sub)
-            proposed[unmasks], correction[unmasks] = prop, (log_rev - log_fwd).double()
-            self.proposal_copies[unmasks] = 2 * self.unmask_size - 1  # each step's draw and its reverse
+            prop, corr, copies = self._unmask_proposal(tokens[unmasks], streams.subset(unmasks.tolist()))
+            proposed[unmasks], correction[unmasks], self.proposal_copies[unmasks] = prop, corr, copies
         return proposed, correction, state.order
+
+    def _unmask_proposal(self, tokens: Tensor, streams: ChainStreams) -> tuple[Tensor, Tensor, Tensor]:
+        """An unmask proposal in each of ``N`` chains (with a library, its mixture with the library's
+        loops: :meth:`Library.propose <.library.Library.propose>`): the proposed states, ``log q(x_R |
+        .) - log q(y_R | .)`` (float64) and the masked copies each read."""
+        order = self.unmask_orders(streams)
+        if self.library is not None:
+            return self.library.propose(self.unmask, tokens, order, streams)
+        prop, log_fwd, log_rev = self.unmask(tokens, order, streams)
+        return prop, (log_rev - log_fwd).double(), torch.full((len(order),), 2 * order.shape[1] - 1)
 
     # -- one step
     def step(self, state: MHState, streams: ChainStreams) -> tuple[MHState, MHInfo]:
@@ -424,7 +457,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
         S = states.shape[0]
         order_t = torch.tensor(order).expand(S, -1)
         _, logq, _ = self.unmask(states, order_t, None)  # (S,) log q(z_run | z off the run) of every state z
-        logq = logq.double()
+        logq = logq.double() if self.library is None else self.library.log_q(logq, states, order_t)
         lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
         pos = self.target.free_positions[order_t]
         ordinary = self.target.ordinary_mask.nonzero().flatten().tolist()

@@ -55,7 +55,7 @@ from .base import (
 )
 from .exact import enumerate_states, transition_matrix
 from .jump import MOVE_OPTIONS, RUN_RECORDS, GapJump, check_moves, move_options, move_settings
-from .mh import MetropolisHastings, MHState
+from .mh import LIBRARY_RECORDS, MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, option
 from .streams import ChainStreams
 from .tempering import ReplicaMH, ReplicaState, TemperingOptions
@@ -200,7 +200,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         layer, the keys and values of a fixed reference sequence's other tokens
         (``"frozen"``; :meth:`~mlm_ppl.MaskedLMDistribution.frozen_reference`, BERT-like models):
         nearly the whole copy's conditionals at the crop's cost.
-    block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p
+    block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p, library, library_weight
         The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings` (random scan).
     p_update, p_insert, p_delete, p_insert_run, p_delete_run, max_run
         On a variable gap, the inner gap-jump chain's moves (refused on a fixed template).
@@ -224,6 +224,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         "replica_spacing": 1.5,
         "p_swap": 0.2,
         **RUN_RECORDS,  # 0.5 too: gap-jump's run moves
+        **LIBRARY_RECORDS,  # 0.6: the library proposal
     }
     options: SurrogateOptions
     surrogate: Any  # SurrogateTarget, or a GapTarget of them (a variable gap)
@@ -251,7 +252,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
                 "template has no variable gap MASK{a,b}: leave them out"
             )
         self.surrogate = surrogate_of(target)
-        moves = ("block_size", "p_unmask", "unmask_size", "proposal_temperature", "top_k", "top_p")
+        moves = "block_size p_unmask unmask_size proposal_temperature top_k top_p library library_weight".split()
         proposals: dict[str, Any] = {name: getattr(o, name) for name in moves}
         if o.replicas > 1:  # replicas of the inner chain at higher temperatures of the surrogate
             exchanges = dict(replicas=o.replicas, replica_spacing=o.replica_spacing, p_swap=o.p_swap)
@@ -273,7 +274,11 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         the inner chain (reversible for the surrogate: each move is an MH step, chosen independently
         of the state), so one exact evaluation per outer step pays for every length change inside."""
         o = self.options
-        given: list[str] = [name for name in ("block_size", "top_k", "top_p", "replicas") if name in o.given()]
+        given: list[str] = [
+            name
+            for name in ("block_size", "top_k", "top_p", "replicas", "library", "library_weight")
+            if name in o.given()
+        ]
         if o.proposal_temperature not in (None, 1.0):  # gap-jump's moves propose at 1 (records hold 1.0)
             given.insert(1, "proposal_temperature")
         if o.temperature_schedule is not None:

@@ -34,7 +34,7 @@ from .._checks import check_share, check_type, count_at_least
 from ..models.target import Target, TemperedTarget, log_density
 from .base import accept, acceptance_probability, check_states
 from .exact import enumerate_states, state_index, transition_matrix
-from .mh import MetropolisHastings, MHState, ProposalOptions
+from .mh import LIBRARY_RECORDS, MetropolisHastings, MHState, ProposalOptions
 from .spec import Capabilities, KernelBase, option
 from .streams import ChainStreams
 
@@ -155,6 +155,7 @@ class ReplicaMH(KernelBase[TemperingOptions]):
     State = ReplicaState
     Info = ReplicaInfo
     capabilities = Capabilities(log_factor=True, gibbs=False, complete_start=True, exact_matrix=False)
+    older_records = LIBRARY_RECORDS  # the library proposal came with 0.6
     options: TemperingOptions
 
     @classmethod
@@ -175,6 +176,8 @@ class ReplicaMH(KernelBase[TemperingOptions]):
                 proposal_temperature=None if o.proposal_temperature is None else o.proposal_temperature * t,
                 top_k=o.top_k,
                 top_p=o.top_p,
+                library=o.library,
+                library_weight=o.library_weight,
                 anneal_terms=o.anneal_terms,
             )
             for t in self.factors
