@@ -83,7 +83,7 @@ germlines: venv
 	$(VENV)/bin/mlm-ppl germlines --model antiberty --n 12
 
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 # the edit loop: everything but the real model, the notebooks, Ray, the slowest CLI checks and tests over about 5 s
 # (2 min 51 s on 2 idle cores, 792 tests, 2026-12-04)

@@ -34,7 +34,7 @@ from .models import (
     pair_conditionals,
 )
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 __all__ = [
     # loading and the model wrapper

@@ -305,3 +305,26 @@ def test_code_named_in_a_spec_or_a_record_runs_only_with_trust_code(model_dir, t
     line = _one_line_error(capsys)
     assert "the code of 'trusted_expert:d_count' changed since this was recorded" in line, line
     assert not flag.exists()  # refused before the changed module ran
+
+
+def test_the_command_line_adds_a_trust_region_and_its_draws_keep_it(model_dir, tmp_path, capsys):
+    """--reference LOOP --max-mutations K --min-mutations D: rule mutations, in every draw."""
+    out = tmp_path / "run"
+    flags = ("--reference", "DCA", "--max-mutations", "2", "--min-mutations", "1")
+    assert main(_sample(model_dir, out, *flags, draws="30")) == 0
+    idata = az.from_netcdf(os.path.join(out, "run.nc"))
+    assert (idata.posterior["rule_mutations"].values == 1).all()
+    # the spec's reference is the summary's Hamming reference
+    assert idata.attrs["hamming_reference"] == "DCA" and "hamming_chain0_start" not in idata.posterior
+    assert (
+        idata.posterior["hamming_reference"].values.max() <= 2
+        and idata.posterior["hamming_reference"].values.min() >= 1
+    )
+    rows = [line.split("\t")[-1] for line in (out / "samples.txt").read_text().splitlines()[1:]]
+    loops = [seq[1] + seq[3:5] for seq in rows]  # A?C??
+    assert len(loops) == 3 * 30 and all(1 <= sum(a != b for a, b in zip(loop, "DCA")) <= 2 for loop in loops)
+    assert len(set(loops)) > 3
+    config = json.loads((out / "config.json").read_text())
+    assert config["constraints"]["reference"] == "DCA"
+    assert main(_sample(model_dir, tmp_path / "x", "--max-mutations", "2")) == 2
+    assert "count changes from --reference LOOP: give the loop" in capsys.readouterr().err

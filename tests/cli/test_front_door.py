@@ -3,6 +3,7 @@ flags; the library runs it (run directories, resume, gaps, constraints, batches)
 only parses and prints."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -186,3 +187,27 @@ def test_sample_in_memory_takes_a_constraint_spec_and_a_batch_needs_a_directory(
     assert isinstance(batch, mlm_ppl.BatchRun) and batch.summary.startswith("template\t")
     assert batch.run("b").tokens.shape == (2, 4, 5)
     assert isinstance(mlm_ppl.load_run(tmp_path / "b"), mlm_ppl.BatchRun)
+
+
+@pytest.mark.slow  # 8-9 s: four runs and a resume (make test-fast keeps under 3 minutes)
+def test_threads_are_set_for_the_run_said_at_its_start_and_restored(model_dir, tmp_path, capsys, monkeypatch):
+    """threads=1 (a job key, --threads 1, resume(threads=)): torch runs the job on one thread, says so
+    as the run starts, and is set back after; the draws are those of a run on torch's default."""
+    seen = []
+    before = torch.get_num_threads()
+    keys = dict(template="A[MASK]C[MASK][MASK]", num_chains=2, num_samples=4, seed=2)
+    default = mlm_ppl.sample(model_dir, **keys)
+    one = mlm_ppl.sample(model_dir, **keys, threads=1)
+    assert torch.equal(default.tokens, one.tokens) and torch.get_num_threads() == before
+    out = tmp_path / "run"
+    flags = ["sample", "--model", model_dir, "--template", "A[MASK]C[MASK][MASK]", "--num-chains", "2",
+             "--num-samples", "4", "--seed", "2", "--threads", "1", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert main(flags) == 0
+    assert f"threads: 1 of {os.cpu_count()} CPUs (set by threads / --threads)" in capsys.readouterr().err
+    assert torch.equal(mlm_ppl.load_run(out).tokens, one.tokens)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(("set", n)))
+    mlm_ppl.resume(out, 6, threads=1)
+    assert ("set", 1) in seen and ("set", before) == seen[-1]
+    with pytest.raises(ValueError, match="threads must be an integer >= 1"):
+        mlm_ppl.sample(model_dir, **keys, threads=0)
+    assert "threads" in JOB_KEYS

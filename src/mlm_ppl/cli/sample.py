@@ -17,7 +17,7 @@ from ..inference.base import INITS
 from ..inference.registry import KERNELS
 from ..jobs import JobSpec, read_job_file, resume, run_job
 from ..jobs.results import BatchRun
-from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Novel, Rule, trusting_code
+from ..models.constraints import LIABILITIES, ConstraintSpec, Forbid, Mutations, Novel, Rule, trusting_code
 from ..models.energy import ENERGIES
 from ..rundir import checkpoint_files
 from ..settings import STOP_EVERY, RunSettings, option_flags
@@ -116,6 +116,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     where.add_argument(
         "--checkpoint-seconds", type=float, help="checkpoint interval in seconds, a finite number >= 0 (default 30)"
     )
+    where.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch threads for this run (default: one per core; beside another busy process 1 is faster on 2 cores)",
+    )
     _add_constraint_flags(smp.add_argument_group("constraints (one spec, recorded with the run; docs/constraints.md)"))
     _add_kernel_flags(smp)
 
@@ -205,11 +211,29 @@ def _add_constraint_flags(rules: Any) -> None:
         metavar="D",
         help="with --novel-from: the least Hamming distance from every loop of FILE (default 1: none of them)",
     )
+    rules.add_argument(
+        "--reference",
+        metavar="LOOP",
+        help="the reference loop of the designed positions (the parent's own): what --max-mutations and "
+        "--min-mutations count changes from (the spec's reference)",
+    )
+    rules.add_argument(
+        "--max-mutations",
+        type=int,
+        metavar="K",
+        help="a trust region (rule mutations): every designed loop differs from --reference at K positions at most",
+    )
+    rules.add_argument(
+        "--min-mutations",
+        type=int,
+        metavar="D",
+        help="with the trust region: every designed loop differs from --reference at D positions at least",
+    )
 
 
 _JOB_FLAGS = (
     "model", "dtype", "device", "template", "length", "templates", "length_mode", "length_prior", *_SETTING_FLAGS,
-    "until_converged", "starts_from", "workers", "out", "overwrite", "force", "checkpoint_seconds",
+    "until_converged", "starts_from", "workers", "out", "overwrite", "force", "checkpoint_seconds", "threads",
 )  # fmt: skip
 """The flags that are keys of a job (:data:`~mlm_ppl.jobs.JOB_KEYS`) under the same names."""
 
@@ -245,12 +269,17 @@ def job_from_flags(args: argparse.Namespace) -> JobSpec:
 def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
     """The one constraint spec of ``--constraints FILE``, ``--forbid REGEX`` (rules ``forbid-1``,
     ``forbid-2`` ... after the file's), ``--novel-from FILE --min-distance D`` (rule ``novel``) and
-    ``--liabilities [NAME ...]`` (added to the file's; all of them without a name); None without
-    any of them. A malformed one is a one-line ValueError naming the flag or the file, the entry and
-    the key."""
+    ``--liabilities [NAME ...]`` (added to the file's; all of them without a name), ``--reference
+    LOOP`` (the spec's reference) with ``--max-mutations K`` / ``--min-mutations D`` (rule
+    ``mutations``); None without any of them. A malformed one is a one-line ValueError naming the
+    flag or the file, the entry and the key."""
     if args.min_distance is not None and args.novel_from is None:
         raise ValueError("--min-distance applies to --novel-from FILE: give the file of loops to keep away from")
-    if args.constraints is None and args.forbid is None and args.liabilities is None and args.novel_from is None:
+    trust = (args.max_mutations, args.min_mutations)
+    if trust != (None, None) and args.reference is None and args.constraints is None:
+        raise ValueError("--max-mutations and --min-mutations count changes from --reference LOOP: give the loop")
+    flags = (args.forbid, args.liabilities, args.novel_from, args.reference, *trust)
+    if args.constraints is None and all(f is None for f in flags):
         return None
     spec = ConstraintSpec() if args.constraints is None else ConstraintSpec.from_toml(args.constraints)
     source = args.constraints or "the constraint flags"
@@ -265,6 +294,19 @@ def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
             rules.append(Novel("novel", tuple(read_list_file(args.novel_from, "loops")), args.min_distance or 1))
         except (TypeError, ValueError) as err:
             raise ValueError(f"--novel-from {args.novel_from}: {err}") from None
+    reference = spec.reference
+    if args.reference is not None:
+        if reference is not None and reference != args.reference.strip():
+            raise ValueError(
+                f"--reference {args.reference!r} differs from the reference {reference!r} of {args.constraints}: "
+                "give one of the two"
+            )
+        reference = args.reference
+    if trust != (None, None):
+        try:
+            rules.append(Mutations("mutations", args.max_mutations, args.min_mutations or 0))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"--max-mutations/--min-mutations: {err}") from None
     liabilities: list[str] | bool = list(spec.liabilities)
     if args.liabilities == []:
         liabilities = True
@@ -277,9 +319,9 @@ def constraints_from_flags(args: argparse.Namespace) -> ConstraintSpec | None:
             )
         liabilities = [*spec.liabilities, *(n for n in args.liabilities if n not in spec.liabilities)]
     try:
-        return ConstraintSpec(rules, spec.experts, liabilities=liabilities)
+        return ConstraintSpec(rules, spec.experts, liabilities=liabilities, reference=reference)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{source} with --forbid/--liabilities/--novel-from: {err}") from None
+        raise ValueError(f"{source} with --forbid/--liabilities/--novel-from/--reference: {err}") from None
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -305,6 +347,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                     trust_code=args.trust_code,
                     expect=expect,
                     notes=note,
+                    threads=expect.pop("threads", None),
                 )
             else:
                 job = job_from_flags(args)

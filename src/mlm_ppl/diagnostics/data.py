@@ -87,8 +87,8 @@ def to_inference_data(
     reference : str or Tensor, optional
         A complete sequence (string, or ids ``(L,)``): adds ``hamming_reference``, each draw's
         Hamming distance to it (e.g. the template's own sequence before its loop was masked).
-        Without one, ``hamming_chain0_start`` is the distance to chain 0's start, and says so in
-        its name.
+        Without one, a constraint spec's ``reference`` loop serves (``constraints``); without
+        either, ``hamming_chain0_start`` is the distance to chain 0's start, and says so in its name.
     indicators : sequence of (position, token)
         Adds ``indicator_<position>_<token>``: 1.0 where the draw has ``token`` at
         ``position`` (token position in the encoded sequence; a token id or a string).
@@ -137,8 +137,14 @@ def to_inference_data(
     posterior: dict[str, np.ndarray] = {"tokens": tokens.numpy().astype(np.int64)}
     start = run.initial if run.initial is not None else tokens[:, 0]
     posterior["hamming_start"] = _hamming(tokens, start[:, None, :], free)
-    # A common reference makes a functional of the state alone (comparable across chains);
-    # without one, chain 0's start serves, and the name says so.
+    # A common reference makes a functional of the state alone (comparable across chains): the one
+    # given, else a constraint spec's reference loop; without one, chain 0's start, and the name says so.
+    named = None
+    spec_reference = getattr(getattr(constraints, "spec", None), "reference", None)
+    if reference is None and spec_reference is not None and constraints is not None:
+        state = getattr(constraints, "reference_state", None)  # a variable gap's constraints have none
+        if state is not None:
+            reference, named = state(), spec_reference
     if reference is not None:
         posterior["hamming_reference"] = _hamming(tokens, _reference_ids(reference, mlm, L)[None, None, :], free)
     else:
@@ -194,6 +200,8 @@ def to_inference_data(
     if mlm is not None:
         attrs["model"] = mlm.name
         attrs["vocab"] = json.dumps(list(mlm.vocab))
+    if named is not None:
+        attrs["hamming_reference"] = named  # the spec's reference loop
     with warnings.catch_warnings():  # fewer draws than chains is a short run, not a transposed array
         warnings.filterwarnings("ignore", "More chains", UserWarning)
         return az.from_dict(

@@ -7,9 +7,10 @@ A constrained target (:class:`~mlm_ppl.models.ConstraintTarget`, a
 off its feasible set. A chain must start on that set: the template is filled within the
 alphabets (``target.allowed``), and a fill that still breaks a pattern rule is repaired by
 :func:`repair_start` (annealed single-site changes within the alphabets that lower the number
-of broken rules, each chain drawing from its own stream), or the run stops before its first
-step, naming the rules. A start the user gives is checked by :func:`check_start` and refused,
-naming the chain and the rule, when it breaks one.
+of broken rules, a trust region's excess counted position by position, each chain drawing from
+its own stream), or the run stops before its first step, naming the rules. A start the user
+gives is checked by :func:`check_start` and refused, naming the chain and the rule, when it
+breaks one.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def target_constraints(target: Target) -> BoundConstraints | None:
     return None
 
 
-def rule_violations(target: Target, tokens: Tensor) -> dict[str, Tensor] | None:
+def rule_violations(target: Target, tokens: Tensor, *, degrees: bool = False) -> dict[str, Tensor] | None:
     """``{rule name: (N,) bool}``, True where a state ``(N, L)`` breaks the rule, for every hard rule
     the target can check without running its model; None when it has none.
 
@@ -81,12 +82,17 @@ def rule_violations(target: Target, tokens: Tensor) -> dict[str, Tensor] | None:
     :class:`~mlm_ppl.models.ConstraintTarget` and of a :class:`~mlm_ppl.MaskedLMDistribution` with
     ``constraints``; for any other :class:`~mlm_ppl.models.ConstrainedTarget`, its log-factor being
     ``-inf``, named ``"finite log_factor"``. Below a scale of 0 (Pyro's mask) no rule holds.
+    ``degrees``: ``(N,)`` float64, how far each state breaks a rule where a rule can tell (a
+    :class:`~mlm_ppl.models.constraints.Mutations` rule's positions too many or too few, an
+    :class:`~mlm_ppl.models.constraints.ExpertBound`'s 1 plus the distance past it), else 0 or 1.
     """
     out: dict[str, Tensor] = {}
     for level in _levels(target):
         bound = _bound(level)
         found: dict[str, Tensor] = {}
-        if bound is not None:
+        if isinstance(bound, BoundConstraints):
+            found = bound.violations(tokens, degrees=degrees)
+        elif bound is not None:
             found = bound.violations(tokens)
         elif isinstance(level, ConstrainedTarget):
             factor = torch.as_tensor(level.log_factor(tokens)).reshape(-1)
@@ -100,11 +106,12 @@ def rule_violations(target: Target, tokens: Tensor) -> dict[str, Tensor] | None:
 
 
 def _broken_count(target: Target, tokens: Tensor) -> Tensor:
-    """``(N,)`` long, how many hard rules each state breaks (0 for a target without any)."""
-    found = rule_violations(target, tokens)
+    """``(N,)`` float64, how many hard rules each state breaks, a trust region by its excess and an
+    expert's bound by how far past it (0: none)."""
+    found = rule_violations(target, tokens, degrees=True)
     if found is None:
-        return torch.zeros(tokens.shape[0], dtype=torch.long)
-    return torch.stack([v.long() for v in found.values()]).sum(0)
+        return torch.zeros(tokens.shape[0], dtype=torch.float64)
+    return torch.stack([v.double() for v in found.values()]).sum(0)
 
 
 def _broken_names(target: Target, tokens: Tensor) -> list[str]:

@@ -10,16 +10,20 @@ loads, and the run's cost is estimated before any step.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from .. import campaign, rundir
+from .._checks import check_count
 from ..inference.annealing import annealing_note, format_anneal, parse_anneal
 from ..inference.distributed import WorkersLostError
 from ..inference.estimate import LongRunWarning, estimate_run
@@ -72,7 +76,8 @@ def sample(
     (a variable gap ``MASK{a,b}``: ``"jump"``, one run whose chains move between lengths, or
     ``"strata"``, one run per length), ``energy``, ``temperature``, ``thin``, ``seed``, ``anneal``,
     ``until_converged``, ``starts_from``, ``workers`` (Ray), ``out``, ``overwrite``, ``force``,
-    ``checkpoint_seconds``, ``dtype``, ``device``. ``trust_code``: allow spec experts that name
+    ``checkpoint_seconds``, ``threads`` (torch's threads while the job runs; default: one per core),
+    ``dtype``, ``device``. ``trust_code``: allow spec experts that name
     Python code. A batch (``templates``, or ``length_mode="strata"``) needs ``out``.
 
     Returns a :class:`~mlm_ppl.jobs.SampledRun` (the draws, with ``inference_data()``,
@@ -131,6 +136,35 @@ def run_job(
     or as a batch there. ``mlm``: the model already in memory (its name is the job's model);
     ``log_factor`` and ``init`` tokens: a run in memory only. Code experts of the job's spec were
     read with the caller's consent (:func:`~mlm_ppl.models.constraints.trusting_code`)."""
+    with torch_threads(job.threads, notes):
+        return _run_job(job, mlm, log_factor, init, progress, notes)
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None, notes: Notes | None) -> Iterator[None]:
+    """Run with ``threads`` torch intra-op threads (None: torch's own, one per core), torch's
+    setting restored after; says how many, once, as the run starts. Beside another busy process
+    one thread is faster than two on two cores (docs/performance.md, "Threads")."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if notes is not None:
+        how = "set by threads / --threads" if threads is not None else "torch's default; threads / --threads N sets it"
+        notes(f"threads: {torch.get_num_threads()} of {os.cpu_count()} CPUs ({how})")
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_job(
+    job: JobSpec,
+    mlm: MaskedLM | None,
+    log_factor: Callable[[Tensor], Tensor] | None,
+    init: Tensor | None,
+    progress: bool,
+    notes: Notes | None,
+) -> SampledRun | BatchRun:
     settings = job.settings
     if settings.workers is not None:  # Ray installed (it says how to install it), and RAY_ADDRESS answers
         from ..inference.distributed import check_address, import_ray
@@ -197,14 +231,18 @@ def resume(
     trust_code: bool = False,
     expect: Mapping[str, Any] | None = None,
     notes: Notes | None = None,
+    threads: int | None = None,
 ) -> SampledRun | BatchRun:
     """Continue the run or batch in ``directory`` exactly: the draws of the run uninterrupted.
 
     ``num_samples`` higher than the run's raises its cap and goes on to it (refused for an annealed
     run, a run on Ray workers, and a batch). ``expect``: job keys the caller expects the run to have
     (the command line's flags given with ``--resume``); a difference is refused, naming each.
-    ``trust_code``: consent to code experts in the run's record."""
-    with trusting_code(trust_code):
+    ``trust_code``: consent to code experts in the run's record. ``threads``: torch's threads while
+    it runs (the run's draws do not depend on them: docs/performance.md, "Threads")."""
+    if threads is not None:
+        check_count(threads, "threads", 1)
+    with trusting_code(trust_code), torch_threads(threads, notes):
         expect = dict(expect or {})
         _check_resume_keys(expect, directory)
         if rundir.kind_of(directory) == "batch":

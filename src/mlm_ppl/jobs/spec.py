@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._checks import check_choice, check_interval, check_type
+from .._checks import check_choice, check_count, check_interval, check_type
 from .._files import read_toml, split_lines
 from ..campaign import LENGTH_MODES, parse_templates, plan_gap
 from ..inference.registry import KERNELS, length_kernels
@@ -68,7 +68,8 @@ class JobSpec:
     ``workers`` (Ray workers; None: this process).
 
     Where: ``out`` (the run directory; None: the run stays in memory), ``overwrite``, ``force``
-    (run past the size limits), ``checkpoint_seconds``.
+    (run past the size limits), ``checkpoint_seconds``, ``threads`` (torch's intra-op threads for
+    this process while it runs the job; None: torch's default, one per core).
 
     A TypeError or ValueError names the key to fix. :attr:`settings` is the run's record (its
     :class:`~mlm_ppl.settings.RunSettings`, written to ``config.json``); :attr:`batch` the
@@ -105,6 +106,7 @@ class JobSpec:
     overwrite: bool = False
     force: bool = False
     checkpoint_seconds: float = 30.0
+    threads: int | None = None
     settings: RunSettings = field(init=False, repr=False, compare=False)
     batch: tuple[tuple[str, str], ...] | None = field(init=False, repr=False, compare=False)
     lengths: dict[str, Any] | None = field(init=False, repr=False, compare=False)
@@ -123,6 +125,8 @@ class JobSpec:
         for name in ("overwrite", "force"):
             check_type(getattr(self, name), name, bool)
         check_interval(self.checkpoint_seconds, "checkpoint_seconds")
+        if self.threads is not None:
+            check_count(self.threads, "threads", 1)
         if self.length_mode is not None:
             check_choice(self.length_mode, "length_mode", LENGTH_MODES)
         if not isinstance(self.kernel_options, Mapping):

@@ -7,8 +7,11 @@ should be:
   token is an alphabet of one), :class:`Forbid` (a regular expression that must not match where
   it touches a designed position), :class:`Require` (a regular expression that must match
   somewhere), :class:`OddCount` (a token that must appear an even number of times among the
-  designed positions) and :class:`Novel` (the designed loop at Hamming distance at least ``d`` from
-  each of a set of known loops);
+  designed positions), :class:`Novel` (the designed loop at Hamming distance at least ``d`` from
+  each of a set of known loops) and :class:`Mutations` (a trust region: at most ``k``, at least
+  ``d`` positions changed from a reference loop, the rule's or the spec's ``reference``) and
+  :class:`ExpertBound` (an expert's value within ``min`` / ``max``, numbers or relative to the
+  reference's value: ``max = "reference - 0.2"``);
 * **soft experts** ``f_k`` with weights ``w_k``: :class:`Expert`, and the built-ins
   :func:`hydropathy`, :func:`net_charge`, :func:`residue_count`, :func:`keyword_count`,
   :func:`hamming_distance` and :func:`classifier_log_prob`;
@@ -67,7 +70,7 @@ from .experts import (
 )
 from .files import code_trusted, trusting_code
 from .liabilities import LIABILITIES, liability_constraints
-from .rules import Allowed, Forbid, Novel, OddCount, Require, Rule
+from .rules import Allowed, ExpertBound, Forbid, Mutations, Novel, OddCount, Require, Rule
 from .spec import ConstraintSpec, recorded_expert_weights, weighted_expert_sum
 from .target import ConstraintTarget
 
@@ -77,6 +80,8 @@ __all__ = [
     "Require",
     "OddCount",
     "Novel",
+    "Mutations",
+    "ExpertBound",
     "Rule",
     "Expert",
     "EXPERT_INPUTS",

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ..target import Target
 from ..tokens import TokenCodec
-from .rules import Allowed, Forbid, Novel, OddCount, Require
+from .rules import Allowed, ExpertBound, Forbid, Mutations, Novel, OddCount, Require, loop_ids
 
 if TYPE_CHECKING:
     from .spec import ConstraintSpec
@@ -100,8 +100,47 @@ class BoundConstraints:
         self._forbid = [r for r in spec.all_rules if isinstance(r, Forbid)]
         self._require = [r for r in spec.all_rules if isinstance(r, Require)]
         self._novel = [(r, r.token_ids(codec, F)) for r in spec.all_rules if isinstance(r, Novel)]
+        self._mutations = [
+            (r, r.reference_ids(codec, F, spec.reference)) for r in spec.all_rules if isinstance(r, Mutations)
+        ]
         self._cache: dict[tuple[int, ...], tuple[str, str, list[tuple[int, int]]]] = {}
+        self._bounds = self._expert_bounds()
         self.framework_matches: tuple[FrameworkMatch, ...] = self._framework_matches()
+
+    def _expert_bounds(self) -> list[tuple[ExpertBound, float, float]]:
+        """Each :class:`ExpertBound` rule with its ``(low, high)``, a relative bound read at the
+        expert's value on the template with the spec's ``reference`` on the designed positions."""
+        spec, experts = self.spec, {e.name: e for e in self.spec.all_experts}
+        out = []
+        reference_values: dict[str, Tensor] | None = None
+        for rule in spec.all_rules:
+            if not isinstance(rule, ExpertBound):
+                continue
+            if rule.expert not in experts:
+                raise ValueError(
+                    f"rule {rule.name!r}: the spec has no expert named {rule.expert!r} (its experts: "
+                    f"{', '.join(experts) or 'none'}); add it, with weight 0 to use it as a rule alone"
+                )
+            value = None
+            if rule.relative:
+                if spec.reference is None:
+                    raise ValueError(
+                        f"rule {rule.name!r}: a bound relative to the reference needs the spec's reference loop "
+                        "(reference = ..., --reference LOOP)"
+                    )
+                if reference_values is None:
+                    reference_values = self._expert_values(self.reference_state()[None])
+                value = float(reference_values[rule.expert][0])
+            out.append((rule, *rule.limits(value)))
+        return out
+
+    def reference_state(self) -> Tensor:
+        """``(L,)`` the template with the spec's ``reference`` loop on the designed positions."""
+        assert self.spec.reference is not None
+        F = int(self.free_positions.numel())
+        state = self.target.template.cpu().clone()
+        state[self.free_positions] = torch.tensor(loop_ids(self.codec, self.spec.reference, F, "reference"))
+        return state
 
     @staticmethod
     def _free_index(rule: Allowed, k: int, F: int) -> int:
@@ -198,11 +237,15 @@ class BoundConstraints:
         self.target.validate_tokens(tokens)
         return tokens.cpu()
 
-    def violations(self, tokens: Tensor) -> dict[str, Tensor]:
-        """``{rule name: (N,) bool}``, True where the state breaks the rule."""
-        return self._violations(self._check(tokens))
+    def violations(self, tokens: Tensor, *, degrees: bool = False) -> dict[str, Tensor]:
+        """``{rule name: (N,) bool}``, True where the state breaks the rule; with ``degrees``, ``(N,)``
+        float64, how far: 0 or 1, except a :class:`Mutations` rule's positions too many or too few
+        and an :class:`ExpertBound`'s 1 plus the value's distance past its bound (what a repair
+        search lowers step by step)."""
+        found = self._violations(self._check(tokens), degrees=degrees)
+        return {k: v.double() for k, v in found.items()} if degrees else found
 
-    def _violations(self, tokens: Tensor) -> dict[str, Tensor]:
+    def _violations(self, tokens: Tensor, degrees: bool = False) -> dict[str, Tensor]:
         N = tokens.shape[0]
         free = tokens[:, self.free_positions]  # (N, F)
         out: dict[str, Tensor] = {}
@@ -212,6 +255,16 @@ class BoundConstraints:
             out[odd.name] = (free == token_id).sum(-1) % 2 == 1
         for novel, loops in self._novel:  # (M, F): the known loops of the designed loop's length
             out[novel.name] = ((free[:, None, :] != loops[None]).sum(-1) < novel.min_distance).any(-1)
+        for mutations, reference in self._mutations:  # (F,): the reference loop
+            excess = mutations.excess((free != reference[None]).sum(-1))
+            out[mutations.name] = excess if degrees else excess > 0
+        if self._bounds:
+            values = self._expert_values(tokens, {bound.expert for bound, _, _ in self._bounds})
+            for bound, low, high in self._bounds:
+                v = values[bound.expert]
+                past = (low - v).clamp(min=0) + (v - high).clamp(min=0)
+                broken = (v < low) | (v > high)
+                out[bound.name] = torch.where(broken, 1 + past, 0.0) if degrees else broken
         if self._forbid or self._require:
             decoded = self._decode(tokens)
             for forbid in self._forbid:
@@ -244,11 +297,12 @@ class BoundConstraints:
         value is a ValueError naming the expert."""
         return self._expert_values(self._check(tokens))
 
-    def _expert_values(self, tokens: Tensor) -> dict[str, Tensor]:
+    def _expert_values(self, tokens: Tensor, only: set[str] | None = None) -> dict[str, Tensor]:
         N = tokens.shape[0]
-        decoded = self._decode(tokens) if any(e.takes != "tokens" for e in self.spec.all_experts) else None
+        experts = [e for e in self.spec.all_experts if only is None or e.name in only]
+        decoded = self._decode(tokens) if any(e.takes != "tokens" for e in experts) else None
         out: dict[str, Tensor] = {}
-        for expert in self.spec.all_experts:
+        for expert in experts:
             if expert.takes == "tokens":
                 arg: Any = tokens.clone()
             else:

@@ -31,7 +31,7 @@ from ..._files import read_list_file
 from ..tokens import TokenCodec
 from .experts import EXPERT_KINDS, Expert, module_digest
 from .fields import FieldTypeError, FieldValueError, check_name
-from .rules import RULE_KINDS, Allowed, Novel, Rule
+from .rules import RULE_KINDS, Allowed, ExpertBound, Mutations, Novel, Rule
 
 _TRUST_CODE: ContextVar[bool] = ContextVar("mlm_ppl_trust_code", default=False)
 
@@ -112,6 +112,14 @@ def rule_from_dict(entry: Mapping[str, Any], index: int, mlm: TokenCodec | None,
             loops = entry["loops"] if "loops" in entry else read_loops(entry["file"], source)
             loops = tuple(loops) if isinstance(loops, list) else loops  # a TOML array; Novel refuses the rest
             rule = Novel(entry["name"], loops, entry.get("min_distance", 1))
+        elif kind == "expert":
+            _require_keys(entry, ("kind", "name", "expert"), ("min", "max"))
+            rule = ExpertBound(entry["name"], entry["expert"], entry.get("min"), entry.get("max"))
+        elif kind == "mutations":
+            _require_keys(entry, ("kind", "name"), ("max_mutations", "min_mutations", "reference"))
+            rule = Mutations(
+                entry["name"], entry.get("max_mutations"), entry.get("min_mutations", 0), entry.get("reference")
+            )
         else:
             _require_keys(entry, ("kind", "name", "pattern"), ())
             rule = RULE_KINDS[kind](entry["name"], entry["pattern"])

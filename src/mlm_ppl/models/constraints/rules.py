@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -221,7 +223,187 @@ class Novel:
         return {"kind": self.kind, "name": self.name, "loops": list(self.loops), "min_distance": self.min_distance}
 
 
-Rule = Allowed | Forbid | Require | OddCount | Novel
+def loop_ids(codec: TokenCodec, loop: str, length: int, what: str) -> list[int]:
+    """The token ids of ``loop`` (residues, or tokens separated by spaces), which must have ``length``
+    tokens of ``codec``'s vocabulary; a FieldValueError names ``what`` and the fix."""
+    parts = loop.split() if " " in loop else list(loop)
+    if len(parts) != length:
+        raise FieldValueError(
+            f"{what}: {loop!r} has {len(parts)} tokens; the designed loop has {length} (one for each free position)",
+            "reference",
+        )
+    index = {tok: i for i, tok in enumerate(codec.vocab) if tok}
+    missing = [p for p in parts if p not in index]
+    if missing:
+        raise FieldValueError(
+            f"{what}: token {missing[0]!r} of {loop!r} is not in the vocabulary of model {codec.name!r}", "reference"
+        )
+    return [index[p] for p in parts]
+
+
+@dataclass(frozen=True)
+class Mutations:
+    """A trust region around a reference loop: violated where the designed loop (the tokens of the
+    free positions, in order) differs from ``reference`` at more than ``max_mutations`` positions
+    or at fewer than ``min_mutations`` (the Hamming distance; EvoProtGrad's ``max_mutations``).
+    ``reference``: a loop of the designed positions (residues, or tokens separated by spaces), e.g.
+    the parent antibody's own CDR-H3; None takes the spec's ``reference``. With a novelty rule,
+    ``min_mutations = d`` and ``max_mutations = k`` keep designs in the window ``d <= distance <= k``."""
+
+    name: str
+    max_mutations: int | None = None
+    min_mutations: int = 0
+    reference: str | None = None
+    kind: ClassVar[str] = "mutations"
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "rule")
+        for key in ("max_mutations", "min_mutations"):
+            k = getattr(self, key)
+            if k is None and key == "max_mutations":
+                continue
+            if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+                raise FieldValueError(f"rule {self.name!r}: {key} must be an integer >= 0, got {k!r}", key)
+        if self.max_mutations is None and self.min_mutations == 0:
+            raise FieldValueError(
+                f"rule {self.name!r}: give max_mutations (at most k positions changed) or min_mutations >= 1",
+                "max_mutations",
+            )
+        if self.max_mutations is not None and self.min_mutations > self.max_mutations:
+            raise FieldValueError(
+                f"rule {self.name!r}: min_mutations {self.min_mutations} > max_mutations {self.max_mutations}: no loop "
+                "can meet both",
+                "min_mutations",
+            )
+        ref = self.reference
+        if ref is not None:
+            if not isinstance(ref, str) or not ref.strip():
+                raise FieldTypeError(f"rule {self.name!r}: reference must be a loop (a non-empty string)", "reference")
+            object.__setattr__(self, "reference", ref.strip())
+
+    def reference_ids(self, codec: TokenCodec, length: int, default: str | None) -> Tensor:
+        """``(length,)`` the reference loop's token ids (its own, else ``default``, the spec's)."""
+        loop = self.reference if self.reference is not None else default
+        if loop is None:
+            raise FieldValueError(
+                f"rule {self.name!r}: no reference loop: give the rule a reference, or the spec one (reference = ...)",
+                "reference",
+            )
+        return torch.tensor(loop_ids(codec, loop, length, f"rule {self.name!r}: reference"), dtype=torch.long)
+
+    def excess(self, distance: Tensor) -> Tensor:
+        """``(N,)`` long: how far each distance lies outside ``[min_mutations, max_mutations]`` (0 inside)."""
+        over = (distance - self.max_mutations).clamp(min=0) if self.max_mutations is not None else 0 * distance
+        return over + (self.min_mutations - distance).clamp(min=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "name": self.name}
+        if self.max_mutations is not None:
+            out["max_mutations"] = self.max_mutations
+        if self.min_mutations:
+            out["min_mutations"] = self.min_mutations
+        if self.reference is not None:
+            out["reference"] = self.reference
+        return out
+
+
+_RELATIVE = re.compile(r"\s*reference\s*(?:([+-])\s*(\d+(?:\.\d*)?|\.\d+)\s*)?")
+
+
+def _bound(rule: str, key: str, value: Any) -> float | str | None:
+    """A threshold as given: None, a finite number, or ``"reference"`` / ``"reference + c"`` /
+    ``"reference - c"`` (written back in that form)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise FieldTypeError(f"rule {rule!r}: {key} must be a number or 'reference [+|- c]', got {value!r}", key)
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise FieldValueError(f"rule {rule!r}: {key} must be finite, got {value!r}", key)
+        return float(value)
+    m = _RELATIVE.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise FieldValueError(
+            f"rule {rule!r}: {key} must be a number or 'reference', 'reference + c', 'reference - c', got {value!r}",
+            key,
+        )
+    return "reference" if m.group(1) is None else f"reference {m.group(1)} {m.group(2)}"
+
+
+def _offset(bound: str) -> float:
+    """``c`` of ``"reference + c"`` (negative for ``-``), 0 for ``"reference"``."""
+    parts = bound.split()
+    return 0.0 if len(parts) == 1 else float(parts[2]) * (1 if parts[1] == "+" else -1)
+
+
+@dataclass(frozen=True)
+class ExpertBound:
+    """A threshold on an expert's value: violated where the value of the spec's expert ``expert``
+    (its unweighted ``f_k``; give it weight 0 to use it as a rule alone) lies below ``min`` or above
+    ``max``. Each bound is a number, or relative to the reference loop: ``"reference"``,
+    ``"reference + c"``, ``"reference - c"``, the expert's value at the template with the spec's
+    ``reference`` on the designed positions (e.g. ``max = "reference"`` for hydropathy: no less
+    hydrophilic than the parent). Checked on the decoded state, before any forward pass."""
+
+    name: str
+    expert: str
+    min: float | str | None = None
+    max: float | str | None = None
+    kind: ClassVar[str] = "expert"
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "rule")
+        if not isinstance(self.expert, str) or not self.expert:
+            raise FieldTypeError(f"rule {self.name!r}: expert must be an expert's name, got {self.expert!r}", "expert")
+        object.__setattr__(self, "min", _bound(self.name, "min", self.min))
+        object.__setattr__(self, "max", _bound(self.name, "max", self.max))
+        if self.min is None and self.max is None:
+            raise FieldValueError(f"rule {self.name!r}: give min, max or both", "max")
+        if isinstance(self.min, float) and isinstance(self.max, float) and self.min > self.max:
+            raise FieldValueError(f"rule {self.name!r}: min {self.min} > max {self.max}: no value can meet both", "min")
+
+    @property
+    def relative(self) -> bool:
+        """Whether a bound reads the reference's value."""
+        return isinstance(self.min, str) or isinstance(self.max, str)
+
+    def limits(self, reference_value: float | None) -> tuple[float, float]:
+        """``(low, high)`` as numbers (``-inf`` / ``inf`` for a bound not given), a relative bound
+        read at ``reference_value``."""
+
+        def resolve(bound: float | str | None, missing: float) -> float:
+            if bound is None:
+                return missing
+            if isinstance(bound, float):
+                return bound
+            assert reference_value is not None
+            return reference_value + _offset(bound)
+
+        low, high = resolve(self.min, -math.inf), resolve(self.max, math.inf)
+        if low > high:
+            raise FieldValueError(
+                f"rule {self.name!r}: min {low:.4g} > max {high:.4g} at the reference's value {reference_value:.4g}: "
+                "no value can meet both",
+                "min",
+            )
+        return low, high
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "name": self.name, "expert": self.expert}
+        for key in ("min", "max"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+Rule = Allowed | Forbid | Require | OddCount | Novel | Mutations | ExpertBound
 """A hard rule: a state that breaks one is infeasible (``log_factor = -inf``)."""
 
-RULE_KINDS: dict[str, type] = {"allowed": Allowed, "forbid": Forbid, "require": Require, "novel": Novel}
+RULE_KINDS: dict[str, type] = {
+    "allowed": Allowed,
+    "forbid": Forbid,
+    "require": Require,
+    "novel": Novel,
+    "mutations": Mutations,
+    "expert": ExpertBound,
+}

@@ -27,7 +27,7 @@ from .files import (
     trusting_code,
 )
 from .liabilities import LIABILITIES, liability_constraints, liability_names
-from .rules import Allowed, Forbid, Novel, OddCount, Require, Rule
+from .rules import Allowed, ExpertBound, Forbid, Mutations, Novel, OddCount, Require, Rule
 from .target import ConstraintTarget
 
 
@@ -40,19 +40,33 @@ class ConstraintSpec:
     experts : sequence of Expert
     liabilities : sequence of str or bool
         Names of :data:`LIABILITIES` to add (``True``: all of them).
+    reference : str, optional
+        The reference loop of the designed positions (the parent's own, e.g. the example chain's
+        CDR-H3): what a :class:`Mutations` rule without its own ``reference`` counts changes from.
 
     Every name (rules, experts and liabilities together) must be unique: it is the key of
     :meth:`BoundConstraints.violations` and :meth:`BoundConstraints.expert_values`.
     """
 
     def __init__(
-        self, rules: Sequence[Rule] = (), experts: Sequence[Expert] = (), *, liabilities: Sequence[str] | bool = ()
+        self,
+        rules: Sequence[Rule] = (),
+        experts: Sequence[Expert] = (),
+        *,
+        liabilities: Sequence[str] | bool = (),
+        reference: str | None = None,
     ) -> None:
+        if reference is not None and (not isinstance(reference, str) or not reference.strip()):
+            raise FieldValueError(f"reference must be a loop of the designed positions, got {reference!r}", "reference")
+        self.reference: str | None = None if reference is None else reference.strip()
         self.rules: tuple[Rule, ...] = tuple(rules)
         self.experts: tuple[Expert, ...] = tuple(experts)
         for r in self.rules:
-            if not isinstance(r, (Allowed, Forbid, Require, OddCount, Novel)):
-                raise TypeError(f"rules must be Allowed, Forbid, Require, OddCount or Novel, got {type(r).__name__}")
+            if not isinstance(r, (Allowed, Forbid, Require, OddCount, Novel, Mutations, ExpertBound)):
+                raise TypeError(
+                    "rules must be Allowed, Forbid, Require, OddCount, Novel, Mutations or ExpertBound, got "
+                    f"{type(r).__name__}"
+                )
         for e in self.experts:
             if not isinstance(e, Expert):
                 raise TypeError(f"experts must be Expert objects, got {type(e).__name__}")
@@ -108,16 +122,21 @@ class ConstraintSpec:
             if isinstance(r, OddCount):
                 raise ValueError(f"rule {r.name!r}: an OddCount rule has no spec-file form; use the liability name")
             rules.append(r.to_dict())
-        return {
+        out: dict[str, Any] = {
             "liabilities": list(self.liabilities),
             "rules": rules,
             "experts": [e.to_dict() for e in self.experts],
         }
+        if self.reference is not None:
+            out["reference"] = self.reference
+        return out
 
     def to_toml(self) -> str:
         """The spec as TOML text (what :meth:`from_toml` reads)."""
         data = self.to_dict()
         lines = [f"liabilities = {toml_value(data['liabilities'])}"]
+        if "reference" in data:
+            lines.append(f"reference = {toml_value(data['reference'])}")
         for section in ("rules", "experts"):
             for entry in data[section]:
                 lines += ["", f"[[{section}]]"] + [f"{toml_key(k)} = {toml_value(v)}" for k, v in entry.items()]
@@ -154,15 +173,17 @@ class ConstraintSpec:
                 return cls.from_dict(data, mlm=mlm, source=source)
         if not isinstance(data, Mapping):
             raise ValueError(f"{source}: a constraint spec is a table, got {type(data).__name__}")
-        unknown = sorted(set(data) - {"liabilities", "rules", "experts"})
+        unknown = sorted(set(data) - {"liabilities", "rules", "experts", "reference"})
         if unknown:
-            raise ValueError(f"{source}: top level: unknown key {unknown[0]!r}; expected liabilities, rules, experts")
+            raise ValueError(
+                f"{source}: top level: unknown key {unknown[0]!r}; expected liabilities, reference, rules, experts"
+            )
         with entry_errors(source, "top level", "liabilities"):
             liabilities = liability_names(data.get("liabilities", ()))
         rules = [rule_from_dict(entry, i, mlm, source) for i, entry in enumerate(entries(data, "rules", source))]
         experts = [expert_from_dict(entry, i, source) for i, entry in enumerate(entries(data, "experts", source))]
         with entry_errors(source, "spec", "name"):
-            return cls(rules, experts, liabilities=liabilities)
+            return cls(rules, experts, liabilities=liabilities, reference=data.get("reference"))
 
 
 def weighted_expert_sum(weights: Mapping[str, float], values: Mapping[str, Tensor], n: int) -> Tensor:
