@@ -6,7 +6,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest
 import torch
 
-from mlm_ppl import testing
+from mlm_ppl import MaskedLMDistribution, testing
+from mlm_ppl.inference import exact
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
@@ -54,3 +55,15 @@ def tiny4():
 def tiny4_64():
     """``tiny4`` in float64, for exactness checks that must not depend on float32 rounding."""
     return testing.tiny_residue_bert("ACDE", seed=1, dtype=torch.float64)
+
+
+@pytest.fixture(scope="session")
+def rules_dist():
+    """A?C?? over ACDE in float64 (std 0.2): the 64 states the hard rules' exactness tests enumerate."""
+    model = testing.tiny_residue_bert("ACDE", seed=1, std=0.2, dtype=torch.float64)
+    return MaskedLMDistribution(model, "A[MASK]C[MASK][MASK]")
+
+
+@pytest.fixture(scope="session")
+def rules_states(rules_dist):
+    return exact.enumerate_states(rules_dist)

@@ -54,6 +54,23 @@ def after(kernel, steps):
     return p0 @ torch.linalg.matrix_power(P, steps)
 
 
+def check_draws_and_own_streams(kernel, target, chains=3000):
+    """``chains`` independent chains, 2 steps from uniform starts, follow ``p0 P^2`` (``P`` by
+    enumeration, from the kernel's own code); a chain run alone draws what it draws beside others."""
+    from mlm_ppl.inference import ChainStreams, run_chains
+
+    p2 = after(kernel, 2)
+    run = run_chains(kernel, chains, 1, warmup_steps=1, seed=3, init="uniform")
+    check_fit(p2, empirical(target, run.tokens[:, 0]))
+    start = run.tokens[:4, 0]
+    together, alone = kernel.init(start), kernel.init(start[2:3])
+    s4, s1 = ChainStreams(9, 4), ChainStreams(9, [2])
+    for _ in range(6):
+        together, _ = kernel.step(together, s4)
+        alone, _ = kernel.step(alone, s1)
+    assert torch.equal(together.tokens[2], alone.tokens[0])
+
+
 def plate_sweep_matrix(gibbs, site, states):
     """The exact matrix of one MLMGibbs iteration over a token site of two sequences under a
     plate: sequence 0 updated given sequence 1, then 1 given 0. Rows index ``i0 * n + i1``."""

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from exactness import TEMPLATE, after, check_fit, empirical, invariance_error
+from exactness import TEMPLATE, check_draws_and_own_streams, invariance_error
 from mlm_ppl import MaskedLMDistribution, run_chains
 from mlm_ppl.inference import ChainStreams, MetropolisHastings, ReplicaMH, SurrogateMH, exact
 from mlm_ppl.models import ConstrainedTarget
@@ -81,16 +81,7 @@ def test_library_draws_follow_the_exact_matrix_and_each_chain_its_own_stream(tin
     kernel's own code); a chain run alone draws what it draws beside others."""
     dist = MaskedLMDistribution(tiny4, TEMPLATE, temperature=1.0)
     kernel = MetropolisHastings(dist, p_unmask=0.8, unmask_size=2, library=LIBRARY, library_weight=0.6)
-    p2 = after(kernel, 2)
-    run = run_chains(kernel, 3000, 1, warmup_steps=1, seed=3, init="uniform")
-    check_fit(p2, empirical(dist, run.tokens[:, 0]))
-    start = run.tokens[:4, 0]
-    together, alone = kernel.init(start), kernel.init(start[2:3])
-    s4, s1 = ChainStreams(9, 4), ChainStreams(9, [2])
-    for _ in range(6):
-        together, _ = kernel.step(together, s4)
-        alone, _ = kernel.step(alone, s1)
-    assert torch.equal(together.tokens[2], alone.tokens[0])
+    check_draws_and_own_streams(kernel, dist)
 
 
 def test_a_library_proposal_reads_both_states_along_the_order(tiny4, monkeypatch):

@@ -10,40 +10,28 @@ import itertools
 import pytest
 import torch
 
-from exactness import TEMPLATE
-from mlm_ppl import MaskedLMDistribution, run_chains
+from mlm_ppl import run_chains
 from mlm_ppl.inference import MetropolisHastings, SurrogateMH, exact
 from mlm_ppl.models.constraints import ConstraintSpec, Novel
-from mlm_ppl.testing import tiny_residue_bert
 
 KNOWN = ("ACA", "DDE", "CCCC", "EEEEEE")  # the last two: other lengths, never a match
 
 
-@pytest.fixture(scope="module")
-def dist():
-    return MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1, std=0.2, dtype=torch.float64), TEMPLATE)
-
-
-@pytest.fixture(scope="module")
-def states(dist):
-    return exact.enumerate_states(dist)
-
-
-def by_hand(states, dist, known, d):
+def by_hand(rules_states, rules_dist, known, d):
     """(N,) bool: the designed loop (free positions 1, 3, 4 of A?C??) within d - 1 of a known loop."""
-    vocab = dist.mlm.vocab
+    vocab = rules_dist.mlm.vocab
     out = []
-    for row in states.tolist():
-        loop = "".join(vocab[row[p]] for p in dist.free_positions.tolist())
+    for row in rules_states.tolist():
+        loop = "".join(vocab[row[p]] for p in rules_dist.free_positions.tolist())
         out.append(any(len(k) == len(loop) and sum(a != b for a, b in zip(loop, k)) < d for k in known))
     return torch.tensor(out)
 
 
 @pytest.mark.parametrize("d", [1, 2])
-def test_the_rule_breaks_exactly_the_loops_near_a_known_one(dist, states, d):
-    target = ConstraintSpec([Novel("novel", KNOWN, d)]).constrain(dist)
-    broke = target.constraints.violations(states)["novel"]
-    assert torch.equal(broke, by_hand(states, dist, KNOWN, d))
+def test_the_rule_breaks_exactly_the_loops_near_a_known_one(rules_dist, rules_states, d):
+    target = ConstraintSpec([Novel("novel", KNOWN, d)]).constrain(rules_dist)
+    broke = target.constraints.violations(rules_states)["novel"]
+    assert torch.equal(broke, by_hand(rules_states, rules_dist, KNOWN, d))
     assert int(broke.sum()) == {1: 2, 2: 20}[d]  # ACA and DDE; at d 2 also their 9 neighbours each (3 apart)
 
 
@@ -52,26 +40,26 @@ def test_the_rule_breaks_exactly_the_loops_near_a_known_one(dist, states, d):
     [(MetropolisHastings, {}), (MetropolisHastings, dict(block_size=2)), (SurrogateMH, dict(inner_steps=3))],
     ids=["mh", "mh-block2", "surrogate-mh"],
 )
-def test_kernels_sample_the_novel_target_exactly(dist, states, kernel_cls, options):
-    target = ConstraintSpec([Novel("novel", KNOWN, 2)]).constrain(dist)
-    pi = exact.exact_log_probs(target, states).exp()
+def test_kernels_sample_the_novel_target_exactly(rules_dist, rules_states, kernel_cls, options):
+    target = ConstraintSpec([Novel("novel", KNOWN, 2)]).constrain(rules_dist)
+    pi = exact.exact_log_probs(target, rules_states).exp()
     feasible = pi > 0
-    assert torch.equal(~feasible, by_hand(states, dist, KNOWN, 2))
-    P = exact.transition_matrix(kernel_cls(target, **options), states)
+    assert torch.equal(~feasible, by_hand(rules_states, rules_dist, KNOWN, 2))
+    P = exact.transition_matrix(kernel_cls(target, **options), rules_states)
     assert float((pi @ P - pi).abs().max()) < 1e-10
     assert float(P[feasible][:, ~feasible].abs().max()) == 0.0  # never to a loop near a known one
 
 
-def test_sampled_chains_never_break_the_rule(dist, states):
-    target = ConstraintSpec([Novel("novel", KNOWN, 2)]).constrain(dist)
-    start = states[target.constraints.feasible(states)][:1].expand(4, -1).clone()
+def test_sampled_chains_never_break_the_rule(rules_dist, rules_states):
+    target = ConstraintSpec([Novel("novel", KNOWN, 2)]).constrain(rules_dist)
+    start = rules_states[target.constraints.feasible(rules_states)][:1].expand(4, -1).clone()
     run = run_chains(MetropolisHastings(target), 4, 200, seed=3, init=start)
     flat = run.tokens.reshape(-1, run.tokens.shape[-1])
     assert not bool(target.constraints.violations(flat)["novel"].any())
     assert len(torch.unique(flat, dim=0)) > 5  # the chains moved
 
 
-def test_the_rule_round_trips_through_a_spec_file_and_refuses_what_cannot_hold(dist, states, tmp_path):
+def test_the_rule_round_trips_through_a_spec_file_and_refuses_what_cannot_hold(rules_dist, rules_states, tmp_path):
     (tmp_path / "known.txt").write_text("# known loops\nACA\n\nDDE\nCCCC\n")
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text('[[rules]]\nkind = "novel"\nname = "not-known"\nfile = "known.txt"\nmin_distance = 2\n')
@@ -86,9 +74,9 @@ def test_the_rule_round_trips_through_a_spec_file_and_refuses_what_cannot_hold(d
     }
     assert ConstraintSpec.from_dict(record).rules == spec.rules  # the loops are the record, not the file
     with pytest.raises(ValueError, match="none of its 1 loops has the designed loop's 3 tokens"):
-        ConstraintSpec([Novel("novel", ("ACDE",))]).constrain(dist)
+        ConstraintSpec([Novel("novel", ("ACDE",))]).constrain(rules_dist)
     with pytest.raises(ValueError, match="token 'X' of loop 'AXA' is not in the vocabulary"):
-        ConstraintSpec([Novel("novel", ("AXA",))]).constrain(dist)
+        ConstraintSpec([Novel("novel", ("AXA",))]).constrain(rules_dist)
     with pytest.raises(ValueError, match="min_distance must be an integer >= 1"):
         Novel("novel", ("ACA",), 0)
     spec_file.write_text('[[rules]]\nkind = "novel"\nname = "n"\nloops = ["ACA"]\nfile = "known.txt"\n')
@@ -96,5 +84,5 @@ def test_the_rule_round_trips_through_a_spec_file_and_refuses_what_cannot_hold(d
         ConstraintSpec.from_toml(spec_file)
     # every loop of the alphabet known, at distance 1: no state can hold the rule
     every = ["".join(t) for t in itertools.product("ACDE", repeat=3)]
-    target = ConstraintSpec([Novel("novel", every)]).constrain(dist)
-    assert not bool(target.constraints.feasible(states).any())
+    target = ConstraintSpec([Novel("novel", every)]).constrain(rules_dist)
+    assert not bool(target.constraints.feasible(rules_states).any())
