@@ -106,8 +106,10 @@ class Design:
     ``min_hamming`` (to the nearest design ranked above it in its template; None for the first),
     ``site_prob`` (the designed positions' mean conditional probability, each read with only itself
     masked) and ``memorized`` (``site_prob >= MEMORIZED_PROB``: the model predicts the loop from the
-    rest as from memory, as it does sequences it was trained on), and the ``sequence`` as the run
-    decoded it."""
+    rest as from memory, as it does sequences it was trained on), the ``sequence`` as the run
+    decoded it, and, where a reference loop is known (the run's constraint spec's, or
+    ``reference=``), the ``mutations`` from it, EvoProtGrad's way: ``"D3G"`` for the reference's D at
+    the loop's third designed position taken by G (None: no reference of the loop's length)."""
 
     rank: int
     template: str
@@ -121,6 +123,7 @@ class Design:
     sequence: str
     site_prob: float = float("nan")
     memorized: bool = False
+    mutations: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,12 +147,19 @@ class Designs:
 
     def to_tsv(self) -> str:
         """Tab-separated: rank, template, chain, draw, count, lp, energy, feasible (always 1: only
-        feasible draws are picked), one column per expert, site_prob, memorized (1 or 0),
+        feasible draws are picked), one column per expert, site_prob, memorized (1 or 0), and where
+        a design has a reference loop n_mutations and mutations (``D3G,R4Y``; empty: none), then
         min_hamming (empty for the first of a template), sequence."""
         header = ["rank", "template", "chain", "draw", "count", "lp", "energy", "feasible", *self.experts]
-        lines = ["\t".join([*header, "site_prob", "memorized", "min_hamming", "sequence"])]
+        relative = any(d.mutations is not None for d in self.designs)
+        extra = ["n_mutations", "mutations"] if relative else []
+        lines = ["\t".join([*header, "site_prob", "memorized", *extra, "min_hamming", "sequence"])]
         for d in self.designs:
             values = [f"{d.experts[name]:.4g}" for name in self.experts]
+            if relative:
+                values_extra = ["", ""] if d.mutations is None else [str(len(d.mutations)), ",".join(d.mutations)]
+            else:
+                values_extra = []
             lines.append(
                 "\t".join(
                     [
@@ -164,6 +174,7 @@ class Designs:
                         *values,
                         f"{d.site_prob:.4f}",
                         str(int(d.memorized)),
+                        *values_extra,
                         "" if d.min_hamming is None else str(d.min_hamming),
                         d.sequence,
                     ]
@@ -181,6 +192,7 @@ def pick_designs(
     novel_from: str | os.PathLike | Sequence[str] | None = None,
     min_distance: int = 1,
     trust_code: bool = False,
+    reference: str | None = None,
 ) -> Designs:
     """The best distinct designs of the run or batch in ``directory`` (made by ``mlm-ppl
     sample``; see the module docstring for the rule): up to ``top`` per template, at Hamming
@@ -197,7 +209,9 @@ def pick_designs(
     draws so far; :func:`~mlm_ppl.campaign.current.read_current`: the model is loaded); for a ``run.nc``
     without the memorization columns (written before them, or of more distinct states than a run's
     end reads: :data:`~mlm_ppl.diagnostics.SITE_COPY_BUDGET`) the model reads the picks' alone.
-    ``trust_code``: consent to code experts in the record of a run read so.
+    ``trust_code``: consent to code experts in the record of a run read so. ``reference``: a loop of
+    the designed positions (residues, or tokens separated by spaces) the designs' ``mutations`` are
+    counted from; by default the run's constraint spec's ``reference`` where it has one.
 
     Every template's run is read and checked before anything is picked. A ValueError (one
     line) for a ``top`` below 1 or a negative ``min_hamming``, a directory that is not an
@@ -233,6 +247,14 @@ def pick_designs(
             f"novel_from: none of its {len(novel)} loops has the length of a designed loop ({lengths}); a novelty "
             "rule compares loops of one length: give loops of the designed positions"
         )
+    if reference is not None:
+        size = len(reference.split()) if " " in reference else len(reference)
+        lengths = sorted({len(loop) for d in draws for loop in d.loops})
+        if size not in lengths:
+            raise ValueError(
+                f"reference {reference!r} has {size} tokens; the designed loops have {lengths}: give a loop of the "
+                "designed positions"
+            )
     designs: list[Design] = []
     found: dict[str, int] = {}
     excluded: dict[str, dict[str, int]] = {}
@@ -273,9 +295,22 @@ def pick_designs(
                     sequence=d.sequences[p.index],
                     site_prob=float(d.site_prob[p.index]),
                     memorized=bool(d.site_prob[p.index] >= MEMORIZED_PROB),
+                    mutations=mutations(d.loops[p.index], reference or d.reference),
                 )
             )
     return Designs(designs, top, min_hamming, experts, found, excluded)
+
+
+def mutations(loop: tuple[str, ...], reference: str | None) -> tuple[str, ...] | None:
+    """The changes from ``reference`` (a loop: residues, or tokens separated by spaces) to ``loop``
+    (its tokens), each ``<old><position><new>`` with positions counted from 1 along the designed
+    positions; None without a reference or for one of another length."""
+    if reference is None:
+        return None
+    ref = tuple(reference.split()) if " " in reference else tuple(reference)
+    if len(ref) != len(loop):
+        return None
+    return tuple(f"{a}{i}{b}" for i, (a, b) in enumerate(zip(ref, loop), 1) if a != b)
 
 
 def _novel_loops(source: str | os.PathLike | Sequence[str]) -> list[tuple[str, ...]]:
@@ -319,6 +354,7 @@ class _Draws:
     loops: list[tuple[str, ...]]
     site_prob: np.ndarray  # nan where not read yet (a run.nc without the column): score() reads them
     scorer: Any = None  # rows -> site_prob of those draws, for a run.nc without the column
+    reference: str | None = None  # the run's constraint spec's reference loop
 
     def score(self, rows: list[int]) -> None:
         """Fill ``site_prob`` of the draws of the states at ``rows`` that lack it (each state read once)."""
@@ -347,6 +383,8 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str, trust_code: boo
     current = read_current(path, trust_code=trust_code)
     idata = current.idata
     settings, weights = recorded_settings(idata.attrs, path)
+    spec = json.loads(idata.attrs["config"]).get("constraints") or {}  # parsed once by recorded_settings
+    reference = spec.get("reference") if isinstance(spec, dict) else None
     tokens = idata.posterior["tokens"].values
     C, D, L = tokens.shape
     lp = idata.sample_stats["lp"].values.astype(np.float64).reshape(C * D)
@@ -406,6 +444,7 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str, trust_code: boo
         loops,
         site,
         scorer,
+        reference if isinstance(reference, str) else None,
     )
 
 

@@ -326,5 +326,23 @@ def test_the_command_line_adds_a_trust_region_and_its_draws_keep_it(model_dir, t
     assert len(set(loops)) > 3
     config = json.loads((out / "config.json").read_text())
     assert config["constraints"]["reference"] == "DCA"
+    # designs count each design's mutations from the spec's reference, or from --reference
+    capsys.readouterr()
+    assert main(["designs", str(out), "--top", "4"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    columns = header.split("\t")
+    assert columns[-4:] == ["n_mutations", "mutations", "min_hamming", "sequence"] and rows
+    for row in rows:
+        fields = dict(zip(columns, row.split("\t")))
+        seq = fields["sequence"]
+        loop = seq[1] + seq[3:5]
+        changes = [f"{a}{i}{b}" for i, (a, b) in enumerate(zip("DCA", loop), 1) if a != b]
+        assert fields["mutations"] == ",".join(changes) and int(fields["n_mutations"]) == len(changes) in (1, 2)
+    assert main(["designs", str(out), "--top", "1", "--reference", "AAA"]) == 0
+    first = dict(zip(columns, capsys.readouterr().out.splitlines()[1].split("\t")))
+    loop = first["sequence"][1] + first["sequence"][3:5]
+    assert first["mutations"] == ",".join(f"A{i}{b}" for i, b in enumerate(loop, 1) if b != "A")
+    assert main(["designs", str(out), "--reference", "AAAA"]) == 2
+    assert "reference 'AAAA' has 4 tokens; the designed loops have [3]" in capsys.readouterr().err
     assert main(_sample(model_dir, tmp_path / "x", "--max-mutations", "2")) == 2
     assert "count changes from --reference LOOP: give the loop" in capsys.readouterr().err

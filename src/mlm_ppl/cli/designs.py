@@ -20,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "distance >= --min-hamming from every design taken before, up to --top per template. Columns: rank, "
         "template, chain, draw, count, lp, energy (the MLM energy E), feasible, one per expert, site_prob (the "
         "designed positions' mean conditional probability), memorized (site_prob >= 0.9: most likely a sequence "
-        "the model was trained on), min_hamming, sequence. A run still going is read from its checkpoint. Reads "
+        "the model was trained on), n_mutations and mutations (from a reference loop, where the run has one or "
+        "--reference gives it), min_hamming, sequence. A run still going is read from its checkpoint. Reads "
         "the directory only (docs/constraints.md, Picking designs).",
     )
     des.add_argument("directory", metavar="DIR", help="a run or batch directory of mlm-ppl sample --out")
@@ -50,6 +51,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     des.add_argument(
         "--trust-code", action="store_true", help="consent to code experts of a run read from its checkpoint"
+    )
+    des.add_argument(
+        "--reference",
+        metavar="LOOP",
+        help="count each design's mutations (n_mutations, mutations: D3G,R4Y) from LOOP, the designed positions' "
+        "tokens (default: the run's constraint spec's reference, where it has one)",
     )
     des.add_argument("--out", metavar="FILE.tsv", help="write the table to FILE (atomically) instead of stdout")
 
@@ -84,6 +91,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         novel_from=args.novel_from,
         min_distance=args.min_distance,
         trust_code=args.trust_code,
+        reference=args.reference,
     )
     table = found.to_tsv()
     if args.out is None:

@@ -54,7 +54,8 @@ class SampledRun(Run):
 
     def designs(self, top: int = 10, min_hamming: int = 1, **filters: Any) -> Designs:
         """The best distinct designs of the run (:func:`mlm_ppl.designs.pick_designs`, as ``mlm-ppl
-        designs``; ``filters``: its ``exclude_memorized``, ``novel_from``, ``min_distance``)."""
+        designs``; ``filters``: its ``exclude_memorized``, ``novel_from``, ``min_distance``,
+        ``reference``)."""
         if self.directory is None:
             raise ValueError("designs are picked from a run directory: run the job with out=DIR")
         return pick_designs(self.directory, top=top, min_hamming=min_hamming, **filters)
