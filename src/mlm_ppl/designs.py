@@ -109,7 +109,9 @@ class Design:
     rest as from memory, as it does sequences it was trained on), the ``sequence`` as the run
     decoded it, and, where a reference loop is known (the run's constraint spec's, or
     ``reference=``), the ``mutations`` from it, EvoProtGrad's way: ``"D3G"`` for the reference's D at
-    the loop's third designed position taken by G (None: no reference of the loop's length)."""
+    the loop's third designed position taken by G (None: no reference of the loop's length), and
+    ``relative``: ``energy`` and each expert column less the reference's own (the template with
+    the reference loop on the designed positions: ``E - E(reference)``, ``f_k - f_k(reference)``)."""
 
     rank: int
     template: str
@@ -124,6 +126,7 @@ class Design:
     site_prob: float = float("nan")
     memorized: bool = False
     mutations: tuple[str, ...] | None = None
+    relative: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -148,18 +151,20 @@ class Designs:
     def to_tsv(self) -> str:
         """Tab-separated: rank, template, chain, draw, count, lp, energy, feasible (always 1: only
         feasible draws are picked), one column per expert, site_prob, memorized (1 or 0), and where
-        a design has a reference loop n_mutations and mutations (``D3G,R4Y``; empty: none), then
+        a design has a reference loop n_mutations, mutations (``D3G,R4Y``; empty: none),
+        delta_energy and one delta per expert (the design's value less the reference's), then
         min_hamming (empty for the first of a template), sequence."""
         header = ["rank", "template", "chain", "draw", "count", "lp", "energy", "feasible", *self.experts]
         relative = any(d.mutations is not None for d in self.designs)
-        extra = ["n_mutations", "mutations"] if relative else []
+        deltas = ["energy", *self.experts] if any(d.relative is not None for d in self.designs) else []
+        extra = ["n_mutations", "mutations", *(f"delta_{name}" for name in deltas)] if relative else []
         lines = ["\t".join([*header, "site_prob", "memorized", *extra, "min_hamming", "sequence"])]
         for d in self.designs:
             values = [f"{d.experts[name]:.4g}" for name in self.experts]
+            values_extra = []
             if relative:
                 values_extra = ["", ""] if d.mutations is None else [str(len(d.mutations)), ",".join(d.mutations)]
-            else:
-                values_extra = []
+                values_extra += [f"{d.relative[name]:.4g}" if d.relative else "" for name in deltas]
             lines.append(
                 "\t".join(
                     [
@@ -259,6 +264,7 @@ def pick_designs(
     found: dict[str, int] = {}
     excluded: dict[str, dict[str, int]] = {}
     for d in draws:
+        at_reference = d.reference_scores(reference or d.reference, trust_code)
         keep = d.feasible.copy()
         taken: dict[str, int] = {}
         if novel is not None:
@@ -296,6 +302,12 @@ def pick_designs(
                     site_prob=float(d.site_prob[p.index]),
                     memorized=bool(d.site_prob[p.index] >= MEMORIZED_PROB),
                     mutations=mutations(d.loops[p.index], reference or d.reference),
+                    relative=None
+                    if at_reference is None
+                    else {
+                        name: float((d.energy if name == "energy" else d.values[name])[p.index]) - value
+                        for name, value in at_reference.items()
+                    },
                 )
             )
     return Designs(designs, top, min_hamming, experts, found, excluded)
@@ -355,6 +367,37 @@ class _Draws:
     site_prob: np.ndarray  # nan where not read yet (a run.nc without the column): score() reads them
     scorer: Any = None  # rows -> site_prob of those draws, for a run.nc without the column
     reference: str | None = None  # the run's constraint spec's reference loop
+    record: dict[str, Any] = field(default_factory=dict)  # the run's recorded settings (config)
+    mlm: Any = None  # the model, where it was loaded
+
+    def reference_scores(self, reference: str | None, trust_code: bool) -> dict[str, float] | None:
+        """``{"energy": E, <expert column>: f_k}`` at the template with ``reference`` on the designed
+        positions (one evaluation of the model, loaded if it is not), or None without a reference
+        of the designed loop's length (or for a variable gap's run)."""
+        if reference is None:
+            return None
+        from .campaign import build_target
+        from .models.constraints import trusting_code
+        from .models.constraints.rules import loop_ids
+
+        size = len(reference.split()) if " " in reference else len(reference)
+        if not self.loops or size != len(self.loops[0]) or len({len(loop) for loop in self.loops}) > 1:
+            return None
+        with trusting_code(trust_code):
+            settings = RunSettings.from_dict(self.record, f"{self.name}: recorded settings")
+        if self.mlm is None:
+            self.mlm = run_model(settings)
+        with trusting_code(trust_code):
+            target: Any = build_target(self.mlm, settings)
+        F = int(target.num_free)
+        state = target.template.clone()
+        state[target.free_positions] = torch.tensor(loop_ids(self.mlm, reference, F, "reference"))
+        out = {"energy": float(target.evaluate(state[None]).energy[0])}
+        constraints = getattr(target, "constraints", None)
+        if self.experts and constraints is not None:
+            values = constraints.expert_values(state[None])
+            out.update({functional_name("expert", name): float(v[0]) for name, v in values.items()})
+        return out
 
     def score(self, rows: list[int]) -> None:
         """Fill ``site_prob`` of the draws of the states at ``rows`` that lack it (each state read once)."""
@@ -445,6 +488,8 @@ def _read_draws(name: str, path: Path, top_dir: Path, kind: str, trust_code: boo
         site,
         scorer,
         reference if isinstance(reference, str) else None,
+        json.loads(idata.attrs["config"]),
+        mlm,
     )
 
 

@@ -308,36 +308,46 @@ def test_code_named_in_a_spec_or_a_record_runs_only_with_trust_code(model_dir, t
 
 
 def test_the_command_line_adds_a_trust_region_and_its_draws_keep_it(model_dir, tmp_path, capsys):
-    """--reference LOOP --max-mutations K --min-mutations D: rule mutations, in every draw."""
-    out = tmp_path / "run"
-    flags = ("--reference", "DCA", "--max-mutations", "2", "--min-mutations", "1")
+    """--reference LOOP --max-mutations K --min-mutations D beside a spec file with an expert: rule
+    mutations in every draw, the summary's Hamming reference, and designs' mutations and deltas
+    from the reference (recomputed here: the energy by the model, the expert by a table)."""
+    out, spec = tmp_path / "run", tmp_path / "spec.toml"
+    spec.write_text('[[experts]]\nkind = "hydropathy"\nname = "kd"\nweight = -0.5\n')
+    flags = ("--constraints", str(spec), "--reference", "DCA", "--max-mutations", "2", "--min-mutations", "1")
     assert main(_sample(model_dir, out, *flags, draws="30")) == 0
     idata = az.from_netcdf(os.path.join(out, "run.nc"))
     assert (idata.posterior["rule_mutations"].values == 1).all()
     # the spec's reference is the summary's Hamming reference
     assert idata.attrs["hamming_reference"] == "DCA" and "hamming_chain0_start" not in idata.posterior
-    assert (
-        idata.posterior["hamming_reference"].values.max() <= 2
-        and idata.posterior["hamming_reference"].values.min() >= 1
-    )
+    distance = idata.posterior["hamming_reference"].values
+    assert distance.max() <= 2 and distance.min() >= 1
     rows = [line.split("\t")[-1] for line in (out / "samples.txt").read_text().splitlines()[1:]]
     loops = [seq[1] + seq[3:5] for seq in rows]  # A?C??
     assert len(loops) == 3 * 30 and all(1 <= sum(a != b for a, b in zip(loop, "DCA")) <= 2 for loop in loops)
     assert len(set(loops)) > 3
     config = json.loads((out / "config.json").read_text())
     assert config["constraints"]["reference"] == "DCA"
-    # designs count each design's mutations from the spec's reference, or from --reference
+    # designs count each design's mutations and deltas from the spec's reference, or from --reference
+    from mlm_ppl import MaskedLMDistribution, load_mlm
+
+    mlm = load_mlm(model_dir)
+    state = mlm.encode("ADCCA").input_ids  # A?C?? with DCA on the designed positions
+    e_ref = float(MaskedLMDistribution(mlm, TEMPLATE).evaluate(state).energy[0])
+    kd = {"A": 1.8, "C": 2.5, "D": -3.5, "E": -3.5}
     capsys.readouterr()
     assert main(["designs", str(out), "--top", "4"]) == 0
     header, *rows = capsys.readouterr().out.splitlines()
     columns = header.split("\t")
-    assert columns[-4:] == ["n_mutations", "mutations", "min_hamming", "sequence"] and rows
+    assert columns[-6:] == ["n_mutations", "mutations", "delta_energy", "delta_expert_kd", "min_hamming", "sequence"]
     for row in rows:
         fields = dict(zip(columns, row.split("\t")))
         seq = fields["sequence"]
         loop = seq[1] + seq[3:5]
         changes = [f"{a}{i}{b}" for i, (a, b) in enumerate(zip("DCA", loop), 1) if a != b]
         assert fields["mutations"] == ",".join(changes) and int(fields["n_mutations"]) == len(changes) in (1, 2)
+        assert float(fields["delta_energy"]) == pytest.approx(float(fields["energy"]) - e_ref, abs=2e-3)
+        loop_kd = sum(kd[c] for c in loop) / 3
+        assert float(fields["delta_expert_kd"]) == pytest.approx(loop_kd - sum(kd[c] for c in "DCA") / 3, abs=1e-3)
     assert main(["designs", str(out), "--top", "1", "--reference", "AAA"]) == 0
     first = dict(zip(columns, capsys.readouterr().out.splitlines()[1].split("\t")))
     loop = first["sequence"][1] + first["sequence"][3:5]

@@ -20,9 +20,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "distance >= --min-hamming from every design taken before, up to --top per template. Columns: rank, "
         "template, chain, draw, count, lp, energy (the MLM energy E), feasible, one per expert, site_prob (the "
         "designed positions' mean conditional probability), memorized (site_prob >= 0.9: most likely a sequence "
-        "the model was trained on), n_mutations and mutations (from a reference loop, where the run has one or "
-        "--reference gives it), min_hamming, sequence. A run still going is read from its checkpoint. Reads "
-        "the directory only (docs/constraints.md, Picking designs).",
+        "the model was trained on), n_mutations, mutations, delta_energy and delta_expert_<name> (from a reference "
+        "loop, where the run has one or --reference gives it), min_hamming, sequence. A run still going is read "
+        "from its checkpoint. Reads the directory only, and the model where it needs it (docs/constraints.md, "
+        "Picking designs).",
     )
     des.add_argument("directory", metavar="DIR", help="a run or batch directory of mlm-ppl sample --out")
     des.add_argument("--top", type=int, default=10, help="designs per template, at least 1 (default 10)")
