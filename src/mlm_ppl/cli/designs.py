@@ -59,6 +59,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="count each design's mutations (n_mutations, mutations: D3G,R4Y) from LOOP, the designed positions' "
         "tokens (default: the run's constraint spec's reference, where it has one)",
     )
+    des.add_argument(
+        "--where",
+        metavar="CONDITION",
+        help="keep only draws that meet CONDITION before picking, e.g. 'hydropathy < reference and "
+        "n_mutations <= 4' (columns lp, energy, experts, n_mutations, delta_*; 'reference': the column's value "
+        "at the reference loop; and, or, not, parentheses)",
+    )
     des.add_argument("--out", metavar="FILE.tsv", help="write the table to FILE (atomically) instead of stdout")
 
 
@@ -93,6 +100,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         min_distance=args.min_distance,
         trust_code=args.trust_code,
         reference=args.reference,
+        where=args.where,
     )
     table = found.to_tsv()
     if args.out is None:
@@ -104,6 +112,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     for name, taken in found.excluded.items():
         for what, k in taken.items():
             did = "passed over memorized loops" if what == "exclude_memorized" else "left out distinct sequences"
+            if what == "where":
+                did = "left out distinct sequences that do not meet it"
             print(f"mlm-ppl designs: {name!r}: --{what.replace('_', '-')} {did}: {k}", file=sys.stderr)
     for name, k in found.short().items():
         print(

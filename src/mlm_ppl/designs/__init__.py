@@ -29,6 +29,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from .._files import read_list_file
 from ..campaign import batch_templates
 from ..diagnostics import MEMORIZED_PROB
 from .draws import RunDraws, read_draws, recorded_settings
+from .where import parse_where
 
 __all__ = ["Design", "Designs", "Pick", "select_designs", "pick_designs", "mutations", "recorded_settings"]
 
@@ -106,7 +108,8 @@ class Design:
     ``reference=``), the ``mutations`` from it, EvoProtGrad's way: ``"D3G"`` for the reference's D at
     the loop's third designed position taken by G (None: no reference of the loop's length), and
     ``relative``: ``energy`` and each expert column less the reference's own (the template with
-    the reference loop on the designed positions: ``E - E(reference)``, ``f_k - f_k(reference)``)."""
+    the reference loop on the designed positions: ``E - E(reference)``, ``f_k - f_k(reference)``);
+    ``loop``, the designed positions' tokens (residues joined, words separated by spaces)."""
 
     rank: int
     template: str
@@ -122,6 +125,7 @@ class Design:
     memorized: bool = False
     mutations: tuple[str, ...] | None = None
     relative: dict[str, float] | None = None
+    loop: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,25 @@ class Designs:
     experts: list[str] = field(default_factory=list)
     found: dict[str, int] = field(default_factory=dict)
     excluded: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def to_frame(self) -> Any:
+        """The table as a ``pandas.DataFrame``, a row per design, typed: the columns of
+        :meth:`to_tsv` and ``loop`` (the designed positions' tokens) before ``sequence``."""
+        import pandas as pd
+
+        rows = []
+        for d in self.designs:
+            row: dict[str, Any] = dict(
+                rank=d.rank, template=d.template, chain=d.chain, draw=d.draw, count=d.count, lp=d.lp, energy=d.energy
+            )
+            row.update({name: d.experts[name] for name in self.experts})
+            row.update(site_prob=d.site_prob, memorized=d.memorized)
+            if d.mutations is not None:
+                row.update(n_mutations=len(d.mutations), mutations=",".join(d.mutations))
+            row.update({f"delta_{name}": value for name, value in (d.relative or {}).items()})
+            row.update(min_hamming=d.min_hamming, loop=d.loop, sequence=d.sequence)
+            rows.append(row)
+        return pd.DataFrame(rows)
 
     def short(self) -> dict[str, int]:
         """The templates with fewer than ``top`` designs, and how many each has."""
@@ -193,6 +216,7 @@ def pick_designs(
     min_distance: int = 1,
     trust_code: bool = False,
     reference: str | None = None,
+    where: str | None = None,
 ) -> Designs:
     """The best distinct designs of the run or batch in ``directory`` (made by ``mlm-ppl
     sample``; see the module docstring for the rule): up to ``top`` per template, at Hamming
@@ -212,6 +236,8 @@ def pick_designs(
     ``trust_code``: consent to code experts in the record of a run read so. ``reference``: a loop of
     the designed positions (residues, or tokens separated by spaces) the designs' ``mutations`` are
     counted from; by default the run's constraint spec's ``reference`` where it has one.
+    ``where``: a condition on the draws' columns (:mod:`.where`: ``"hydropathy < reference and
+    n_mutations <= 4"``); the draws that fail it are left out before the picking.
 
     Every template's run is read and checked before anything is picked. A ValueError (one
     line) for a ``top`` below 1 or a negative ``min_hamming``, a directory that is not an
@@ -262,6 +288,10 @@ def pick_designs(
         at_reference = d.reference_scores(reference or d.reference, trust_code)
         keep = d.feasible.copy()
         taken: dict[str, int] = {}
+        if where is not None:
+            meets = _where(where, d, reference or d.reference, at_reference)
+            taken["where"] = _distinct(d, keep & ~meets)
+            keep &= meets
         if novel is not None:
             near = np.array([_nearest(loop, novel) < min_distance for loop in d.loops])
             taken["novel_from"] = _distinct(d, keep & near)
@@ -297,6 +327,7 @@ def pick_designs(
                     site_prob=float(d.site_prob[p.index]),
                     memorized=bool(d.site_prob[p.index] >= MEMORIZED_PROB),
                     mutations=mutations(d.loops[p.index], reference or d.reference),
+                    loop=("" if all(len(t) == 1 for t in d.loops[p.index]) else " ").join(d.loops[p.index]),
                     relative=None
                     if at_reference is None
                     else {
@@ -306,6 +337,26 @@ def pick_designs(
                 )
             )
     return Designs(designs, top, min_hamming, experts, found, excluded)
+
+
+def _where(text: str, d: RunDraws, reference: str | None, at_reference: dict[str, float] | None) -> np.ndarray:
+    """``(N,)`` bool: the draws of ``d`` that meet the condition ``text`` (:func:`.where.parse_where`)."""
+    columns: dict[str, np.ndarray] = {"lp": d.lp, "energy": d.energy, **d.values}
+    names = {name: name for name in columns}
+    names.update({column.removeprefix("expert_"): column for column in d.values})
+    if at_reference is not None and reference is not None:
+        counts = [mutations(loop, reference) for loop in d.loops]
+        columns["n_mutations"] = np.array([np.nan if m is None else len(m) for m in counts])
+        for name, value in at_reference.items():
+            columns[f"delta_{name}"] = columns[name] - value
+        names.update({name: name for name in columns if name not in names})
+    condition, uses_reference = parse_where(text, names)
+    if uses_reference and at_reference is None:
+        raise ValueError(
+            f"where: 'reference' reads the reference loop's values; {d.name!r} has no reference loop of its designed "
+            "loop's length: give --reference LOOP (reference=)"
+        )
+    return condition(columns, at_reference)
 
 
 def mutations(loop: tuple[str, ...], reference: str | None) -> tuple[str, ...] | None:
