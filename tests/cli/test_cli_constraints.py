@@ -307,6 +307,7 @@ def test_code_named_in_a_spec_or_a_record_runs_only_with_trust_code(model_dir, t
     assert not flag.exists()  # refused before the changed module ran
 
 
+@pytest.mark.slow  # 5-6 s: a run, the model read again, four tables (make test-fast keeps under 3 minutes)
 def test_the_command_line_adds_a_trust_region_and_its_draws_keep_it(model_dir, tmp_path, capsys):
     """--reference LOOP --max-mutations K --min-mutations D beside a spec file with an expert: rule
     mutations in every draw, the summary's Hamming reference, and designs' mutations and deltas

@@ -59,6 +59,7 @@ def test_what_it_cannot_read_is_one_line(text, message):
         parse_where(text, NAMES)
 
 
+@pytest.mark.slow  # 4-5 s: two runs and four tables (make test-fast keeps under 3 minutes)
 def test_designs_where_keeps_only_the_draws_that_meet_it(model_dir, tmp_path, capsys):
     out, spec = tmp_path / "run", tmp_path / "spec.toml"
     spec.write_text('reference = "DCA"\n\n[[experts]]\nkind = "hydropathy"\nname = "kd"\nweight = -0.5\n')
