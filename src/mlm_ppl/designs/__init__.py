@@ -38,6 +38,7 @@ from .._checks import check_count
 from .._files import read_list_file
 from ..campaign import batch_templates
 from ..diagnostics import MEMORIZED_PROB
+from ..models.tokens import loop_tokens
 from .draws import RunDraws, read_draws, recorded_settings
 from .where import parse_where
 
@@ -274,7 +275,7 @@ def pick_designs(
             "rule compares loops of one length: give loops of the designed positions"
         )
     if reference is not None:
-        size = len(reference.split()) if " " in reference else len(reference)
+        size = len(loop_tokens(reference))
         lengths = sorted({len(loop) for d in draws for loop in d.loops})
         if size not in lengths:
             raise ValueError(
@@ -365,7 +366,7 @@ def mutations(loop: tuple[str, ...], reference: str | None) -> tuple[str, ...] |
     positions; None without a reference or for one of another length."""
     if reference is None:
         return None
-    ref = tuple(reference.split()) if " " in reference else tuple(reference)
+    ref = loop_tokens(reference)
     if len(ref) != len(loop):
         return None
     return tuple(f"{a}{i}{b}" for i, (a, b) in enumerate(zip(ref, loop), 1) if a != b)
@@ -378,7 +379,7 @@ def _novel_loops(source: str | os.PathLike | Sequence[str]) -> list[tuple[str, .
         lines, where = read_list_file(source, "loops"), f"novel_from: {source}"
     else:
         lines, where = [str(line).strip() for line in source], "novel_from"
-    loops = [tuple(line.split()) if " " in line else tuple(line) for line in lines if line and not line.startswith("#")]
+    loops = [loop_tokens(line) for line in lines if line and not line.startswith("#")]
     if not loops:
         raise ValueError(f"{where} holds no loop; give one loop (the designed positions' tokens) per line")
     return loops

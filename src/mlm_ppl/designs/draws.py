@@ -19,6 +19,7 @@ from ..diagnostics import functional_name, length_log_prior, site_scores
 from ..diagnostics.data import attr_list
 from ..models.constraints import recorded_expert_weights, weighted_expert_sum
 from ..models.target import energy_from_log_density
+from ..models.tokens import loop_tokens
 from ..settings import RunSettings
 
 __all__ = ["RunDraws", "read_draws", "recorded_settings"]
@@ -56,7 +57,7 @@ class RunDraws:
         from ..models.constraints import trusting_code
         from ..models.constraints.rules import loop_ids
 
-        size = len(reference.split()) if " " in reference else len(reference)
+        size = len(loop_tokens(reference))
         if not self.loops or size != len(self.loops[0]) or len({len(loop) for loop in self.loops}) > 1:
             return None
         with trusting_code(trust_code):

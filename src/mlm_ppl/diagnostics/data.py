@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..models.tokens import loop_tokens
+
 if TYPE_CHECKING:  # pragma: no cover
     import arviz
 
@@ -453,7 +455,7 @@ def with_reference(idata: "arviz.InferenceData", loop: str) -> "arviz.InferenceD
         raise ValueError(
             "the run's loops vary in length (a variable gap): a reference loop of one length cannot be compared"
         )
-    parts = loop.split() if " " in loop.strip() else list(loop.strip())
+    parts = loop_tokens(loop.strip())
     if len(parts) != len(free):
         raise ValueError(f"the reference loop {loop!r} has {len(parts)} tokens; the run designs {len(free)} positions")
     index = {str(tok): i for i, tok in enumerate(vocab)}

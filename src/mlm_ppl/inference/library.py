@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from ..models.target import Target
+from ..models.tokens import loop_tokens
 from .streams import ChainStreams
 
 __all__ = [
@@ -86,7 +87,7 @@ def library_ids(target: Target, library: str) -> Tensor:
     F = target.num_free
     rows = []
     for loop in parse_library(library):
-        parts = loop.split() if " " in loop else list(loop)
+        parts = loop_tokens(loop)
         if len(parts) != F:
             raise ValueError(
                 f"library loop {loop!r} has {len(parts)} tokens; the template has {F} free positions, and each loop "

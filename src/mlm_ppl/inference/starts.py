@@ -90,10 +90,8 @@ def rule_violations(target: Target, tokens: Tensor, *, degrees: bool = False) ->
     for level in _levels(target):
         bound = _bound(level)
         found: dict[str, Tensor] = {}
-        if isinstance(bound, BoundConstraints):
+        if bound is not None:
             found = bound.violations(tokens, degrees=degrees)
-        elif bound is not None:
-            found = bound.violations(tokens)
         elif isinstance(level, ConstrainedTarget):
             factor = torch.as_tensor(level.log_factor(tokens)).reshape(-1)
             found = {"finite log_factor": torch.isneginf(factor).cpu()}

@@ -248,19 +248,20 @@ class GapConstraints:
         self.target = target
         self.spec = target.spec
 
-    def _per_length(self, tokens: Tensor, read: str) -> dict[str, Tensor]:
+    def _per_length(self, tokens: Tensor, read: str, **options: Any) -> dict[str, Tensor]:
         out: dict[str, Tensor] = {}
         for L, rows in self.target.groups(tokens):
             bound = self.target.target(L).constraints  # type: ignore[attr-defined]
-            for name, values in getattr(bound, read)(self.target.unpad(tokens[rows], L)).items():
+            for name, values in getattr(bound, read)(self.target.unpad(tokens[rows], L), **options).items():
                 if name not in out:
                     out[name] = torch.zeros(tokens.shape[0], dtype=values.dtype)
                 out[name][rows] = values
         return out
 
-    def violations(self, tokens: Tensor) -> dict[str, Tensor]:
-        """``{rule name: (N,) bool}``, True where the state breaks the rule at its length."""
-        return self._per_length(tokens, "violations")
+    def violations(self, tokens: Tensor, *, degrees: bool = False) -> dict[str, Tensor]:
+        """``{rule name: (N,) bool}``, True where the state breaks the rule at its length; with
+        ``degrees``, how far (as :meth:`~mlm_ppl.models.constraints.BoundConstraints.violations`)."""
+        return self._per_length(tokens, "violations", degrees=degrees)
 
     def feasible(self, tokens: Tensor) -> Tensor:
         """``(N,)`` bool, True where the state breaks no rule at its length."""

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Encoding", "TokenCodec"]
+__all__ = ["Encoding", "TokenCodec", "loop_tokens"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,12 @@ class Encoding:
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
+
+
+def loop_tokens(loop: str) -> tuple[str, ...]:
+    """A loop as users write it (a reference, a library entry, a known loop): tokens separated by
+    spaces where it has any (text models), else one token per character (residues)."""
+    return tuple(loop.split()) if " " in loop else tuple(loop)
 
 
 class TokenCodec:

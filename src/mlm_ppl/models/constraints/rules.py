@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from ..tokens import TokenCodec
+from ..tokens import TokenCodec, loop_tokens
 from .fields import FieldTypeError, FieldValueError, check_name, compile_pattern
 
 
@@ -200,7 +200,7 @@ class Novel:
         index = {tok: i for i, tok in enumerate(codec.vocab) if tok}
         rows = []
         for loop in self.loops:
-            parts = loop.split() if " " in loop else list(loop)
+            parts = loop_tokens(loop)
             if len(parts) != length:
                 continue
             missing = [p for p in parts if p not in index]
@@ -226,7 +226,7 @@ class Novel:
 def loop_ids(codec: TokenCodec, loop: str, length: int, what: str) -> list[int]:
     """The token ids of ``loop`` (residues, or tokens separated by spaces), which must have ``length``
     tokens of ``codec``'s vocabulary; a FieldValueError names ``what`` and the fix."""
-    parts = loop.split() if " " in loop else list(loop)
+    parts = loop_tokens(loop)
     if len(parts) != length:
         raise FieldValueError(
             f"{what}: {loop!r} has {len(parts)} tokens; the designed loop has {length} (one for each free position)",
