@@ -85,8 +85,8 @@ germlines: venv
 test: venv
 	$(PY) -m pytest -q --durations=20
 
-# the edit loop: everything but the real model, the notebooks, Ray, the slowest CLI checks and tests over about 5 s
-# (2 min 51 s on 2 idle cores, 792 tests, 2026-12-04)
+# the edit loop: everything but the real model, the notebooks, Ray, the slowest CLI checks and tests over about 2 s
+# (2 min 34 s on 2 idle cores, 872 tests, 2026-12-06)
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" --ignore=tests/test_notebooks.py --ignore=tests/cli/test_ray.py \
 		--ignore=tests/cli/test_reliability.py --ignore=tests/test_experiments.py

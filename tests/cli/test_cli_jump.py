@@ -27,6 +27,7 @@ def _args(model_dir, out, *extra):
     return [*args, "--chains", "3", "--draws", "60", "--warmup", "10", "--seed", "4", "--out", str(out), *extra]
 
 
+@pytest.mark.slow
 def test_a_jump_run_records_every_draw_with_its_length_and_move(model_dir, tmp_path, capsys):
     prior = tmp_path / "prior.tsv"
     prior.write_text("1\t1\n2\t2\n3\t1\n")
@@ -191,6 +192,7 @@ def test_a_constrained_jump_run_starts_feasible_and_records_the_rules(model_dir,
     assert all("D" not in seq for *_, seq in rows) and {int(r[4]) for r in rows} >= {1, 2}
 
 
+@pytest.mark.slow
 def test_diagnose_compares_the_length_marginal_with_a_reference(model_dir, tmp_path, capsys):
     """diagnose --length-reference: the reference renormalised over the run's lengths as a column of
     the length table (by hand: weights 1, 2, 4 at lengths 1..3 and 1 at length 4 give 1/7, 2/7, 4/7 over

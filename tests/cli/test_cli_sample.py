@@ -48,7 +48,8 @@ def _tokens(directory):
     return az.from_netcdf(os.path.join(directory, "run.nc")).posterior["tokens"].values
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_a_killed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys, sig):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(_args(model_dir, whole)) == 0
@@ -78,6 +79,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, ca
     np.testing.assert_allclose(lp_a, lp_b)
 
 
+@pytest.mark.slow
 def test_run_directory_outputs_and_diagnose(model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(_args(model_dir, out)) == 0

@@ -195,6 +195,7 @@ def test_designs_flag_memorized_loops_and_filters_remove_them(finished, monkeypa
         pick_designs(finished, novel_from=other)
 
 
+@pytest.mark.slow
 def test_an_unfinished_run_is_read_from_its_checkpoint_as_its_end_would_write_it(finished, model_dir, tmp_path, capsys):
     cut = tmp_path / "cut"
     shutil.copytree(finished, cut)

@@ -129,6 +129,7 @@ def test_a_hard_link_planted_as_the_lock_file_is_never_written(model_dir, tmp_pa
     assert not (out / "trace_lp.png").exists()
 
 
+@pytest.mark.slow
 def test_a_users_own_file_named_like_the_lock_is_never_written_over(model_dir, tmp_path, capsys):
     out = tmp_path / "mine"
     out.mkdir()

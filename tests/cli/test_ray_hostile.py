@@ -34,6 +34,7 @@ def _run(cmd, env, timeout):
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 def test_an_address_that_answers_but_is_not_ray_fails_within_seconds_leaving_nothing(model_dir, tmp_path):
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'mlm-ppl[ray]')")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)

@@ -117,6 +117,7 @@ def test_length_options_need_a_variable_gap_and_a_new_run(model_dir, tmp_path, c
     assert "give --resume DIR without --length-mode and --length-prior" in one_line_error(capsys)
 
 
+@pytest.mark.slow
 def test_a_batch_of_strata_resumes_to_the_same_designs_and_keeps_its_prior(model_dir, tmp_path, capsys):
     out = tmp_path / "strata"
     args = ["sample", "--model", model_dir, "--template", GAP, "--length-mode", "strata", "--draws", "12"]

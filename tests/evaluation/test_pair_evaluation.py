@@ -275,6 +275,7 @@ def _read(path):
         return list(csv.DictReader(fh))
 
 
+@pytest.mark.slow
 def test_pairs_command_writes_outputs_and_resumes(model_dir, tmp_path, capsys):
     data = tmp_path / "seqs.txt"
     data.write_text("ACDEFGHIKLMN\nMNPQRSTVWYAC\n")

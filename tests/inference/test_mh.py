@@ -63,6 +63,7 @@ def test_long_batched_mh_runs_match_the_exact_target(tiny4, block_size):
     check_fit(pi, empirical(dist, run.tokens[:, 0]), offset=exact.total_variation(p_n, pi))
 
 
+@pytest.mark.slow
 def test_sampling_code_matches_the_exact_transition_matrix_before_mixing(tiny4):
     """With peaked proposals the chain mixes slowly; the draws still follow p0 P^n exactly."""
     dist = MaskedLMDistribution(tiny4, TEMPLATE, temperature=1.0)

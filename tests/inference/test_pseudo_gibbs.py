@@ -180,6 +180,7 @@ def test_the_scans_are_named_after_what_they_do(tiny4):
     }
 
 
+@pytest.mark.slow
 def test_pseudo_gibbs_chains_that_mix_are_called_mixed_never_converged(tiny4):
     """By enumeration: the chains reach pseudo-Gibbs' own stationary law (the exact matrix's),
     which is far from exp(-E/T); their summary says "mixed" with a note, MH's says "converged"."""
@@ -201,6 +202,7 @@ def test_pseudo_gibbs_chains_that_mix_are_called_mixed_never_converged(tiny4):
     assert mh.chains == [CONVERGED] * 4 and mh.stationary_law is None
 
 
+@pytest.mark.slow
 def test_a_run_recorded_before_its_kernel_declared_no_target_reads_the_declaration(tiny4):
     from mlm_ppl.diagnostics import CONVERGED, MIXED, summary, to_inference_data
 
