@@ -17,6 +17,7 @@ from mlm_ppl import campaign, summary
 from mlm_ppl.cli import main
 from mlm_ppl.diagnostics import read_run
 from mlm_ppl.inference import GeometricAnnealing, MetropolisHastings, SurrogateMH, exact
+from mlm_ppl.inference.mh import TruncatedProposalWarning
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
@@ -89,7 +90,10 @@ def test_an_annealed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path,
     extra = ("--kernel", "surrogate-mh", "--inner-steps", "2", "--anneal", "2:0.5", "--anneal-terms", "mlm")
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(_sample(model_dir, whole, *extra)) == 0
-    assert NOTE.format("2 -> 0.5", "the MLM term") in capsys.readouterr().err
+    out = capsys.readouterr()
+    starts = "2 -> 0.5, each chain stops cooling where under 20% of its moves pass the exact correction"
+    assert NOTE.format(starts, "the MLM term") in out.err  # surrogate-MH's thermostat, said at the start
+    assert NOTE.format("2 -> 0.5, no chain stopped cooling", "the MLM term") in out.out  # and what it did
     _interrupt_at_step(monkeypatch, SurrogateMH, 6)
     assert main(_sample(model_dir, cut, *extra)) == 130
     monkeypatch.undo()
@@ -158,6 +162,9 @@ def test_a_batchs_summary_says_it_annealed(model_dir, tmp_path, capsys):
         (["--anneal", "1:0.05", "--kernel", "mask-predict"], "not mask-predict"),
         (["--anneal-terms", "mlm"], "anneal_terms applies to an annealed run; give anneal='FROM:TO' too"),
         (["--anneal", "1:0.05", "--anneal-terms", "energy"], "unknown anneal_terms 'energy'"),
+        (["--kernel", "surrogate-mh", "--anneal-floor", "0.3"], "anneal_floor is where an annealing schedule stops"),
+        (["--kernel", "surrogate-mh", "--anneal", "1:0.05", "--anneal-floor", "-1"], "anneal_floor must be a finite"),
+        (["--anneal", "1:0.05", "--anneal-floor", "0.3"], "(--anneal-floor) is an option of kernel surrogate"),
     ],
 )
 def test_bad_annealing_flags_are_one_line_before_any_work(model_dir, tmp_path, capsys, flags, match):
@@ -165,3 +172,17 @@ def test_bad_annealing_flags_are_one_line_before_any_work(model_dir, tmp_path, c
     assert main(_sample(model_dir, out, *flags)) == 2
     assert match in _one_line_error(capsys)
     assert not out.exists()
+
+
+def test_a_fixed_floor_from_the_command_line_and_warnings_in_one_line(model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    extra = ("--kernel", "surrogate-mh", "--inner-steps", "2", "--anneal", "1:0.05", "--anneal-floor", "0.3")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", TruncatedProposalWarning)  # shown though an earlier test showed it
+        assert main(_sample(model_dir, out, *extra, "--top-k", "2")) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert NOTE.format("1 -> 0.05, never below tau 0.3", "all terms") in err[-1]
+    assert _settings(out).kernel_options.anneal_floor == 0.3
+    # the library's own warnings (here: top_k's) are one line each, as its notes are
+    warned = [line for line in err if "warning" in line]
+    assert len(warned) == 1 and warned[0].startswith("mlm-ppl sample: warning: top_k/top_p truncate")

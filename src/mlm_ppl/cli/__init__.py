@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from . import designs, diagnose, germlines, pairs, sample, score
 
@@ -51,7 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     try:
-        return _COMMANDS[args.command].run(args, sys.stdout)
+        with warnings.catch_warnings():  # the library's own warnings as one line each, as its notes are
+            warnings.showwarning = functools.partial(_show_warning, args.command, warnings.showwarning)
+            return _COMMANDS[args.command].run(args, sys.stdout)
     except BrokenPipeError:  # the reader went away (`mlm-ppl diagnose DIR | head`): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush of stdout does not fail again
@@ -72,6 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _bug(args.command)
     except Exception:
         return _bug(args.command)
+
+
+def _show_warning(command: str, show: Any, message: Any, category: type, *args: Any, **kwargs: Any) -> None:
+    """A warning of mlm-ppl's own (a LongRunWarning, an AnnealingFloorWarning) as one line on stderr;
+    any other as Python shows it."""
+    if category.__module__.split(".")[0] == "mlm_ppl":
+        print(f"mlm-ppl {command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+    else:
+        show(message, category, *args, **kwargs)
 
 
 def _one_line(err: BaseException) -> str:

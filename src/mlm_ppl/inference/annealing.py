@@ -124,9 +124,26 @@ def annealing_note(record: Mapping[str, Any]) -> str:
         tau = f"tau {_number(start)} -> {_number(end)}"
     else:
         tau = "tau from a custom schedule"
+    tau += _floor_note(record)
     terms = record.get("terms", "all")
     what = {"all": "all terms", "mlm": "the MLM term", "constraints": "the constraints' term"}.get(terms, terms)
     return (
         f"annealed ({tau}, {what}): mode-seeking, draws are not samples of the target; "
         "R-hat/ESS describe the annealed chain"
     )
+
+
+def _floor_note(record: Mapping[str, Any]) -> str:
+    """Where an annealed run stops cooling, as its note says it: each chain's ``stopped_at`` (or,
+    before the run ends, that each chain stops where its moves stall), or a fixed ``floor``."""
+    floor, stopped = record.get("floor"), record.get("stopped_at")
+    if isinstance(stopped, list):
+        if not any(isinstance(t, (int, float)) for t in stopped):
+            return ", no chain stopped cooling"
+        taus = ", ".join(_number(round(t, 3)) if isinstance(t, (int, float)) else "-" for t in stopped)
+        return f", chains stopped cooling at tau {taus} (-: never)"
+    if floor == "chains":
+        return ", each chain stops cooling where under 20% of its moves pass the exact correction"
+    if isinstance(floor, (int, float)) and not isinstance(floor, bool) and floor > 0:
+        return f", never below tau {_number(floor)}"
+    return ""

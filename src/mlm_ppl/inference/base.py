@@ -299,13 +299,16 @@ ANNEAL_TERMS = ("all", "mlm", "constraints")
 term ``-E/T`` alone, or the log-factor (constraints' experts, likelihood terms) alone."""
 
 
-def annealed_log_density(energy: Tensor, log_factor: Tensor, temperature: float, tau: float, terms: str) -> Tensor:
+def annealed_log_density(
+    energy: Tensor, log_factor: Tensor, temperature: float, tau: float | Tensor, terms: str
+) -> Tensor:
     """The log density at annealing temperature ``tau``: ``(-E/T + f) / tau`` (``terms="all"``),
     ``-E/(T tau) + f`` (``"mlm"``) or ``-E/T + f/tau`` (``"constraints"``). At ``tau = 1`` every
     form is the target's; as ``tau -> 0`` the chain seeks the mode of the annealed terms. A
     ``tau`` that is not a finite number >= :data:`~mlm_ppl._checks.MIN_TEMPERATURE` (from a schedule:
-    any callable, so checked at each step) is a ValueError."""
-    if not (math.isfinite(tau) and tau >= MIN_TEMPERATURE):
+    any callable, so checked at each step) is a ValueError. ``tau`` may be a tensor, one per state."""
+    low, high = (float(tau.min()), float(tau.max())) if isinstance(tau, Tensor) else (tau, tau)
+    if not (math.isfinite(high) and low >= MIN_TEMPERATURE):
         raise ValueError(
             f"the annealing schedule gave tau={tau}; it must return a finite number >= {MIN_TEMPERATURE:g} "
             "(smaller ones overflow float32 and freeze every chain)"
@@ -313,7 +316,7 @@ def annealed_log_density(energy: Tensor, log_factor: Tensor, temperature: float,
     if terms == "all":
         return log_density(energy, log_factor, temperature) / tau
     if terms == "mlm":
-        return log_density(energy, log_factor, temperature * tau)
+        return log_density(energy, log_factor, temperature * tau)  # type: ignore[arg-type]  # a tensor: per state
     return log_density(energy, log_factor / tau, temperature)
 
 

@@ -376,6 +376,9 @@ def run_chains(
         if bar is not None:
             bar.close()
     checkpoint()
+    end: dict[str, Any] = getattr(kernel, "annealing_end", lambda state: {})(snap[1])  # where chains stopped cooling
+    if end and "annealing" in attrs:
+        attrs["annealing"] = {**attrs["annealing"], **end}
     run = so_far(snap[3])
     if stopped is not None:
         run.attrs["stopped"] = f"{stopped}: stopped at draw {run.num_draws} of {D} (asked every {stop_every} draws)"

@@ -259,6 +259,11 @@ class KernelBase(Generic[OptionsT]):
             return None
         return annealing_record(self.options.temperature_schedule, self.options.anneal_terms)  # type: ignore[attr-defined]
 
+    def annealing_end(self, state: Any) -> dict[str, Any]:
+        """What a run adds to its :meth:`annealing` record at its end, from its last state (where each
+        chain stopped cooling, for a kernel that decides it as it runs): nothing here."""
+        return {}
+
     @classmethod
     def stat_names(cls) -> tuple[str, ...]:
         """Per-draw statistics of a run of this kernel: :data:`STAT_NAMES` and its Info's other fields."""

@@ -38,13 +38,15 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from .._checks import count_at_least
+from .._checks import check_interval, count_at_least
 from ..models.gap_target import GapTarget
 from ..models.surrogate import SurrogateTarget
-from ..models.target import Evaluation, Target
+from ..models.target import Target
+from .anneal_floor import chain_taus, start_thermostat, thermostat
 from .base import (
     accept,
     acceptance_probability,
+    annealed_log_density,
     cat_states,
     check_states,
     choose_rows,
@@ -53,11 +55,11 @@ from .base import (
     scheduled_log_density,
     state_rows,
 )
-from .exact import enumerate_states, transition_matrix
 from .jump import MOVE_OPTIONS, RUN_RECORDS, GapJump, check_moves, move_options, move_settings
 from .mh import LIBRARY_RECORDS, MetropolisHastings, MHState
 from .spec import Capabilities, KernelBase, option
 from .streams import ChainStreams
+from .surrogate_exact import SurrogateMatrices
 from .tempering import ReplicaMH, ReplicaState, TemperingOptions
 
 __all__ = [
@@ -104,6 +106,12 @@ class SurrogateOptions(TemperingOptions):
         "what those copies see of the other tokens: nothing (crop), or a fixed reference's, frozen (frozen)",
         choices=SURROGATE_FRAMES,
     )
+    anneal_floor: float | None = option(
+        None,
+        "annealing stops cooling at this tau (default: each chain where its outer acceptance falls below 0.2; "
+        "0: the whole schedule)",
+        check=check_interval,
+    )
     p_update: float = _UPDATE
     p_insert: float = _INSERT
     p_delete: float = _DELETE
@@ -131,6 +139,8 @@ class SurrogateState(NamedTuple):
     log_factor: Tensor  # (C,)
     inner: MHState | ReplicaState  # the surrogate chain at tokens (a GapJumpState on a variable gap)
     step: int
+    hold: Tensor | None = None  # (C,) annealed: the tau each chain stopped cooling at (0: none yet)
+    recent: Tensor | None = None  # (C,) annealed: its moving average of outer acceptance
 
 
 class SurrogateInfo(NamedTuple):
@@ -146,7 +156,7 @@ class SurrogateInfo(NamedTuple):
     masked_copies: Tensor  # (C,) masked copies run by the step: inner proposals and the correction
 
 
-class SurrogateMH(KernelBase[SurrogateOptions]):
+class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
     """Surrogate-transition Metropolis-Hastings (Liu 2001, section 9.4): exact for the target.
 
     **Target**: ``p(x) ∝ exp(-E(x)/T + log_factor(x))`` of the target (a
@@ -202,6 +212,12 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         nearly the whole copy's conditionals at the crop's cost.
     block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p, library, library_weight
         The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings` (random scan).
+    temperature_schedule, anneal_terms
+        Annealing (mode seeking), as for MH: the inner chain runs at its outer step's ``tau``.
+    anneal_floor : float, optional
+        A fixed ``tau`` below which no chain cools (0: the whole schedule). Default: each chain
+        stops cooling where its own outer acceptance falls below 0.2
+        (:mod:`~mlm_ppl.inference.anneal_floor`); the run records where.
     p_update, p_insert, p_delete, p_insert_run, p_delete_run, max_run
         On a variable gap, the inner gap-jump chain's moves (refused on a fixed template).
     """
@@ -225,6 +241,7 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         "p_swap": 0.2,
         **RUN_RECORDS,  # 0.5 too: gap-jump's run moves
         **LIBRARY_RECORDS,  # 0.6: the library proposal
+        "anneal_floor": 0.0,  # 0.8: an annealed run recorded before its chains stopped cooling where they stall
     }
     options: SurrogateOptions
     surrogate: Any  # SurrogateTarget, or a GapTarget of them (a variable gap)
@@ -239,6 +256,14 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         o = self.options
         dtype = None if o.surrogate_dtype is None else SURROGATE_DTYPES[o.surrogate_dtype]
         self.inner_steps = 4 * target.num_free if o.inner_steps is None else o.inner_steps
+        if o.anneal_floor and o.temperature_schedule is None:  # (0, as older runs record it, asks nothing)
+            raise ValueError(
+                "anneal_floor is where an annealing schedule stops cooling: give the schedule (anneal) too"
+            )
+        # the annealing thermostat (a state per chain), where no fixed floor is given
+        self.thermostat = (
+            o.temperature_schedule is not None and o.anneal_floor is None and o.anneal_terms != "constraints"
+        )
 
         def surrogate_of(base: Target) -> SurrogateTarget:
             return SurrogateTarget(base, o.surrogate_window, dtype, o.surrogate_context, o.surrogate_frame)  # type: ignore[arg-type]
@@ -258,14 +283,13 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
             exchanges = dict(replicas=o.replicas, replica_spacing=o.replica_spacing, p_swap=o.p_swap)
             self.inner = ReplicaMH(self.surrogate, **exchanges, **proposals)
             return
-        schedule = o.temperature_schedule
-        inner_steps = self.inner_steps
+        self.inner_tau = 1.0  # what the inner chain runs at: its outer step's (its chain's) tau
         self.inner = MetropolisHastings(
             self.surrogate,
             scan="random",
             **proposals,
             # the inner chain runs at its outer step's tau, so the outer correction stays valid
-            temperature_schedule=None if schedule is None else (lambda s: schedule(s // inner_steps)),
+            temperature_schedule=None if o.temperature_schedule is None else (lambda s: self.inner_tau),
             anneal_terms=o.anneal_terms,
         )
 
@@ -335,25 +359,62 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         """Evaluate complete starting states ``(C, L)`` under the target and the surrogate."""
         tokens = check_states(self.target, tokens)
         ev = self.target.evaluate(tokens)
-        return SurrogateState(tokens, ev.energy, ev.log_factor, self.inner.init(tokens), 0)
+        hold, recent = start_thermostat(tokens.shape[0]) if self.thermostat else (None, None)
+        return SurrogateState(tokens, ev.energy, ev.log_factor, self.inner.init(tokens), 0, hold, recent)
 
     def with_log_factor(self, state: SurrogateState, log_factor: Tensor) -> SurrogateState:
         """The state with new extra log terms, in the target's and the surrogate's part alike."""
         return state._replace(log_factor=log_factor, inner=self.inner.with_log_factor(state.inner, log_factor))
 
-    def log_density(self, energy: Tensor, log_factor: Tensor, step: int | None = None) -> Tensor:
+    def log_density(self, energy: Tensor, log_factor: Tensor, tau: Tensor | None = None) -> Tensor:
         """The log density at the target's temperature (the same form for the target and the
-        surrogate); at outer ``step`` of an annealed run, its annealed form."""
-        o = self.options
-        return scheduled_log_density(
-            energy, log_factor, self.target.temperature, o.temperature_schedule, o.anneal_terms, step
-        )
+        surrogate); annealed at each chain's ``tau`` (``(N,)``, :meth:`taus`) where given."""
+        temperature, terms = self.target.temperature, self.options.anneal_terms
+        if tau is None:
+            return scheduled_log_density(energy, log_factor, temperature, None, terms, None)
+        return annealed_log_density(energy, log_factor, temperature, tau.to(energy.dtype), terms)
 
-    # -- one step
-    def _run_inner(self, start: Any, streams: ChainStreams) -> tuple[Any, Tensor, Tensor, Tensor]:
-        """``inner_steps`` of the inner chain from ``start``: its end, and per chain the accepted
-        single-site changes, the fraction of inner proposals accepted and the masked copies run."""
+    def taus(self, state: SurrogateState) -> Tensor | None:
+        """``(C,)`` the ``tau`` each chain's next step runs at (None: not annealed): the schedule's,
+        never below a given ``anneal_floor``, nor below where the chain stopped cooling."""
+        o = self.options
+        if o.temperature_schedule is None:
+            return None
+        tau = float(o.temperature_schedule(state.step))
+        if o.anneal_floor:
+            tau = max(tau, min(o.anneal_floor, float(o.temperature_schedule(0))))
+        hold = torch.zeros(state.tokens.shape[0], dtype=torch.float64) if state.hold is None else state.hold
+        return chain_taus(tau, hold)
+
+    def annealing(self) -> dict[str, Any] | None:
+        """What a run records of its annealing: the schedule, and where it stops cooling (``floor``:
+        ``"chains"``, each chain where its outer acceptance falls, :mod:`~mlm_ppl.inference.anneal_floor`;
+        or a fixed ``tau``, 0 for none)."""
+        record = super().annealing()
+        if record is None:
+            return None
+        return {**record, "floor": "chains" if self.thermostat else (self.options.anneal_floor or 0.0)}
+
+    def annealing_end(self, state: SurrogateState) -> dict[str, Any]:
+        """What a run adds to its annealing record at its end: the ``tau`` each chain stopped cooling
+        at (``stopped_at``; None for a chain that followed the whole schedule)."""
+        if state.hold is None:
+            return {}
+        return {"stopped_at": [round(float(h), 6) if h > 0 else None for h in state.hold]}
+
+    def _run_inner(self, start: Any, streams: ChainStreams, taus: Tensor | None) -> tuple[Any, Tensor, Tensor, Tensor]:
+        """``inner_steps`` of the inner chain from ``start`` (annealed at ``taus``): its end, and per
+        chain the accepted single-site changes, the fraction of inner proposals accepted and the
+        masked copies run."""
         C = start.tokens.shape[0]
+        if taus is not None and not bool((taus == taus[0]).all()):  # chains at different taus: one at a time
+            parts = []
+            for c in range(C):
+                parts.append(self._run_inner(state_rows(start, c, C), streams.subset([c]), taus[c : c + 1]))
+            rows, *stats = zip(*parts)
+            return cat_states(list(rows)), *(torch.cat(s) for s in stats)
+        if taus is not None:
+            self.inner_tau = float(taus[0])
         moves = torch.zeros(C, dtype=torch.long)
         accepted = torch.zeros(C)
         copies = torch.zeros(C, dtype=torch.long)
@@ -382,20 +443,19 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
     # -- one step
     def step(self, state: SurrogateState, streams: ChainStreams) -> tuple[SurrogateState, SurrogateInfo]:
         """``inner_steps`` surrogate steps, then one exact accept/reject of the whole move."""
-        start = state.inner
-        inner, moves, inner_acceptance, copies = self._run_inner(start, streams)
+        start, taus = state.inner, self.taus(state)
+        inner, moves, inner_acceptance, copies = self._run_inner(start, streams, taus)
         moved = (inner.tokens != state.tokens).any(-1)  # (C,)
 
-        t = state.step
-        lp_x = self.log_density(state.energy, state.log_factor, t)
+        lp_x = self.log_density(state.energy, state.log_factor, taus)
         lp_y = lp_x.clone()
         energy, log_factor = state.energy.clone(), state.log_factor.clone()
         if moved.any():
             ev = self.target.evaluate(inner.tokens[moved])  # the step's one full-energy pass
-            lp_y[moved] = self.log_density(ev.energy, ev.log_factor, t)
+            lp_y[moved] = self.log_density(ev.energy, ev.log_factor, None if taus is None else taus[moved])
             copies[moved] += self._full_copies(inner.tokens[moved])
-        surrogate_gain = self.log_density(inner.energy, inner.log_factor, t) - self.log_density(
-            start.energy, start.log_factor, t
+        surrogate_gain = self.log_density(inner.energy, inner.log_factor, taus) - self.log_density(
+            start.energy, start.log_factor, taus
         )
         log_a = mh_log_ratio(lp_y, lp_x, torch.where(moved, -surrogate_gain.to(lp_x.dtype), 0.0), moved)
         is_accepted = accept(log_a, streams)
@@ -407,77 +467,19 @@ class SurrogateMH(KernelBase[SurrogateOptions]):
         # move's outer ratio is 1 (the surrogate's hot terms are in both densities), so it is taken
         keep = take | ~moved if self.options.replicas > 1 else take
         new_inner = choose_rows(keep, inner, start)
-        new = SurrogateState(new_inner.tokens, energy, log_factor, new_inner, state.step + 1)
+        acceptance = acceptance_probability(log_a)
+        hold, recent = state.hold, state.recent
+        if hold is not None and recent is not None and taus is not None:  # the annealing thermostat
+            first = float(self.options.temperature_schedule(0))  # type: ignore[misc]
+            hold, recent = thermostat(hold, recent, taus, acceptance, moved, first)
+        new = SurrogateState(new_inner.tokens, energy, log_factor, new_inner, state.step + 1, hold, recent)
         info = SurrogateInfo(
             lp=self.log_density(energy, log_factor),
             is_accepted=is_accepted,
-            acceptance_rate=acceptance_probability(log_a).float(),
+            acceptance_rate=acceptance.float(),
             n_changed=(new.tokens != state.tokens).sum(-1),
             n_moves=torch.where(take, moves, torch.zeros_like(moves)),
             inner_acceptance=inner_acceptance,
             masked_copies=copies,
         )
         return new, info
-
-    # -- exact transition matrix (for exact enumeration)
-    def transition_matrix(self, states: Tensor, evaluation: Evaluation, index) -> Tensor:
-        """``(S, S)`` transition matrix of one step over all ``states`` (``evaluation`` is the
-        target's of them): the inner chain's exact ``inner_steps``-step matrix on the
-        surrogate, corrected by the outer acceptance. Uses the kernels' own code."""
-        if isinstance(self.target, GapTarget):
-            raise TypeError("on a variable gap the states have several lengths: use SurrogateMH.gap_matrix()")
-        if self.options.replicas > 1:
-            raise TypeError("with replicas the states are the replicas' joint states: use SurrogateMH.replica_matrix()")
-        Q = torch.linalg.matrix_power(transition_matrix(self.inner, states), self.inner_steps)
-        lp = self.log_density(evaluation.energy, evaluation.log_factor).double()
-        sur = self.surrogate.evaluate(states)
-        lp_sur = self.log_density(sur.energy, sur.log_factor).double()
-        return self._corrected(Q, lp, lp_sur)
-
-    def gap_matrix(self) -> tuple[Tensor, Tensor]:
-        """On a variable gap: the ``(S, S)`` exact matrix of one step over every ``(L, x)`` of the
-        prior's lengths (ordered as :meth:`GapJump.states <mlm_ppl.inference.jump.GapJump.states>`):
-        the inner gap-jump chain's exact matrix on the surrogate to the power ``inner_steps``,
-        corrected by the outer acceptance; and the target's exact ``(S,)`` log probabilities."""
-        if not isinstance(self.target, GapTarget):
-            raise TypeError("gap_matrix is for a variable gap; use exact.transition_matrix(kernel)")
-        Q = torch.linalg.matrix_power(self.inner.exact_matrix(), self.inner_steps)
-        lp: list[Tensor] = []
-        lp_sur: list[Tensor] = []
-        for L in self.target.lengths:
-            states = enumerate_states(self.target.target(L))
-            for gap, out in ((self.target, lp), (self.surrogate, lp_sur)):
-                ev = gap.pad_evaluation(L, gap.target(L).evaluate(states))
-                out.append(self.log_density(ev.energy, ev.log_factor).double())
-        exact_lp = torch.cat(lp)
-        return self._corrected(Q, exact_lp, torch.cat(lp_sur)), torch.log_softmax(exact_lp, 0)
-
-    def replica_matrix(self) -> tuple[Tensor, Tensor]:
-        """With replicas: the ``(S**K, S**K)`` exact matrix of one step over every joint state of the
-        inner chain's replicas (ordered as :meth:`ReplicaMH.replica_matrix
-        <mlm_ppl.inference.tempering.ReplicaMH.replica_matrix>`): the inner chain's exact matrix to
-        the power ``inner_steps``, corrected by the outer acceptance; and the ``(S**K,)`` log
-        probabilities of the law it leaves invariant, the target's in replica 0 and the tempered
-        surrogate's in the others (its marginal over replica 0 is the target)."""
-        if self.options.replicas == 1:
-            raise TypeError("replica_matrix is for replicas > 1; use exact.transition_matrix(kernel)")
-        inner: ReplicaMH = self.inner
-        Q = torch.linalg.matrix_power(inner.replica_matrix()[0], self.inner_steps)
-        states = enumerate_states(self.target)
-        ev, sur = self.target.evaluate(states), self.surrogate.evaluate(states)
-        lp, lp_sur = (self.log_density(e.energy, e.log_factor).double() for e in (ev, sur))
-        hot = inner.hot_log_probs(states)  # the hot replicas' terms, the same in both
-        joint = (lp[:, None] + hot[None, :]).flatten()
-        joint_sur = (lp_sur[:, None] + hot[None, :]).flatten()
-        return self._corrected(Q, joint, joint_sur), torch.log_softmax(joint, 0)
-
-    def _corrected(self, Q: Tensor, lp: Tensor, lp_sur: Tensor) -> Tensor:
-        """The inner chain's matrix ``Q`` with each move accepted as :meth:`step` accepts it, from the
-        states' target and surrogate log densities ``lp`` and ``lp_sur``."""
-        moved = ~torch.eye(lp.shape[0], dtype=torch.bool)
-        # log a(x -> y) = [lp(y) - lp(x)] - [lp~(y) - lp~(x)], as in step
-        A = acceptance_probability(mh_log_ratio(lp[None, :], lp[:, None], lp_sur[:, None] - lp_sur[None, :], moved))
-        P = Q * A
-        P.diagonal().zero_()
-        P.diagonal().copy_(1 - P.sum(1))
-        return P
