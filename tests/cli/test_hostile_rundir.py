@@ -283,3 +283,27 @@ def test_diagnose_of_an_unreadable_run_is_a_message(unprivileged):
     assert code == 2, err
     assert "Permission denied" in _error_line(err) and "run.nc" in err
     assert _digest(out) == before
+
+
+def test_diagnose_plots_never_replace_a_users_files_or_another_runs(model_dir, tmp_path, capsys):
+    """Issue 47, row 8: ``diagnose F --plots DIR`` replaced the user's ``trace_lp.png`` in DIR without
+    a word, and with DIR another run took its lock and overwrote its plots; both refused now, before
+    anything is touched. A directory of diagnose's own plots is redrawn; the run's own is as before."""
+    run, other = tmp_path / "F", tmp_path / "G"
+    assert main(_sample(model_dir, run)) == 0
+    assert main(_sample(model_dir, other, "--seed", "8")) == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "trace_lp.png").write_bytes(b"the user's figure")
+    capsys.readouterr()
+    for target in (mine, other):
+        before = _digest(target)
+        assert main(["diagnose", str(run), "--plots", str(target)]) == 2
+        line = capsys.readouterr().err.strip()
+        assert line.startswith("mlm-ppl diagnose: error: --plots") and "never replaces them" in line, line
+        assert _digest(target) == before
+    fresh = tmp_path / "plots"
+    for _ in range(2):  # a new directory, then its own plots again
+        assert main(["diagnose", str(run), "--plots", str(fresh)]) == 0
+        assert (fresh / "trace_lp.png").stat().st_size > 1000
+    assert main(["diagnose", str(run), "--plots", str(run)]) == 0  # the run's own directory, named

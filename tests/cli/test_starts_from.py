@@ -131,3 +131,24 @@ def test_the_starts_record_is_checked(model_dir, earlier):
         dataclasses.replace(started, workers=2)
     with pytest.raises(ValueError, match="a batch's runs start from fills of their own templates"):
         started.for_template("A[MASK]")  # what each run of a batch is made with
+
+
+def _files(directory):
+    return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_out_where_the_starts_are_is_refused_before_anything_is_touched(model_dir, earlier, tmp_path, capsys):
+    """Issue 47, row 1: ``--starts-from S --out S --overwrite`` (also through a link to S) emptied S;
+    now refused in one line, S as it was."""
+    import shutil
+
+    source = tmp_path / "S"
+    shutil.copytree(earlier, source)
+    before = _files(source)
+    (tmp_path / "link").symlink_to(source)
+    for out in (source, tmp_path / "link"):
+        assert main(_args(model_dir, out, "--starts-from", str(source), "--overwrite")) == 2
+        err = capsys.readouterr().err
+        assert "is where the run this one starts from is" in err and "give another out" in err, err
+        assert _files(source) == before
+    assert main(_args(model_dir, tmp_path / "T", "--starts-from", str(tmp_path / "link"), "--draws", "2")) == 0

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..campaign.current import read_current, write_current
     from ..diagnostics import deep_states, gap_lengths, loop_distribution, plot_diagnostics, summary, with_reference
     from ..models.gaps import LengthReference
-    from ..rundir import MARKER, RunDirectory, RunLockedError, plots_of
+    from ..rundir import MARKER, RunDirectory, RunExistsError, RunLockedError, plots_of
 
     if args.loops is not None:
         check_count(args.loops, "--loops")
@@ -99,10 +99,23 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             return 0
         out.write(f"wrote the run's current outputs: {', '.join(os.path.basename(p) for p in written)}\n")
         return 0
-    if os.path.isfile(os.path.join(plot_dir, MARKER)):  # a run directory: plot under its lock, as its files
+    own = os.path.realpath(plot_dir) == os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    if own and os.path.isfile(os.path.join(plot_dir, MARKER)):  # the run's directory: under its lock, as its files
         with RunDirectory.open(plot_dir, "sample") as run_dir:
             for name in plots_of(idata):
                 run_dir.record(name)
+            plots = plot_diagnostics(idata, plot_dir, length_reference=reference)
+    elif not own:  # a directory of plots only, marked as such: none of the user's files (or another run's) replaced
+        try:
+            plot_run = RunDirectory.create(plot_dir, "plots", overwrite=True)
+        except RunExistsError:
+            raise ValueError(
+                f"--plots {args.plots}: the directory holds files diagnose did not write (or another run); it never "
+                "replaces them: give a new or empty directory, or leave out --plots (the run's own directory)"
+            ) from None
+        with plot_run:
+            for name in plots_of(idata):
+                plot_run.record(name)
             plots = plot_diagnostics(idata, plot_dir, length_reference=reference)
     else:
         plots = plot_diagnostics(idata, plot_dir, length_reference=reference)

@@ -191,6 +191,11 @@ def _run_job(
             )
         if init is not None:
             raise ValueError("init tokens cannot be recorded with a run directory: give starts_from=RUN, or no out=")
+    if job.out is not None and job.starts_from is not None and _within(job.starts_from, job.out):
+        raise ValueError(
+            f"out {str(job.out)!r} is where the run this one starts from is (starts_from {job.starts_from!r}): "
+            "writing there would replace the states it starts from; give another out (--out)"
+        )
     if job.batch is not None:
         if job.out is None:
             raise ValueError(
@@ -289,6 +294,12 @@ _COMPARED = tuple(
 """The settings a resume compares with what its caller expects (the rest: recorded, not given)."""
 
 
+def _within(path: str | Path, directory: str | Path) -> bool:
+    """Whether ``path`` is ``directory`` or inside it, links resolved (a directory not made yet: neither)."""
+    inner, outer = Path(path).resolve(), Path(directory).resolve()
+    return inner == outer or outer in inner.parents
+
+
 def _check_same(expect: Mapping[str, Any], settings: RunSettings, directory: str | Path) -> None:
     """Every key in ``expect`` must be the run's own setting: a ValueError names each that differs."""
     if expect.get("workers") is not None and settings.workers is None:
@@ -327,9 +338,9 @@ def check_size(settings: RunSettings, kernel: KernelBase, force: bool, notes: No
             notes(f"estimate: {estimate}")
 
 
-def _note_annealing(settings: RunSettings, notes: Notes | None) -> None:
-    """The note of an annealed run, once, as it starts: its draws are not samples of the target."""
-    record = settings.annealing()
+def _note_annealing(record: dict | None, notes: Notes | None) -> None:
+    """The note of an annealed run (its kernel's, or its settings' :meth:`~RunSettings.annealing`
+    record), once, as it starts: its draws are not samples of the target."""
     if record is not None and notes is not None:
         notes(f"note: {annealing_note(record)}")
 
@@ -345,7 +356,7 @@ def _finish(
     notes: Notes | None,
 ) -> SampledRun:
     """Run (or finish) the chains in the locked ``run_dir`` and write its outputs."""
-    _note_annealing(settings, notes)
+    _note_annealing(kernel.annealing(), notes)  # with where it stops cooling, measured here (surrogate-MH)
     if checkpoint is not None and checkpoint.step == settings.total_steps and notes is not None:
         notes(f"run in {run_dir.path} is already complete; writing its outputs")
     try:
@@ -389,7 +400,7 @@ def _run_batch(batch: campaign.Batch, progress: bool, checkpoint_seconds: float,
 
     from tqdm.auto import tqdm
 
-    _note_annealing(batch.settings, notes)
+    _note_annealing(batch.settings.annealing(), notes)
     n = len(batch.templates)
     with tqdm(total=n, unit=" template", desc="templates", disable=not progress, file=sys.stderr) as bar:
         try:
