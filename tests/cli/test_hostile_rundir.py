@@ -307,3 +307,33 @@ def test_diagnose_plots_never_replace_a_users_files_or_another_runs(model_dir, t
         assert main(["diagnose", str(run), "--plots", str(fresh)]) == 0
         assert (fresh / "trace_lp.png").stat().st_size > 1000
     assert main(["diagnose", str(run), "--plots", str(run)]) == 0  # the run's own directory, named
+
+
+def test_a_resume_never_overwrites_a_plot_name_the_user_wrote_after_a_kill(model_dir, tmp_path, capsys, monkeypatch):
+    """Issue 47, row 7: a run killed while writing its plots had all four names in its marker, so the
+    user's ``acceptance.png`` written there was overwritten by ``--resume``. Each name now enters the
+    marker as its file is written: the resume refuses, naming it, and writes its plots once it is gone."""
+    from mlm_ppl.diagnostics import plots
+
+    out = tmp_path / "run"
+    saved, real = [], plots._save
+
+    def cut(fig, out_dir, name):
+        if saved:
+            raise KeyboardInterrupt
+        saved.append(name)
+        return real(fig, out_dir, name)
+
+    monkeypatch.setattr(plots, "_save", cut)
+    assert main(_sample(model_dir, out)) == 130
+    monkeypatch.undo()
+    assert saved == ["trace_lp.png"] and not (out / "acceptance.png").exists()
+    (out / "acceptance.png").write_bytes(b"the user's figure")
+    capsys.readouterr()
+    assert main(["sample", "--resume", str(out), "--no-progress"]) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert "acceptance.png' exists and was not written by the run" in line, line
+    assert (out / "acceptance.png").read_bytes() == b"the user's figure"
+    (out / "acceptance.png").unlink()
+    assert main(["sample", "--resume", str(out), "--no-progress"]) == 0
+    assert (out / "acceptance.png").stat().st_size > 1000

@@ -102,9 +102,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     own = os.path.realpath(plot_dir) == os.path.realpath(os.path.dirname(os.path.abspath(path)))
     if own and os.path.isfile(os.path.join(plot_dir, MARKER)):  # the run's directory: under its lock, as its files
         with RunDirectory.open(plot_dir, "sample") as run_dir:
-            for name in plots_of(idata):
-                run_dir.record(name)
-            plots = plot_diagnostics(idata, plot_dir, length_reference=reference)
+            run_dir.check_names(plots_of(idata))
+            plots = plot_diagnostics(idata, plot_dir, length_reference=reference, record=run_dir.record)
     elif not own:  # a directory of plots only, marked as such: none of the user's files (or another run's) replaced
         try:
             plot_run = RunDirectory.create(plot_dir, "plots", overwrite=True)
@@ -114,9 +113,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                 "replaces them: give a new or empty directory, or leave out --plots (the run's own directory)"
             ) from None
         with plot_run:
-            for name in plots_of(idata):
-                plot_run.record(name)
-            plots = plot_diagnostics(idata, plot_dir, length_reference=reference)
+            plots = plot_diagnostics(idata, plot_dir, length_reference=reference, record=plot_run.record)
     else:
         plots = plot_diagnostics(idata, plot_dir, length_reference=reference)
     out.write(f"plots: {', '.join(plots)}\n")

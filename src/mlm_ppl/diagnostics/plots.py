@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,9 +25,12 @@ def plot_diagnostics(
     *,
     mlm: "MaskedLM | None" = None,
     length_reference: "LengthReference | None" = None,
+    record: Callable[[str], Any] | None = None,
 ) -> list[str]:
     """Save PNGs: trace and rank plots of ``lp``, running acceptance, token-frequency heatmap, and
     for a variable gap ``length.png`` (with ``length_reference`` beside the marginal when given).
+    ``record`` is called with each file's name just before it is written (a run directory records
+    it then: a plot cut off by a kill leaves the later names unclaimed).
 
     Returns the paths written.
     """
@@ -38,6 +42,12 @@ def plot_diagnostics(
     az = load_arviz()
     os.makedirs(out_dir, exist_ok=True)
     paths = []
+
+    def save(fig: Any, name: str) -> str:
+        if record is not None:
+            record(name)
+        return _save(fig, out_dir, name)
+
     lp = idata.sample_stats["lp"]
     if not np.isnan(lp.values).all():
         for kind, fn in (("trace", az.plot_trace), ("rank", az.plot_rank)):
@@ -46,7 +56,7 @@ def plot_diagnostics(
                 warnings.simplefilter("ignore", UserWarning)  # KDE of a constant lp (stuck chains)
                 axes = fn(idata.sample_stats, var_names=["lp"])
             fig = np.ravel(axes)[0].figure
-            paths.append(_save(fig, out_dir, f"{kind}_lp.png"))
+            paths.append(save(fig, f"{kind}_lp.png"))
             plt.close(fig)  # only the figure ArviZ made: a notebook's own figures stay open
     acc = idata.sample_stats["is_accepted"].values.astype(float)  # (C, D)
     fig = Figure(figsize=(7, 3.5))
@@ -56,7 +66,7 @@ def plot_diagnostics(
         ax.plot(running[c], label=f"chain {c}")
     ax.set(xlabel="draw", ylabel="running acceptance rate", ylim=(0, 1.02), title="Acceptance")
     ax.legend(fontsize="small")
-    paths.append(_save(fig, out_dir, "acceptance.png"))
+    paths.append(save(fig, "acceptance.png"))
     tokens = idata.posterior["tokens"].values  # (C, D, L)
     free = attr_list(idata.attrs, "free_positions")
     if free is not None:
@@ -75,20 +85,20 @@ def plot_diagnostics(
     ax.set_yticks(range(len(vocab_ids)), labels, fontsize="small")
     ax.set(xlabel="token position (sampled positions)", ylabel="token", title="Token frequency over all draws")
     fig.colorbar(im, ax=ax, label="frequency")
-    paths.append(_save(fig, out_dir, "token_frequency.png"))
+    paths.append(save(fig, "token_frequency.png"))
     if not np.isnan(lp.values).all() and "free_positions" in idata.attrs:
-        paths.append(_plot_deep_states(idata, out_dir))
+        paths.append(_plot_deep_states(idata, save))
     rows = length_marginal(idata)
     reference = reference_for(idata, length_reference)
     if rows is not None:
-        paths.append(_plot_lengths(idata, rows, out_dir, reference))
+        paths.append(_plot_lengths(idata, rows, save, reference))
     return paths
 
 
 DEEP_SHOWN = 5
 
 
-def _plot_deep_states(idata: "arviz.InferenceData", out_dir: str) -> str:
+def _plot_deep_states(idata: "arviz.InferenceData", save: Callable[[Any, str], str]) -> str:
     """``deep_states.png``: each chain's ``lp`` by draw, marked where the chain sits in one of the
     run's 5 deepest states (:func:`~mlm_ppl.diagnostics.deep_states`), and beside it, chain by
     chain, which of them it is in: where a chain stays, and whether the others ever go there."""
@@ -117,10 +127,12 @@ def _plot_deep_states(idata: "arviz.InferenceData", out_dir: str) -> str:
     raster.imshow(which + 1, aspect="auto", cmap=cmap, vmin=0, vmax=len(colors), interpolation="nearest")
     raster.set_yticks(range(C), [f"chain {c}" for c in range(C)], fontsize="small")
     raster.set(xlabel="draw", title="Which deep state each chain is in (grey: none)")
-    return _save(fig, out_dir, "deep_states.png")
+    return save(fig, "deep_states.png")
 
 
-def _plot_lengths(idata: "arviz.InferenceData", rows: list, out_dir: str, reference: "LengthReference | None") -> str:
+def _plot_lengths(
+    idata: "arviz.InferenceData", rows: list, save: Callable[[Any, str], str], reference: "LengthReference | None"
+) -> str:
     """``length.png`` of a run over a variable gap's lengths: each chain's length at every draw (do
     the chains visit the same lengths?) and the length marginal, +- 2 MCSE, beside the prior (and
     the reference, when given)."""
@@ -146,7 +158,7 @@ def _plot_lengths(idata: "arviz.InferenceData", rows: list, out_dir: str, refere
     bars.set(xlabel="gap length", ylabel="probability", title="Length marginal")
     bars.set_xticks(L)
     bars.legend(fontsize="small")
-    return _save(fig, out_dir, "length.png")
+    return save(fig, "length.png")
 
 
 def _save(fig, out_dir: str, name: str) -> str:

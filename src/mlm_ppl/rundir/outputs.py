@@ -56,9 +56,8 @@ def write_outputs(
     run_dir.write_text("samples.txt", "\n".join(lines) + "\n")
     report = summary(idata)
     run_dir.write_text("summary.txt", str(report) + "\n")
-    for name in plots_of(idata):  # recorded before plot_diagnostics writes them
-        run_dir.record(name)
-    plots = plot_diagnostics(idata, str(run_dir.path), mlm=mlm)
+    run_dir.check_names(plots_of(idata))  # none of them the user's: refused before the first is written
+    plots = plot_diagnostics(idata, str(run_dir.path), mlm=mlm, record=run_dir.record)  # each recorded as written
     return report, [str(run_dir.path / name) for name in ("run.nc", "samples.txt", "summary.txt")] + plots
 
 
