@@ -23,7 +23,7 @@ ALLOWED = {
     "settings": {"_checks", "models", "inference"},
     "diagnostics": {"_checks", "_files", "models", "inference"},
     "rundir": {"_checks", "_files", "models", "inference", "settings", "diagnostics"},
-    "campaign": {"_checks", "models", "inference", "settings", "diagnostics", "rundir"},
+    "campaign": {"_checks", "_files", "models", "inference", "settings", "diagnostics", "rundir"},
     "evaluation": {"_checks", "_files", "data", "models", "inference", "diagnostics", "rundir"},
     "designs": {"_checks", "_files", "models", "settings", "diagnostics", "rundir", "campaign"},
     "jobs": {"_checks", "_files", "models", "inference", "settings", "diagnostics", "rundir", "campaign", "designs"},

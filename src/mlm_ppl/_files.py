@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import stat
 import sys
@@ -20,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "RECORD_LIMIT",
+    "LINE_LIMIT",
+    "check_regular",
+    "load_json",
     "atomic_path",
     "write_bytes_atomic",
     "write_text_atomic",
@@ -97,6 +102,33 @@ def save_figure(fig: Any, path: str | os.PathLike, **savefig_kwargs: Any) -> str
     return str(path)
 
 
+RECORD_LIMIT = 64 << 20
+"""Bytes a record (``config.json``, a marker, a batch's record, a spec or job file) may hold."""
+LINE_LIMIT = 1 << 20
+"""Bytes a line of a templates or sequences file may hold (checked before anything is tokenised)."""
+
+
+def check_regular(path: str | os.PathLike, what: str, limit: int | None = None) -> None:
+    """A one-line ValueError for ``path`` that is not a regular file (a FIFO, which would block the
+    reader, a device such as ``/dev/zero``, a socket) or, with ``limit``, holds more bytes: before
+    it is opened. A missing file is left to the reader (FileNotFoundError)."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path} is not a regular file (a FIFO, a device or a socket): give the {what} as a file")
+    if limit is not None and info.st_size > limit:
+        raise ValueError(f"{path} holds {info.st_size} bytes, more than the {limit} a {what} may hold")
+
+
+def load_json(path: str | os.PathLike, what: str) -> Any:
+    """The JSON in ``path`` (a regular file of at most :data:`RECORD_LIMIT` bytes); nesting deeper than
+    Python can parse is a ValueError, as any other damage is (json.JSONDecodeError is one)."""
+    check_regular(path, what, RECORD_LIMIT)
+    try:
+        return json.loads(Path(path).read_text())
+    except RecursionError:
+        raise ValueError(f"{path}: the {what} is nested too deeply to be one mlm-ppl wrote") from None
+
+
 def read_toml(path: str | os.PathLike, what: str) -> dict[str, Any]:
     """The TOML file ``path`` as a dict; a file that cannot be read, is not UTF-8 or is not TOML is a
     one-line ValueError naming the file and saying what it should hold (``what``: "constraint spec")."""
@@ -107,7 +139,10 @@ def read_toml(path: str | os.PathLike, what: str) -> dict[str, Any]:
 
     path = Path(path)
     try:
+        check_regular(path, what, RECORD_LIMIT)
         return tomllib.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: the {what} is nested too deeply") from None
     except OSError as err:
         raise ValueError(f"{path}: cannot read the {what}: {err.strerror or err}") from None
     except UnicodeDecodeError as err:
@@ -127,6 +162,9 @@ def split_lines(source: str, what: str) -> list[str]:
             stdin = getattr(sys.stdin, "buffer", None)
             text = stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()
         else:
+            if os.path.isdir(source):
+                raise IsADirectoryError(source)
+            check_regular(source, f"input ({what})", LIST_FILE_LIMIT)
             with open(source, encoding="utf-8", newline="") as fh:
                 text = fh.read()
     except FileNotFoundError:
@@ -139,6 +177,8 @@ def split_lines(source: str, what: str) -> list[str]:
     if lines and lines[-1] == "":  # the newline that ends the last line
         lines.pop()
     for i, line in enumerate(lines, 1):
+        if len(line) > LINE_LIMIT:
+            raise ValueError(f"{name}, line {i} holds {len(line)} characters, more than {LINE_LIMIT}; one {what}")
         if "\r" in line:
             raise ValueError(
                 f"{name}, line {i} holds a carriage return (\\r) inside it, which readers of the tab-separated "

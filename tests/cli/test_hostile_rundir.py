@@ -337,3 +337,49 @@ def test_a_resume_never_overwrites_a_plot_name_the_user_wrote_after_a_kill(model
     (out / "acceptance.png").unlink()
     assert main(["sample", "--resume", str(out), "--no-progress"]) == 0
     assert (out / "acceptance.png").stat().st_size > 1000
+
+
+def _within_a_minute(*args):
+    """The console script as a process of its own, killed after 60 s (a hang is a failure, not a stall)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mlm_ppl.cli", *map(str, args)], capture_output=True, text=True, timeout=60
+    )
+    return done.returncode, done.stderr
+
+
+def test_fifos_devices_and_giant_lines_are_refused_before_they_are_read(model_dir, tmp_path):
+    """Issue 47, rows 9 and 10: ``--templates /dev/zero`` ran until killed, a one-line templates file of
+    1 GB was tokenised whole, and a FIFO in place of ``config.json`` or ``checkpoint.pt`` blocked
+    ``--resume``; each is one line now, at once."""
+    argv = ["sample", "--model", model_dir, "--chains", "2", "--draws", "2", "--no-progress"]
+    code, err = _within_a_minute(*argv, "--templates", "/dev/zero", "--out", tmp_path / "z")
+    assert code == 2 and "/dev/zero is not a regular file" in _error_line(err)
+    giant = tmp_path / "giant.txt"
+    giant.write_text("A" * (2 << 20) + "\n")
+    code, err = _within_a_minute(*argv, "--templates", giant, "--out", tmp_path / "g")
+    assert code == 2 and "line 1 holds 2097152 characters, more than 1048576" in _error_line(err)
+    for name in ("config.json", "checkpoint.pt"):
+        run = tmp_path / name.split(".")[0]
+        assert main(_sample(model_dir, run)) == 0
+        (run / name).unlink()
+        os.mkfifo(run / name)
+        code, err = _within_a_minute("sample", "--resume", run, "--no-progress")
+        assert code == 2 and f"{name} is not a regular file" in _error_line(err)
+
+
+def test_records_nested_too_deeply_are_one_line(model_dir, tmp_path, capsys):
+    """Issue 47, row 12: 100,000-deep JSON in ``config.json`` or the marker, or TOML in a spec, was a
+    RecursionError reported as a bug; now one line naming the file."""
+    deep_json = "[" * 100_000 + "]" * 100_000
+    for name in ("config.json", ".mlm-ppl"):
+        run = tmp_path / name.strip(".").replace(".", "_")
+        assert main(_sample(model_dir, run)) == 0
+        (run / name).write_text(deep_json)
+        capsys.readouterr()
+        assert main(["sample", "--resume", str(run), "--no-progress"]) == 2
+        line = _error_line(capsys.readouterr().err)
+        assert name in line and "Traceback" not in line, line
+    spec = tmp_path / "spec.toml"
+    spec.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    assert main(_sample(model_dir, tmp_path / "s", "--constraints", str(spec))) == 2
+    assert "nested too deeply" in _error_line(capsys.readouterr().err)

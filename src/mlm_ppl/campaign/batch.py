@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import rundir
+from .._files import load_json
 from ..inference.annealing import annealing_note
 from ..inference.distributed import run_tasks_ray
 from ..inference.runner import Checkpoint
@@ -290,7 +291,7 @@ def _read_batch(run_dir: RunDirectory) -> Batch:
 def _read_batch_file(file: Path) -> dict[str, Any]:
     """``config.json`` or the record of a batch, its shape checked (each problem named with its key)."""
     try:
-        data = json.loads(file.read_text())
+        data = load_json(file, "batch record")
     except FileNotFoundError:
         raise ValueError(
             f"{file} is missing: the batch was cut off as it started; start it again with --overwrite"

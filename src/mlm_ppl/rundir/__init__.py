@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._files import load_json
 from ..inference.runner import Checkpoint
 from ..settings import RunSettings
 from .checkpoint import (
@@ -222,7 +223,7 @@ def _read_config(path: Path) -> dict:
         raise ValueError(f"run directory {str(path)!r} does not exist")
     file = path / CONFIG
     try:
-        config = json.loads(file.read_text())
+        config = load_json(file, "run configuration")
     except FileNotFoundError:
         raise ValueError(f"{str(path)!r} is not an mlm-ppl run directory (no {CONFIG})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

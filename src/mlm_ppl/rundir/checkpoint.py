@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .._files import write_bytes_atomic
+from .._files import check_regular, write_bytes_atomic
 from ..inference.distributed import GroupCheckpoints
 from ..inference.registry import KERNELS
 from ..inference.runner import Checkpoint
@@ -145,6 +145,7 @@ def read_checkpoint(file: Path) -> tuple[Checkpoint | None, dict[str, Any] | Non
     """``(checkpoint, the settings it was made with)``; ``(None, None)`` if there is none."""
     if not file.exists():
         return None, None
+    check_regular(file, "checkpoint")  # a FIFO would block torch.load
     try:
         payload = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many kinds for a damaged or foreign file; every one means the same here

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from .._files import temp_pattern, write_text_atomic
+from .._files import load_json, temp_pattern, write_text_atomic
 from .lock import LOCK, check_lock
 
 __all__ = [
@@ -73,7 +73,7 @@ def kind_of(directory: str | os.PathLike) -> str | None:
     """The kind of run in ``directory`` (``"sample"``, ``"batch"``, ``"pairs"``) from its marker,
     None for anything else."""
     try:
-        marker = json.loads((Path(directory) / MARKER).read_text())
+        marker = load_json(Path(directory) / MARKER, "marker")
         return str(marker["kind"]) if isinstance(marker, dict) else None
     except (OSError, ValueError, KeyError):
         return None
@@ -89,7 +89,7 @@ def load_marker(path: Path) -> dict[str, Any] | None:
     or one that lists a name outside the directory (nothing may be removed by it)."""
     file = path / MARKER
     try:
-        marker = json.loads(file.read_text())
+        marker = load_json(file, "marker")
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
