@@ -159,3 +159,13 @@ def test_a_run_of_few_steps_with_a_huge_inner_chain_is_refused_before_it_starts(
     assert main(batch) == 2
     assert "x 2 templates" in _one_line_error(capsys) and not (tmp_path / "batch").exists()
     assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize(
+    "flags", [("--replicas", "5000"), ("--replicas", "100000"), ("--replicas", "200", "--replica-spacing", "100")]
+)
+def test_replica_settings_past_the_hottest_bound_are_one_line_not_an_overflow(model_dir, tmp_path, capsys, flags):
+    """Issue 47, row 12: 1.5 ** 4999 overflowed a float (OverflowError reported as a bug)."""
+    assert main(_sample(model_dir, tmp_path / "out", "--kernel", "replica-mh", *flags)) == 2
+    assert "times the temperature (at most 1000); fewer replicas or a smaller spacing" in _one_line_error(capsys)
+    assert not (tmp_path / "out").exists()

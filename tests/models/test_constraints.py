@@ -258,6 +258,15 @@ def test_classifier_log_prob_from_a_local_directory(tmp_path, mlm):
     assert good.params == {"path": str(tmp_path), "label": "good", "spaced": True, "batch_size": 32}
     with pytest.raises(ValueError, match=r"label 'ugly' is not one of the classifier's \['bad', 'good'\]"):
         classifier_log_prob(tmp_path, "ugly")
+    # issue 47, row 12: weights as a pickle that would run code are refused in one line (no UnpicklingError)
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    for name in ("config.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (tmp_path / name).exists():
+            (pickled / name).write_bytes((tmp_path / name).read_bytes())
+    torch.save({"weights": print}, pickled / "pytorch_model.bin")  # a global: weights-only loading refuses it
+    with pytest.raises(ValueError, match="its weights are a pickle that would run code, refused"):
+        classifier_log_prob(pickled, "good")
     with pytest.raises(ValueError, match="label 2 is out of range for 2 classes"):
         classifier_log_prob(tmp_path, 2)
     with pytest.raises(ValueError, match="does not exist"):

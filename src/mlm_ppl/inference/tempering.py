@@ -84,11 +84,12 @@ class TemperingOptions(ProposalOptions):
                 f"p_swap={self.p_swap} with {self.replicas} replicas: it must lie in (0, 1), so that the replicas "
                 "both move and exchange"
             )
-        if self.replica_spacing ** (self.replicas - 1) > MAX_TOP_TEMPERATURE:
+        log_top = (self.replicas - 1) * math.log(self.replica_spacing)  # logs: 1.5 ** 4999 overflows a float
+        if log_top > math.log(MAX_TOP_TEMPERATURE):
+            top = f"{math.exp(log_top):.3g}" if log_top < 700 else f"e^{log_top:.0f}"
             raise ValueError(
                 f"replica_spacing={self.replica_spacing} with {self.replicas} replicas puts the hottest at "
-                f"{self.replica_spacing ** (self.replicas - 1):.3g} times the temperature (at most "
-                f"{MAX_TOP_TEMPERATURE:g}); fewer replicas or a smaller spacing"
+                f"{top} times the temperature (at most {MAX_TOP_TEMPERATURE:g}); fewer replicas or a smaller spacing"
             )
         if self.temperature_schedule is not None:
             raise ValueError(

@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import math
 import numbers
+import pickle
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -265,6 +266,7 @@ def classifier_log_prob(
     protein classifiers whose tokenizers expect ``"E V Q L"``. The model runs on its device,
     ``batch_size`` sequences at a time, without gradients.
     """
+    from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     if not isinstance(spaced, bool):
@@ -277,8 +279,11 @@ def classifier_log_prob(
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         model = AutoModelForSequenceClassification.from_pretrained(directory, local_files_only=True).eval()
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, KeyError, RuntimeError, pickle.UnpicklingError, SafetensorError) as err:
+        # a missing or foreign file, pickle weights refused by weights-only loading (no code runs)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if isinstance(err, pickle.UnpicklingError):
+            first = "its weights are a pickle that would run code, refused (convert them to safetensors)"
         raise FieldValueError(
             f"expert {name!r}: no sequence classifier loads from {str(directory)!r}: {first}", "params.path"
         ) from None
