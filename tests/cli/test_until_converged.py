@@ -1,5 +1,6 @@
 """Stopping when converged: run_chains' stopping rule, and ``mlm-ppl sample --until-converged``."""
 
+import dataclasses
 import json
 import os
 import re
@@ -158,11 +159,49 @@ def test_a_finished_run_goes_on_to_a_raised_cap_with_the_draws_of_a_longer_run(m
     assert main(["sample", "--resume", str(out), "--no-progress"]) == 0
     assert "already complete" in capsys.readouterr().err
     assert main(["sample", "--resume", str(out), "--no-progress", "--draws", "20"]) == 2
-    assert "a run's cap can only be raised (it has 30 draws)" in capsys.readouterr().err
+    assert "the run's checkpoint holds 30 draws (its cap is 30); give at least 30" in capsys.readouterr().err
     annealed = tmp_path / "annealed"
     assert main(_args(model_dir, annealed, "--draws", "5", "--anneal", "1:0.1")) == 0
     before = (annealed / "config.json").read_text(), (annealed / "checkpoint.pt").read_bytes()
     capsys.readouterr()
     assert main(["sample", "--resume", str(annealed), "--no-progress", "--draws", "10"]) == 2
-    assert "its cap cannot be raised" in capsys.readouterr().err
+    assert "its cap cannot be changed" in capsys.readouterr().err
     assert ((annealed / "config.json").read_text(), (annealed / "checkpoint.pt").read_bytes()) == before
+
+
+def _record(directory):
+    return (directory / "config.json").read_bytes(), (directory / "checkpoint.pt").read_bytes()
+
+
+def test_a_resume_is_held_to_a_new_runs_size_limits_before_its_cap_is_written(model_dir, tmp_path, capsys):
+    """Issue 47, rows 2 to 4: ``--resume F --draws 1000000000`` wrote the cap, then ran out of memory,
+    and the run could never finish; a huge ``--draws`` on an unfinished run ran until killed (or a
+    torch stack dump); a ``config.json`` edited to 100000 chains ran out of memory. Each is refused
+    now as a new run would be, the record as it was; a run an earlier version left with an impossible
+    cap is lowered back to what its checkpoint holds, and finishes."""
+    from mlm_ppl import rundir
+
+    out = tmp_path / "run"
+    assert main(_args(model_dir, out, "--draws", "12")) == 0
+    before = _record(out)
+    capsys.readouterr()
+    for draws in ("1000000000", "99999999999999999999"):
+        assert main(["sample", "--resume", str(out), "--no-progress", "--draws", draws]) == 2
+        err = capsys.readouterr().err
+        assert "more than half of this machine's" in err and "Traceback" not in err, err
+        assert _record(out) == before
+    # a run left with an impossible cap (as a raise of an earlier version wrote it): lowered back, finished
+    run_dir, settings, checkpoint = rundir.resume_run(out)
+    with run_dir:
+        rundir.raise_cap(run_dir, checkpoint, dataclasses.replace(settings, num_samples=10**9))
+    assert main(["sample", "--resume", str(out), "--no-progress"]) == 2
+    assert "more than half of this machine's" in capsys.readouterr().err
+    assert main(["sample", "--resume", str(out), "--no-progress", "--draws", "12"]) == 0
+    assert json.loads((out / "config.json").read_text())["num_samples"] == 12
+    # a record edited by hand before the first checkpoint: the new run's limit on chains
+    (out / "checkpoint.pt").unlink()
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "num_chains": 100000}))
+    capsys.readouterr()
+    assert main(["sample", "--resume", str(out), "--no-progress"]) == 2
+    assert "the run has 100000 chains, more than 1000; resume with force (--force)" in capsys.readouterr().err

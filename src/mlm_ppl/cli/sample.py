@@ -348,6 +348,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                     expect=expect,
                     notes=note,
                     threads=expect.pop("threads", None),
+                    force=bool(expect.pop("force", False)),
                 )
             else:
                 job = job_from_flags(args)

@@ -32,7 +32,7 @@ from ..inference.spec import KernelBase
 from ..models.constraints import trusting_code
 from ..models.masked_lm import MaskedLM
 from ..rundir import RunDirectory
-from ..settings import RunSettings, option_flags
+from ..settings import MAX_CHAINS, RunSettings, option_flags
 from .results import BatchRun, SampledRun
 from .spec import JOB_KEYS, JobSpec, constraint_spec
 
@@ -237,6 +237,7 @@ def resume(
     expect: Mapping[str, Any] | None = None,
     notes: Notes | None = None,
     threads: int | None = None,
+    force: bool = False,
 ) -> SampledRun | BatchRun:
     """Continue the run or batch in ``directory`` exactly: the draws of the run uninterrupted.
 
@@ -244,7 +245,9 @@ def resume(
     run, a run on Ray workers, and a batch). ``expect``: job keys the caller expects the run to have
     (the command line's flags given with ``--resume``); a difference is refused, naming each.
     ``trust_code``: consent to code experts in the run's record. ``threads``: torch's threads while
-    it runs (the run's draws do not depend on them: docs/performance.md, "Threads")."""
+    it runs (the run's draws do not depend on them: docs/performance.md, "Threads"). The resumed run
+    is held to a new run's limits (its size and time estimate, at most 1000 chains) unless
+    ``force``, before a new cap is written."""
     if threads is not None:
         check_count(threads, "threads", 1)
     with trusting_code(trust_code), torch_threads(threads, notes):
@@ -258,13 +261,19 @@ def resume(
                 return _run_batch(batch, progress, checkpoint_seconds, notes)
         run_dir, settings, checkpoint = rundir.resume_run(directory)
         with run_dir:
-            raise_to = num_samples if num_samples is not None and num_samples != settings.num_samples else None
-            _check_same(
-                expect, settings if raise_to is None else dataclasses.replace(settings, num_samples=raise_to), directory
-            )
-            if raise_to is not None:  # a higher cap: the run goes on to it (refused where it cannot)
-                settings = rundir.raise_cap(run_dir, settings, checkpoint, raise_to)
-            mlm, _, kernel = campaign.build(settings)
+            capped = num_samples is not None and num_samples != settings.num_samples
+            wanted = rundir.check_cap(settings, checkpoint, num_samples) if capped else settings  # type: ignore[arg-type]
+            _check_same(expect, wanted, directory)
+            if wanted.num_chains > MAX_CHAINS and not force:  # as a new run is held (a record edited by hand)
+                raise ValueError(
+                    f"{directory}: the run has {wanted.num_chains} chains, more than {MAX_CHAINS}; resume with "
+                    "force (--force), or start a run of fewer chains"
+                )
+            mlm, _, kernel = campaign.build(wanted)
+            done = 0 if checkpoint is None else checkpoint.step  # the steps left, and all the draws, estimated
+            check_size(wanted, kernel, force, notes, done=done)  # before a new cap is written
+            if capped:  # a higher cap (or one lowered back to what the run can hold): the run goes on to it
+                settings = rundir.raise_cap(run_dir, checkpoint, wanted)
             return _finish(run_dir, settings, checkpoint, mlm, kernel, progress, checkpoint_seconds, notes)
 
 
@@ -326,10 +335,14 @@ def _check_same(expect: Mapping[str, Any], settings: RunSettings, directory: str
         )
 
 
-def check_size(settings: RunSettings, kernel: KernelBase, force: bool, notes: Notes | None, runs: int = 1) -> None:
-    """The run's estimate (``runs``: a batch's runs of these settings, one after another): a run past
-    half of the machine's memory or past a day refused unless ``force``; a big one noted."""
-    estimate = estimate_run(kernel, settings.num_chains, settings.total_steps, settings.num_samples, runs)
+def check_size(
+    settings: RunSettings, kernel: KernelBase, force: bool, notes: Notes | None, runs: int = 1, done: int = 0
+) -> None:
+    """The run's estimate (``runs``: a batch's runs of these settings, one after another; ``done``:
+    steps a resumed run has behind it): a run past half of the machine's memory or past a day
+    refused unless ``force``; a big one noted."""
+    steps = max(0, settings.total_steps - done)
+    estimate = estimate_run(kernel, settings.num_chains, steps, settings.num_samples, runs)
     estimate.check(force, "force=True (--force)")
     if estimate.big:
         if notes is None:

@@ -54,6 +54,7 @@ __all__ = [
     "RunLockedError",
     "start_run",
     "resume_run",
+    "check_cap",
     "raise_cap",
     "chain_states",
     "run_checkpoint",
@@ -109,22 +110,20 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
     return run_dir, settings, checkpoint
 
 
-def raise_cap(
-    run_dir: RunDirectory, settings: RunSettings, checkpoint: Checkpoint | None, num_samples: int
-) -> RunSettings:
-    """The settings of the run in the locked ``run_dir`` with its cap raised to ``num_samples`` (more than
-    it has), recorded in its checkpoint (its draws so far unchanged) and then in ``config.json``;
-    the run then continues to the new cap with the draws of an uninterrupted run of that many
-    (:func:`~mlm_ppl.inference.run_chains`). Refused for an annealed run (its schedule spans the
-    run's steps) and a run on Ray workers."""
-    if not isinstance(num_samples, int) or num_samples <= settings.num_samples:
+def check_cap(settings: RunSettings, checkpoint: Checkpoint | None, num_samples: int) -> RunSettings:
+    """The settings of the run with its cap set to ``num_samples``, checked (nothing written): more
+    than it has, or, for a run whose cap was raised past what it could ever finish (by a version
+    before the size check ran on resume), lowered back to no fewer than the draws its checkpoint
+    holds. Refused for an annealed run (its schedule spans the run's steps) and a run on Ray workers."""
+    held = 0 if checkpoint is None else int(checkpoint.draws.shape[1])  # the draws its arrays hold
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < max(1, held):
         raise ValueError(
-            f"num_samples {num_samples} (--num-samples) on resume: a run's cap can only be raised (it has "
-            f"{settings.num_samples} draws); give more than {settings.num_samples}, or leave it out"
+            f"num_samples {num_samples} (--num-samples) on resume: the run's checkpoint holds {held} draws (its cap "
+            f"is {settings.num_samples}); give at least {max(1, held)}, or leave it out"
         )
     if settings.anneal is not None:
         raise ValueError(
-            f"the run anneals over its {settings.total_steps} steps ({settings.anneal}); its cap cannot be raised: "
+            f"the run anneals over its {settings.total_steps} steps ({settings.anneal}); its cap cannot be changed: "
             "resume it with its own num_samples, or start a new run"
         )
     if settings.workers is not None:
@@ -132,11 +131,17 @@ def raise_cap(
             "the run's chains ran on Ray workers, whose checkpoints keep their own caps: resume it with its own "
             "num_samples, or start a new run"
         )
-    raised = dataclasses.replace(settings, num_samples=num_samples)
+    return dataclasses.replace(settings, num_samples=num_samples)
+
+
+def raise_cap(run_dir: RunDirectory, checkpoint: Checkpoint | None, settings: RunSettings) -> RunSettings:
+    """Record the cap of ``settings`` (:func:`check_cap`'s) in the checkpoint of the run in the locked
+    ``run_dir`` (its draws so far unchanged) and then in ``config.json``; the run then continues to
+    the new cap with the draws of an uninterrupted run of that many (:func:`~mlm_ppl.inference.run_chains`)."""
     if checkpoint is not None:
-        save_checkpoint(run_dir, checkpoint, raised.to_dict())
-    _write_config(run_dir, raised)
-    return raised
+        save_checkpoint(run_dir, checkpoint, settings.to_dict())
+    _write_config(run_dir, settings)
+    return settings
 
 
 def chain_states(directory: str | os.PathLike) -> tuple[Tensor, RunSettings]:
