@@ -307,6 +307,28 @@ def test_code_named_in_a_spec_or_a_record_runs_only_with_trust_code(model_dir, t
     assert not flag.exists()  # refused before the changed module ran
 
 
+def test_a_change_to_a_module_the_expert_imports_is_refused_on_resume(model_dir, tmp_path, capsys, monkeypatch):
+    """Issue 47, row 5: the digest covered the expert's own file only, so a change to ``helper.py``, which
+    it imports, was accepted and relabelled the earlier draws. Every ``.py`` file of its directory now."""
+    import sys
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "helper.py").write_text("def g(sequences):\n    return [0.0 for s in sequences]\n")
+    (code / "reexp.py").write_text("from helper import g\n")
+    monkeypatch.syspath_prepend(str(code))
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[experts]]\nname = "e"\nkind = "reexp:g"\n')
+    out = tmp_path / "run"
+    assert main(_sample(model_dir, out, "--constraints", str(spec), "--trust-code", draws="4")) == 0
+    (code / "helper.py").write_text("def g(sequences):\n    return [100.0 for s in sequences]\n")
+    for name in ("reexp", "helper"):
+        monkeypatch.delitem(sys.modules, name)
+    capsys.readouterr()
+    assert main(["sample", "--resume", str(out), "--no-progress", "--trust-code", "--draws", "8"]) == 2
+    assert "the code of 'reexp:g' changed since this was recorded" in _one_line_error(capsys)
+
+
 @pytest.mark.slow  # 5-6 s: a run, the model read again, four tables (make test-fast keeps under 3 minutes)
 def test_the_command_line_adds_a_trust_region_and_its_draws_keep_it(model_dir, tmp_path, capsys):
     """--reference LOOP --max-mutations K --min-mutations D beside a spec file with an expert: rule

@@ -342,9 +342,13 @@ def _resolves_to(module: str, qualname: str, fn: Any) -> bool:
     return obj is fn
 
 
-def module_digest(module_name: str) -> str:
-    """``sha256:<hex>`` of the source file of module ``module_name`` (what a code expert's record
-    holds), found without running the module when it is not imported yet; ``builtin:<name>`` for a
+def module_digest(module_name: str, legacy: bool = False) -> str:
+    """``sha256:<hex>`` of the code of module ``module_name`` (what a code expert's record holds),
+    found without running the module when it is not imported yet: its source file where it is
+    installed (the standard library, site-packages: versioned by the environment), else, for the
+    user's own code, every ``.py`` file of its package (its top-level package's tree) or, for a
+    module on its own, of its directory, so that a helper module it imports from there is covered.
+    ``legacy``: the source file alone (what records before 0.7 hold). ``builtin:<name>`` for a
     module without a file (compiled into Python). A ValueError when there is no such module."""
     module = sys.modules.get(module_name)
     if module is not None:
@@ -359,5 +363,27 @@ def module_digest(module_name: str) -> str:
         path = spec.origin if spec.has_location else None
     if not path:
         return f"builtin:{module_name}"
-    with open(path, "rb") as f:
-        return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    source = Path(path)
+    if legacy or _installed(source):
+        return "sha256:" + hashlib.sha256(source.read_bytes()).hexdigest()
+    root = source.parent
+    while (root / "__init__.py").is_file() and (root.parent / "__init__.py").is_file():
+        root = root.parent  # up to the top-level package
+    files = sorted(root.rglob("*.py")) if (root / "__init__.py").is_file() else sorted(root.glob("*.py"))
+    digest = hashlib.sha256()
+    for file in files[:MAX_CODE_FILES]:
+        digest.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
+    return "sha256:" + digest.hexdigest()
+
+
+MAX_CODE_FILES = 2000
+"""At most this many ``.py`` files of a user's directory enter a code expert's digest."""
+
+
+def _installed(path: Path) -> bool:
+    """Whether ``path`` is in the standard library or an installed package (not the user's own files)."""
+    import sysconfig
+
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    resolved = path.resolve()
+    return any(Path(r).resolve() in resolved.parents for r in roots if r)

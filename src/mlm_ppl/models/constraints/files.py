@@ -166,9 +166,9 @@ def expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Exper
                 )
             digest = module_digest(kind.partition(":")[0])  # before the import: changed code does not run
             recorded = entry.get("code_digest")
-            if recorded is not None and recorded != digest:
+            if recorded is not None and recorded not in (digest, module_digest(kind.partition(":")[0], legacy=True)):
                 raise FieldValueError(
-                    f"the code of {kind!r} changed since this was recorded: its module's source file now has "
+                    f"the code of {kind!r} changed since this was recorded: its module's source files now have "
                     f"digest {digest}, the record has {recorded}. A resumed run would score its next draws with "
                     "another function than its first; restore the module's file, or start a new run",
                     "code_digest",
