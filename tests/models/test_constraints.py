@@ -258,6 +258,15 @@ def test_classifier_log_prob_from_a_local_directory(tmp_path, mlm):
     assert good.params == {"path": str(tmp_path), "label": "good", "spaced": True, "batch_size": 32}
     with pytest.raises(ValueError, match=r"label 'ugly' is not one of the classifier's \['bad', 'good'\]"):
         classifier_log_prob(tmp_path, "ugly")
+    # issue 47, row 6: the classifier's files are on the record; weights replaced since are refused by name
+    record = ConstraintSpec(experts=[good]).to_dict()
+    assert record["experts"][0]["code_digest"].startswith("sha256:")
+    assert ConstraintSpec.from_dict(record).experts[0].code_digest == good.code_digest
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        BertForSequenceClassification(cfg).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="the files of the classifier in .* changed since this was recorded"):
+        ConstraintSpec.from_dict(record)
     # issue 47, row 12: weights as a pickle that would run code are refused in one line (no UnpicklingError)
     pickled = tmp_path / "pickled"
     pickled.mkdir()

@@ -54,9 +54,10 @@ class Expert:
         :meth:`ConstraintSpec.from_dict`. ``kind=None`` derives ``"module:function"`` from a
         module-level function when the spec is written out.
     code_digest : str, optional
-        For an expert named ``"module:function"``: the digest of its module's source file
-        (:func:`module_digest`), set when read from a spec and
-        computed when written out; a spec read again with another digest is refused.
+        For an expert named ``"module:function"``: the digest of its module's code
+        (:func:`module_digest`), set when read from a spec and computed when written out; for a
+        classifier, of the files its model and tokenizer are read from. A spec read again with
+        another digest is refused.
     """
 
     name: str
@@ -109,6 +110,8 @@ class Expert:
         if ":" in kind:
             out["takes"] = self.takes
             out["code_digest"] = self.code_digest or module_digest(kind.partition(":")[0])
+        elif self.code_digest is not None:  # a classifier's files
+            out["code_digest"] = self.code_digest
         if self.params:
             out["params"] = dict(self.params)
         return out
@@ -316,7 +319,11 @@ def classifier_log_prob(
         return torch.cat(out)
 
     params = {"path": str(path), "label": label, "spaced": spaced, "batch_size": batch_size}
-    return Expert(name, log_prob, weight, "sequences", kind="classifier", params=params)
+    from ..loading import model_files  # the files it read, hashed as a run's MLM's are: its record holds them
+
+    files = model_files(directory)
+    digest = "sha256:" + hashlib.sha256("".join(f"{k}\0{v}\0" for k, v in sorted(files.items())).encode()).hexdigest()
+    return Expert(name, log_prob, weight, "sequences", kind="classifier", params=params, code_digest=digest)
 
 
 EXPERT_KINDS: dict[str, Callable[..., Expert]] = {

@@ -149,7 +149,8 @@ def expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Exper
                 f"kind must be a built-in ({', '.join(EXPERT_KINDS)}) or 'module:function', got {kind!r}", "kind"
             )
         user = ":" in kind
-        _require_keys(entry, ("name", "kind"), ("weight", "params") + (("takes", "code_digest") if user else ()))
+        optional = ("takes", "code_digest") if user else ("code_digest",) if kind == "classifier" else ()
+        _require_keys(entry, ("name", "kind"), ("weight", "params") + optional)
         name = check_name(entry["name"], "expert")
         weight = entry.get("weight", 1.0)
         params = entry.get("params", {})
@@ -193,7 +194,16 @@ def expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Exper
                 raise FieldValueError(f"missing (required by {kind!r})", f"params.{p}")
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
             raise FieldTypeError(f"weight must be a number, got {type(weight).__name__} {weight!r}", "weight")
-        return factory(name=name, weight=weight, **params)
+        expert = factory(name=name, weight=weight, **params)
+        recorded = entry.get("code_digest")
+        if recorded is not None and recorded != expert.code_digest:  # a classifier's files
+            raise FieldValueError(
+                f"the files of the classifier in {params.get('path')!r} changed since this was recorded (digest "
+                f"{expert.code_digest}, the record has {recorded}): a resumed run would score its next draws with "
+                "another model than its first; restore its files, or start a new run",
+                "code_digest",
+            )
+        return expert
 
 
 def _import_function(kind: str, params: Mapping[str, Any]) -> Callable[[Any], Any]:
