@@ -383,3 +383,37 @@ def test_records_nested_too_deeply_are_one_line(model_dir, tmp_path, capsys):
     spec.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
     assert main(_sample(model_dir, tmp_path / "s", "--constraints", str(spec))) == 2
     assert "nested too deeply" in _error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    "name, value, problem",
+    [
+        ("free_positions", [3] * 1_000_000, "a list of at most 65536 positions"),  # row 11: ran past 120 s
+        ("free_positions", [2, 2], "a position twice"),
+        ("free_positions", [True], "positions are integers >= 0"),
+        ("vocab", {"A": 1}, "a list of at most 65536 tokens"),
+        ("vocab", ["A", "\x1b[31mC"], "tokens are printable text"),  # row 13: ANSI escapes printed raw
+        ("length_prior", [1, 2], "a table of lengths and their weights"),
+    ],
+)
+def test_a_tampered_run_nc_attribute_is_one_line(model_dir, tmp_path, capsys, name, value, problem):
+    """Issue 47, rows 11 to 13: attributes of a run.nc changed by hand were tracebacks, a two-minute hang
+    or control characters on the terminal; each is now one line naming the attribute."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import arviz as az
+
+    run = tmp_path / "run"
+    assert main(_sample(model_dir, run)) == 0
+    idata = az.from_netcdf(run / "run.nc")
+    idata.load()
+    idata.attrs[name] = json.dumps(value)
+    (run / "run.nc").unlink()
+    idata.to_netcdf(run / "run.nc")
+    capsys.readouterr()
+    for command in (["diagnose", str(run / "run.nc")], ["designs", str(run), "--top", "3"]):
+        assert main(command) == 2
+        line = _error_line(capsys.readouterr().err)
+        assert f"the run's attribute {name!r} is damaged ({problem}" in line and "\x1b" not in line, line

@@ -34,6 +34,8 @@ def test_fixed_counts_are_written_out():
         ("A[MASK]{x}C", r"is not a count; give \[MASK\]\{n\}"),
         ("A[MASK]{3,}C", r"is not a count"),
         ("A[MASK]{-1}C", r"is not a count"),
+        ("A[MASK]{\u0663}C", r"is not a count"),  # an Arabic-Indic 3 (issue 47, row 13): digits are 0-9
+        ("A[MASK]{2,\uff14}C", r"is not a count"),  # a fullwidth 4
         ("AC{3}", r"'\{3\}' at character 2 follows no mask token"),
         ("A[MASK]{3C", r"unmatched '\{'"),
         ("A[MASK]3}C", r"unmatched '\}'"),

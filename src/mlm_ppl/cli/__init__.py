@@ -89,7 +89,13 @@ def _show_warning(command: str, show: Any, message: Any, category: type, *args: 
 
 
 def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
+    """The error as one printable line: an OSError as what happened and to which file (no ``[Errno 28]``),
+    a control character (an ANSI escape in a file name or a record) shown escaped, never sent to the terminal."""
+    if isinstance(err, OSError) and err.strerror and type(err).__str__ is OSError.__str__:
+        text = err.strerror + (f": {err.filename!r}" if err.filename is not None else "")
+    else:
+        text = " ".join(str(err).split()) or type(err).__name__
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     if isinstance(err, OSError) and err.errno == errno.ENOSPC:
         text += " (the disk is full: free space and rerun; a run resumes from its last checkpoint with --resume)"
     return text

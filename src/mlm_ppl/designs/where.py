@@ -36,7 +36,7 @@ _OPS: dict[str, Callable[[Any, Any], Any]] = {
     "!=": operator.ne,
 }
 _TOKEN = re.compile(r"\s*(?:(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<op><=|>=|==|!=|<|>)"
-                    r"|(?P<paren>[()])|(?P<sign>[+-])|(?P<name>[A-Za-z_][A-Za-z0-9_]*))")  # fmt: skip
+                    r"|(?P<paren>[()])|(?P<sign>[+-])|(?P<name>[A-Za-z_][A-Za-z0-9_]*))", re.ASCII)  # fmt: skip
 _WORDS = ("and", "or", "not")
 
 Condition = Callable[[Mapping[str, np.ndarray], Mapping[str, float] | None], np.ndarray]

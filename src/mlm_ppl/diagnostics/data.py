@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ..models.tokens import loop_tokens
+from .attrs import attr_list
 
 if TYPE_CHECKING:  # pragma: no cover
     import arviz
@@ -396,12 +397,6 @@ def _check_log_density(idata: "arviz.InferenceData") -> None:
             f"lp at chain {c}, draw {d} is {lp[c, d]}; a run writes a finite log density, or -inf for an "
             "infeasible draw"
         )
-
-
-def attr_list(attrs: Mapping, name: str) -> Any:
-    """A list (or mapping) attribute, stored as itself in a Run and as JSON text in InferenceData."""
-    value = attrs.get(name)
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def _free_mask(run: "Run") -> Tensor:

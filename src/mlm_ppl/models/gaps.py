@@ -33,8 +33,8 @@ __all__ = [
 ]
 
 _COUNT = re.compile(r"\{([^{}]*)\}")
-_FIXED = re.compile(r"\s*(\d+)\s*")
-_RANGE = re.compile(r"\s*(\d+)\s*,\s*(\d+)\s*")
+_FIXED = re.compile(r"\s*(\d+)\s*", re.ASCII)  # ASCII: "٣" is no 3
+_RANGE = re.compile(r"\s*(\d+)\s*,\s*(\d+)\s*", re.ASCII)
 
 
 MAX_COUNT = 100_000

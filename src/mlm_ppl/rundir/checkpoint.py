@@ -53,7 +53,9 @@ def group_name(group: int) -> str:
 
 def checkpoint_files(directory: str | Path) -> list[str]:
     """The names of the checkpoints in a run directory: ``checkpoint.pt``, or one per group."""
-    return sorted(p.name for p in Path(directory).iterdir() if re.fullmatch(r"checkpoint(-g\d+)?\.pt", p.name))
+    return sorted(
+        p.name for p in Path(directory).iterdir() if re.fullmatch(r"checkpoint(-g\d+)?\.pt", p.name, re.ASCII)
+    )
 
 
 def group_checkpoints(run_dir: RunDirectory, settings: Mapping[str, Any], groups: int) -> GroupCheckpoints:

@@ -307,7 +307,7 @@ class Mutations:
         return out
 
 
-_RELATIVE = re.compile(r"\s*reference\s*(?:([+-])\s*(\d+(?:\.\d*)?|\.\d+)\s*)?")
+_RELATIVE = re.compile(r"\s*reference\s*(?:([+-])\s*(\d+(?:\.\d*)?|\.\d+)\s*)?", re.ASCII)
 
 
 def _bound(rule: str, key: str, value: Any) -> float | str | None:
