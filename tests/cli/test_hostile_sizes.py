@@ -71,6 +71,22 @@ def test_huge_weights_in_a_length_prior_or_reference_are_normalised_not_overflow
     assert "length" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("mode", ["strata", "jump"])
+def test_a_weight_too_small_to_tell_from_zero_is_refused_not_dropped(model_dir, tmp_path, capsys, mode):
+    """Issue 47, row 13: a prior weight of 1e-308 beside 1 underflowed to 0 once normalised: strata
+    dropped the length without a word and jump mode reported a hole the user did not leave."""
+    table = tmp_path / "faint.tsv"
+    table.write_text("1\t1\n2\t1e-308\n")
+    out = tmp_path / "run"
+    args = ["sample", "--model", model_dir, "--template", "A[MASK]{1,2}C", "--length-mode", mode,
+            "--length-prior", str(table), "--chains", "2", "--draws", "4", "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert main(args) == 2
+    line = one_line_error(capsys)
+    assert "length 2's weight 1e-308 is positive but more than 1e+300 times smaller than the largest" in line, line
+    assert not out.exists()
+
+
 def test_a_pattern_that_backtracks_for_ever_in_re_is_matched_in_linear_time(model_dir, tmp_path, capsys):
     """Row 7: --forbid '(A+)+C' on a 28-residue template hung in Python's re (no output in 60 s).
     Patterns are matched by RE2 (linear time); one RE2 cannot match in bounded time (a lookaround,

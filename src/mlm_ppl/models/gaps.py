@@ -199,6 +199,10 @@ def parse_gap(text: str, mask: str, limit: int | None = None) -> GapTemplate | N
     return GapTemplate(expand_counts(text[:start], mask), expand_counts(text[end:], mask), lo, hi, mask)
 
 
+MIN_WEIGHT_RATIO = 1e-300
+"""The smallest positive weight of a length table, relative to its largest, that normalising keeps > 0."""
+
+
 def read_length_table(spec: str, what: str, gap: GapTemplate | None = None) -> dict[int, float]:
     """A file of lines ``L<TAB>weight`` (``#`` comments and blank lines skipped) as weights
     normalised to sum to 1, in order of length: each ``L`` once (inside ``gap`` when given, else
@@ -236,6 +240,13 @@ def read_length_table(spec: str, what: str, gap: GapTemplate | None = None) -> d
     if not largest > 0:
         raise ValueError(f"{what} {spec}: its weights sum to 0; they must sum to a positive number")
     scaled = {L: w / largest for L, w in weights.items()}  # in [0, 1]: their sum cannot overflow, whatever their size
+    faint = [L for L, w in scaled.items() if 0 < w < MIN_WEIGHT_RATIO]  # would underflow to 0 once normalised
+    if faint:
+        raise ValueError(
+            f"{what} {spec}: length {faint[0]}'s weight {weights[faint[0]]!r} is positive but more than "
+            f"{1 / MIN_WEIGHT_RATIO:g} times smaller than the largest ({largest!r}): it cannot be told from 0 (the "
+            "length would be dropped); give it 0 to leave the length out, or a larger weight"
+        )
     total = math.fsum(scaled.values())
     return {L: w / total for L, w in sorted(scaled.items())}
 
