@@ -105,7 +105,7 @@ def save_figure(fig: Any, path: str | os.PathLike, **savefig_kwargs: Any) -> str
 RECORD_LIMIT = 64 << 20
 """Bytes a record (``config.json``, a marker, a batch's record, a spec or job file) may hold."""
 LINE_LIMIT = 1 << 20
-"""Bytes a line of a templates or sequences file may hold (checked before anything is tokenised)."""
+"""Characters a line of a templates or sequences file may hold (checked before anything is tokenised)."""
 
 
 def check_regular(path: str | os.PathLike, what: str, limit: int | None = None) -> None:

@@ -391,8 +391,8 @@ def test_records_nested_too_deeply_are_one_line(model_dir, tmp_path, capsys):
         ("free_positions", [3] * 1_000_000, "a list of at most 65536 positions"),  # row 11: ran past 120 s
         ("free_positions", [2, 2], "a position twice"),
         ("free_positions", [True], "positions are integers >= 0"),
-        ("vocab", {"A": 1}, "a list of at most 65536 tokens"),
-        ("vocab", ["A", "\x1b[31mC"], "tokens are printable text"),  # row 13: ANSI escapes printed raw
+        ("vocab", {"A": 1}, "a list of at most 2097152 tokens"),
+        ("vocab", ["A", "\x1b[31mC"], "tokens are text without control characters"),  # row 13: ANSI escapes
         ("length_prior", [1, 2], "a table of lengths and their weights"),
     ],
 )

@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
 from mlm_ppl.cli import main
 
@@ -88,6 +89,11 @@ def test_a_ray_run_equals_the_single_process_run_even_when_a_worker_is_killed(mo
     np.testing.assert_array_equal(got_tokens, tokens)
     np.testing.assert_allclose(got_lp, lp, rtol=1e-5)
     assert (short / "summary.txt").read_bytes() == (single / "summary.txt").read_bytes()  # one lp per state
+    # a Ray run's chains are where the single-process run's are: --starts-from reads its groups (issue 47, row 13)
+    from mlm_ppl import rundir
+
+    assert torch.equal(rundir.chain_states(short)[0], rundir.chain_states(single)[0])
+    assert main(_sample(model_dir, tmp_path / "next", "--starts-from", str(short), "--draws", "2")) == 0
 
 
 def _ray_worker_pid():

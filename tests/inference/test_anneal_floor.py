@@ -142,3 +142,20 @@ def test_energies_annealed_per_chain(dist):
 def test_bad_floors_are_refused(dist, options, match):
     with pytest.raises(ValueError, match=match):
         make_kernel("surrogate-mh", dist, **options)
+
+
+def test_groups_of_chains_merge_to_the_whole_run_with_every_chains_hold(dist):
+    """A run split into groups (Ray workers: ``merge_runs``) anneals as the whole run, and its record
+    says where every chain stopped, not only the first group's."""
+    from mlm_ppl.inference.distributed import merge_runs
+
+    whole = run_chains(_kernel(dist), 6, 40, seed=4)
+    parts = [run_chains(_kernel(dist), 3, 40, seed=4, chains=rows) for rows in ([0, 1, 2], [3, 4, 5])]
+    merged = merge_runs(parts, 6)
+    assert torch.equal(merged.tokens, whole.tokens)
+    assert merged.attrs["annealing"]["stopped_at"] == whole.attrs["annealing"]["stopped_at"]
+
+
+def test_a_warming_schedule_has_no_thermostat(dist):
+    warming = _kernel(dist, GeometricAnnealing(0.5, 1.0, 9))
+    assert not warming.thermostat and warming.annealing()["floor"] == 0.0

@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _show_warning(command: str, show: Any, message: Any, category: type, *args: Any, **kwargs: Any) -> None:
-    """A warning of mlm-ppl's own (a LongRunWarning, an AnnealingFloorWarning) as one line on stderr;
+    """A warning of mlm-ppl's own (a LongRunWarning, a TruncatedProposalWarning) as one line on stderr;
     any other as Python shows it."""
     if category.__module__.split(".")[0] == "mlm_ppl":
         print(f"mlm-ppl {command}: warning: {' '.join(str(message).split())}", file=sys.stderr)

@@ -8,10 +8,11 @@ vocabulary of control characters) is a one-line ValueError here, before any work
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_POSITIONS", "attr_list"]
+__all__ = ["MAX_POSITIONS", "MAX_VOCAB", "attr_list"]
 
 MAX_POSITIONS = 1 << 16
 """At most this many positions (a template's, a vocabulary's tokens) in a run's attributes."""
@@ -45,11 +46,15 @@ def _positions(value: Any) -> str | None:
     return "a position twice" if len(set(value)) != len(value) else None
 
 
+MAX_VOCAB = 1 << 21
+"""At most this many tokens in a run's vocabulary (XLM-R has 250,002)."""
+
+
 def _vocab(value: Any) -> str | None:
-    if not isinstance(value, list) or len(value) > MAX_POSITIONS:
-        return f"a list of at most {MAX_POSITIONS} tokens expected"
-    if not all(isinstance(t, str) and t.isprintable() for t in value):
-        return "tokens are printable text (no control characters)"
+    if not isinstance(value, list) or len(value) > MAX_VOCAB:
+        return f"a list of at most {MAX_VOCAB} tokens expected"
+    if not all(isinstance(t, str) and not any(unicodedata.category(c) == "Cc" for c in t) for t in value):
+        return "tokens are text without control characters"
     return None
 
 

@@ -56,8 +56,10 @@ def plot_diagnostics(
                 warnings.simplefilter("ignore", UserWarning)  # KDE of a constant lp (stuck chains)
                 axes = fn(idata.sample_stats, var_names=["lp"])
             fig = np.ravel(axes)[0].figure
-            paths.append(save(fig, f"{kind}_lp.png"))
-            plt.close(fig)  # only the figure ArviZ made: a notebook's own figures stay open
+            try:
+                paths.append(save(fig, f"{kind}_lp.png"))
+            finally:  # only the figure ArviZ made (a notebook's own figures stay open), even on Ctrl-C
+                plt.close(fig)
     acc = idata.sample_stats["is_accepted"].values.astype(float)  # (C, D)
     fig = Figure(figsize=(7, 3.5))
     ax = fig.subplots()

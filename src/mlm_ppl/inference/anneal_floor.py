@@ -21,7 +21,9 @@ cooling, held at :data:`WARMING` times its current ``tau`` (never above the sche
 its average restarts at :data:`RESTART`; each later fall warms it by ``WARMING`` again. Chain
 ``c`` runs at ``tau_c = max(schedule(step), hold_c)``. A chain's hold depends on its own moves
 only, so it anneals the same beside any other chains, and a resume continues it exactly (holds
-and averages are in the kernel's state). The run records each chain's last ``tau``.
+and averages are in the kernel's state). The run records where each chain stopped cooling (its
+hold; None for a chain that followed the whole schedule). A warming schedule (``end >= start``)
+has no thermostat.
 ``anneal_floor`` gives one fixed floor for every chain instead (0: none, the whole schedule, stalls
 and all); a schedule of the constraints' term alone (``anneal_terms="constraints"``) magnifies no
 error of the surrogate and has no floor.

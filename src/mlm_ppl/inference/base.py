@@ -310,7 +310,8 @@ def annealed_log_density(
     low, high = (float(tau.min()), float(tau.max())) if isinstance(tau, Tensor) else (tau, tau)
     if not (math.isfinite(high) and low >= MIN_TEMPERATURE):
         raise ValueError(
-            f"the annealing schedule gave tau={tau}; it must return a finite number >= {MIN_TEMPERATURE:g} "
+            f"the annealing schedule gave tau={high if not math.isfinite(high) else low}; it must return a finite "
+            f"number >= {MIN_TEMPERATURE:g} "
             "(smaller ones overflow float32 and freeze every chain)"
         )
     if terms == "all":

@@ -395,6 +395,9 @@ def merge_runs(runs: Sequence[Run], num_chains: int) -> Run:
     starts = [r.initial for r in runs if r.initial is not None]
     initial = torch.cat(starts) if len(starts) == len(runs) else None
     attrs = dict(first.attrs, num_chains=num_chains)
+    stopped = [r.attrs.get("annealing", {}).get("stopped_at") for r in runs]  # each group's chains: all of them
+    if all(isinstance(s, list) for s in stopped):
+        attrs["annealing"] = {**attrs["annealing"], "stopped_at": [t for s in stopped for t in s]}
     if tokens.shape[0] != num_chains:
         raise ValueError(f"the groups hold {tokens.shape[0]} chains, the run has {num_chains}")
     return Run(tokens, stats, attrs, initial)

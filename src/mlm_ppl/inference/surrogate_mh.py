@@ -43,6 +43,7 @@ from ..models.gap_target import GapTarget
 from ..models.surrogate import SurrogateTarget
 from ..models.target import Target
 from .anneal_floor import chain_taus, start_thermostat, thermostat
+from .annealing import GeometricAnnealing
 from .base import (
     accept,
     acceptance_probability,
@@ -261,9 +262,10 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
                 "anneal_floor is where an annealing schedule stops cooling: give the schedule (anneal) too"
             )
         # the annealing thermostat (a state per chain), where no fixed floor is given
-        self.thermostat = (
-            o.temperature_schedule is not None and o.anneal_floor is None and o.anneal_terms != "constraints"
-        )
+        schedule = o.temperature_schedule
+        warming = isinstance(schedule, GeometricAnnealing) and schedule.end >= schedule.start  # nothing to stop
+        self.thermostat = schedule is not None and o.anneal_floor is None and o.anneal_terms != "constraints"
+        self.thermostat = self.thermostat and not warming
 
         def surrogate_of(base: Target) -> SurrogateTarget:
             return SurrogateTarget(base, o.surrogate_window, dtype, o.surrogate_context, o.surrogate_frame)  # type: ignore[arg-type]
@@ -407,12 +409,18 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
         chain the accepted single-site changes, the fraction of inner proposals accepted and the
         masked copies run."""
         C = start.tokens.shape[0]
-        if taus is not None and not bool((taus == taus[0]).all()):  # chains at different taus: one at a time
-            parts = []
-            for c in range(C):
-                parts.append(self._run_inner(state_rows(start, c, C), streams.subset([c]), taus[c : c + 1]))
-            rows, *stats = zip(*parts)
-            return cat_states(list(rows)), *(torch.cat(s) for s in stats)
+        if taus is not None and not bool((taus == taus[0]).all()):  # chains at different taus: a batch per tau
+            ends: list[Any] = [None] * C
+            moves, accepted, copies = torch.zeros(C, dtype=torch.long), torch.zeros(C), torch.zeros(C, dtype=torch.long)
+            for tau in torch.unique(taus):
+                rows = (taus == tau).nonzero().flatten().tolist()
+                group = cat_states([state_rows(start, c, C) for c in rows])
+                end, moves[rows], accepted[rows], copies[rows] = self._run_inner(
+                    group, streams.subset(rows), taus[rows]
+                )
+                for i, c in enumerate(rows):
+                    ends[c] = state_rows(end, i, len(rows))
+            return cat_states(ends), moves, accepted, copies
         if taus is not None:
             self.inner_tau = float(taus[0])
         moves = torch.zeros(C, dtype=torch.long)

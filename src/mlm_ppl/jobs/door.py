@@ -245,9 +245,10 @@ def resume(
     run, a run on Ray workers, and a batch). ``expect``: job keys the caller expects the run to have
     (the command line's flags given with ``--resume``); a difference is refused, naming each.
     ``trust_code``: consent to code experts in the run's record. ``threads``: torch's threads while
-    it runs (the run's draws do not depend on them: docs/performance.md, "Threads"). The resumed run
-    is held to a new run's limits (its size and time estimate, at most 1000 chains) unless
-    ``force``, before a new cap is written."""
+    it runs (the run's draws do not depend on them: docs/performance.md, "Threads"). A new cap, and a
+    run whose ``config.json`` has no checkpoint to agree with, are held to a new run's limits (its
+    size and time estimate, at most 1000 chains) unless ``force``, before anything is written; a
+    resume of a single run, not of a batch."""
     if threads is not None:
         check_count(threads, "threads", 1)
     with trusting_code(trust_code), torch_threads(threads, notes):
@@ -264,14 +265,17 @@ def resume(
             capped = num_samples is not None and num_samples != settings.num_samples
             wanted = rundir.check_cap(settings, checkpoint, num_samples) if capped else settings  # type: ignore[arg-type]
             _check_same(expect, wanted, directory)
-            if wanted.num_chains > MAX_CHAINS and not force:  # as a new run is held (a record edited by hand)
+            # held to a new run's limits where its record is not what a checked start wrote: a new cap (now, or
+            # raised since its checkpoint's arrays were made), or a config.json without a checkpoint to agree with
+            fresh = capped or checkpoint is None or checkpoint.draws.shape[1] != wanted.num_samples
+            if fresh and wanted.num_chains > MAX_CHAINS and not force:
                 raise ValueError(
                     f"{directory}: the run has {wanted.num_chains} chains, more than {MAX_CHAINS}; resume with "
                     "force (--force), or start a run of fewer chains"
                 )
             mlm, _, kernel = campaign.build(wanted)
-            done = 0 if checkpoint is None else checkpoint.step  # the steps left, and all the draws, estimated
-            check_size(wanted, kernel, force, notes, done=done)  # before a new cap is written
+            if fresh:  # the steps left, and all the draws, estimated before a new cap is written
+                check_size(wanted, kernel, force, notes, done=0 if checkpoint is None else checkpoint.step)
             if capped:  # a higher cap (or one lowered back to what the run can hold): the run goes on to it
                 settings = rundir.raise_cap(run_dir, checkpoint, wanted)
             return _finish(run_dir, settings, checkpoint, mlm, kernel, progress, checkpoint_seconds, notes)
@@ -303,6 +307,15 @@ _COMPARED = tuple(
 """The settings a resume compares with what its caller expects (the rest: recorded, not given)."""
 
 
+def _without_digests(record: Mapping[str, Any] | None) -> Any:
+    """A constraint spec's record without its experts' ``code_digest`` (a record of an earlier version
+    holds another form, or none for a classifier; the digest is checked against the code as it is read)."""
+    if record is None:
+        return None
+    experts = [{k: v for k, v in e.items() if k != "code_digest"} for e in record.get("experts", [])]
+    return {**record, "experts": experts}
+
+
 def _within(path: str | Path, directory: str | Path) -> bool:
     """Whether ``path`` is ``directory`` or inside it, links resolved (a directory not made yet: neither)."""
     inner, outer = Path(path).resolve(), Path(directory).resolve()
@@ -326,7 +339,7 @@ def _check_same(expect: Mapping[str, Any], settings: RunSettings, directory: str
     if spec is not None:
         spec = constraint_spec(spec)
         mine = dataclasses.replace(settings, constraints=None if spec is None else spec.to_dict()).constraints
-        if mine != settings.constraints:
+        if _without_digests(mine) != _without_digests(settings.constraints):  # digests: checked as code is read
             details.append(f"--constraints/--forbid/--liabilities {mine!r} (run has {settings.constraints!r})")
     if details:
         raise ValueError(

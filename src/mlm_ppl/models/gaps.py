@@ -224,6 +224,8 @@ def read_length_table(spec: str, what: str, gap: GapTemplate | None = None) -> d
         if len(fields) != 2:
             raise ValueError(f"{where} is not LENGTH<TAB>WEIGHT")
         try:
+            if not (fields[0].isascii() and fields[1].isascii()):  # int() and float() read "٣" as 3
+                raise ValueError
             L, w = int(fields[0]), float(fields[1])
         except ValueError:
             raise ValueError(f"{where} is not LENGTH<TAB>WEIGHT (an integer and a number)") from None
@@ -240,7 +242,7 @@ def read_length_table(spec: str, what: str, gap: GapTemplate | None = None) -> d
     if not largest > 0:
         raise ValueError(f"{what} {spec}: its weights sum to 0; they must sum to a positive number")
     scaled = {L: w / largest for L, w in weights.items()}  # in [0, 1]: their sum cannot overflow, whatever their size
-    faint = [L for L, w in scaled.items() if 0 < w < MIN_WEIGHT_RATIO]  # would underflow to 0 once normalised
+    faint = [L for L, w in scaled.items() if weights[L] > 0 and w < MIN_WEIGHT_RATIO]  # 0 once normalised
     if faint:
         raise ValueError(
             f"{what} {spec}: length {faint[0]}'s weight {weights[faint[0]]!r} is positive but more than "

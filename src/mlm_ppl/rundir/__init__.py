@@ -118,8 +118,9 @@ def check_cap(settings: RunSettings, checkpoint: Checkpoint | None, num_samples:
     held = 0 if checkpoint is None else int(checkpoint.draws.shape[1])  # the draws its arrays hold
     if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < max(1, held):
         raise ValueError(
-            f"num_samples {num_samples} (--num-samples) on resume: the run's checkpoint holds {held} draws (its cap "
-            f"is {settings.num_samples}); give at least {max(1, held)}, or leave it out"
+            f"num_samples {num_samples} (--num-samples) on resume: the run's checkpoint has room for {held} draws "
+            f"(its cap when checkpointed; the run's is {settings.num_samples}); give at least {max(1, held)}, or leave "
+            "it out"
         )
     if settings.anneal is not None:
         raise ValueError(
@@ -148,7 +149,16 @@ def chain_states(directory: str | os.PathLike) -> tuple[Tensor, RunSettings]:
     """Where the chains of the sampling run in ``directory`` are, ``(C, L)`` tokens, and its settings.
 
     Read from its checkpoint (:func:`run_checkpoint`: the state after its last step, finished or
-    not; a run still going may be read)."""
+    not; a run still going may be read), or, for a run on Ray workers, from its groups' checkpoints
+    in chain order."""
+    path = Path(directory)
+    groups = sorted((n for n in checkpoint_files(path) if n != CHECKPOINT), key=lambda n: int(n[12:-3]))
+    if kind_of(path) == "sample" and groups and not (path / CHECKPOINT).exists():  # a run on Ray workers
+        config = _read_config(path)
+        parts = [_read_agreeing_checkpoint(path, config, name) for name in groups]  # contiguous groups, in order
+        if any(cp is None for cp in parts):
+            raise ValueError(f"the run in {str(path)!r} on Ray workers lacks a group's checkpoint")
+        return torch.cat([cp.state.tokens for cp in parts if cp is not None]), RunSettings.from_dict(config)
     checkpoint, settings = run_checkpoint(directory)
     return checkpoint.state.tokens.clone(), settings
 

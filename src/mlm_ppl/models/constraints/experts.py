@@ -354,7 +354,8 @@ def module_digest(module_name: str, legacy: bool = False) -> str:
     found without running the module when it is not imported yet: its source file where it is
     installed (the standard library, site-packages: versioned by the environment), else, for the
     user's own code, every ``.py`` file of its package (its top-level package's tree) or, for a
-    module on its own, of its directory, so that a helper module it imports from there is covered.
+    module on its own, of its directory (the first :data:`MAX_CODE_FILES`), so that a helper module
+    it imports from there is covered (and an edit to any other script there is seen as a change).
     ``legacy``: the source file alone (what records before 0.7 hold). ``builtin:<name>`` for a
     module without a file (compiled into Python). A ValueError when there is no such module."""
     module = sys.modules.get(module_name)
@@ -376,7 +377,8 @@ def module_digest(module_name: str, legacy: bool = False) -> str:
     root = source.parent
     while (root / "__init__.py").is_file() and (root.parent / "__init__.py").is_file():
         root = root.parent  # up to the top-level package
-    files = sorted(root.rglob("*.py")) if (root / "__init__.py").is_file() else sorted(root.glob("*.py"))
+    found = root.rglob("*.py") if (root / "__init__.py").is_file() else root.glob("*.py")
+    files = sorted(f for f in found if f.is_file())  # regular files (a FIFO named x.py would block the read)
     digest = hashlib.sha256()
     for file in files[:MAX_CODE_FILES]:
         digest.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")

@@ -169,7 +169,8 @@ def expert_from_dict(entry: Mapping[str, Any], index: int, source: str) -> Exper
             recorded = entry.get("code_digest")
             if recorded is not None and recorded not in (digest, module_digest(kind.partition(":")[0], legacy=True)):
                 raise FieldValueError(
-                    f"the code of {kind!r} changed since this was recorded: its module's source files now have "
+                    f"the code of {kind!r} changed since this was recorded: the .py files of its module's directory "
+                    "(or package) now have "
                     f"digest {digest}, the record has {recorded}. A resumed run would score its next draws with "
                     "another function than its first; restore the module's file, or start a new run",
                     "code_digest",
