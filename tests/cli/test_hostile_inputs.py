@@ -169,3 +169,18 @@ def test_replica_settings_past_the_hottest_bound_are_one_line_not_an_overflow(mo
     assert main(_sample(model_dir, tmp_path / "out", "--kernel", "replica-mh", *flags)) == 2
     assert "times the temperature (at most 1000); fewer replicas or a smaller spacing" in _one_line_error(capsys)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_package_imports_is_one_line():
+    """Issue 47, row 12: Ctrl-C during the imports (torch, transformers: seconds) was Python's traceback;
+    the console script's entry point lives outside the package and says it in one line."""
+    import os
+    import signal
+
+    script = os.path.join(os.path.dirname(sys.executable), "mlm-ppl")
+    proc = subprocess.Popen([script, "score", "--help"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # well inside the imports (about 3 s here)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err == "mlm-ppl: interrupted while starting\n", (proc.returncode, err)
