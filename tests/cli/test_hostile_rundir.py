@@ -300,12 +300,15 @@ def test_diagnose_plots_never_replace_a_users_files_or_another_runs(model_dir, t
         before = _digest(target)
         assert main(["diagnose", str(run), "--plots", str(target)]) == 2
         line = capsys.readouterr().err.strip()
-        assert line.startswith("mlm-ppl diagnose: error: --plots") and "never replaces them" in line, line
+        assert line.startswith("mlm-ppl diagnose: error: --plots") and "another directory" in line, line
         assert _digest(target) == before
     fresh = tmp_path / "plots"
+    fresh.mkdir()
+    (fresh / "summary.md").write_text("the user's notes")  # other files may be there
     for _ in range(2):  # a new directory, then its own plots again
         assert main(["diagnose", str(run), "--plots", str(fresh)]) == 0
         assert (fresh / "trace_lp.png").stat().st_size > 1000
+    assert (fresh / "summary.md").read_text() == "the user's notes"
     assert main(["diagnose", str(run), "--plots", str(run)]) == 0  # the run's own directory, named
 
 

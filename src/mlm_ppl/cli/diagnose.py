@@ -56,7 +56,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..campaign.current import read_current, write_current
     from ..diagnostics import deep_states, gap_lengths, loop_distribution, plot_diagnostics, summary, with_reference
     from ..models.gaps import LengthReference
-    from ..rundir import MARKER, RunDirectory, RunExistsError, RunLockedError, plots_of
+    from ..rundir import MARKER, RunDirectory, RunLockedError, plots_directory, plots_of
 
     if args.loops is not None:
         check_count(args.loops, "--loops")
@@ -104,16 +104,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         with RunDirectory.open(plot_dir, "sample") as run_dir:
             run_dir.check_names(plots_of(idata))
             plots = plot_diagnostics(idata, plot_dir, length_reference=reference, record=run_dir.record)
-    elif not own:  # a directory of plots only, marked as such: none of the user's files (or another run's) replaced
-        try:
-            plot_run = RunDirectory.create(plot_dir, "plots", overwrite=True)
-        except RunExistsError:
-            raise ValueError(
-                f"--plots {args.plots}: the directory holds files diagnose did not write (or another run); it never "
-                "replaces them: give a new or empty directory, or leave out --plots (the run's own directory)"
-            ) from None
-        with plot_run:
-            plots = plot_diagnostics(idata, plot_dir, length_reference=reference, record=plot_run.record)
+    elif not own:  # none of the user's files, nor another run's, replaced; each plot recorded as written
+        record = plots_directory(plot_dir, plots_of(idata))
+        plots = plot_diagnostics(idata, plot_dir, length_reference=reference, record=record)
     else:
         plots = plot_diagnostics(idata, plot_dir, length_reference=reference)
     out.write(f"plots: {', '.join(plots)}\n")

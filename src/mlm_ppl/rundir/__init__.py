@@ -37,7 +37,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .directory import CONFIG, LOCK, MARKER, RunDirectory, RunExistsError, RunLockedError, kind_of
-from .outputs import OUTPUT_NAMES, OUTPUTS, PLOTS, plots_of, write_outputs
+from .outputs import OUTPUT_NAMES, OUTPUTS, PLOTS, PLOTS_RECORD, plots_directory, plots_of, write_outputs
 
 __all__ = [
     "CONFIG",
@@ -48,6 +48,8 @@ __all__ = [
     "OUTPUT_NAMES",
     "PLOTS",
     "plots_of",
+    "plots_directory",
+    "PLOTS_RECORD",
     "RunDirectory",
     "kind_of",
     "RunExistsError",

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+from .._files import load_json, write_text_atomic
 from ..inference.runner import Run
-from .directory import RunDirectory
+from .directory import MARKER, RunDirectory
 
-__all__ = ["OUTPUTS", "OUTPUT_NAMES", "PLOTS", "plots_of", "write_outputs"]
+__all__ = ["OUTPUTS", "OUTPUT_NAMES", "PLOTS", "PLOTS_RECORD", "plots_of", "plots_directory", "write_outputs"]
+
+PLOTS_RECORD = ".mlm-ppl-plots"
+"""The names of the plots ``diagnose --plots DIR`` wrote in ``DIR`` (a JSON list): what it may redraw."""
 
 PLOTS = ("trace_lp.png", "rank_lp.png", "acceptance.png", "token_frequency.png", "deep_states.png")
 OUTPUTS = ("run.nc", "samples.txt", "summary.txt", *PLOTS)
@@ -21,6 +29,38 @@ def plots_of(idata: Any) -> tuple[str, ...]:
     """The plots :func:`~mlm_ppl.diagnostics.plot_diagnostics` writes for a run: :data:`PLOTS`, and
     ``length.png`` for a run over the lengths of a variable gap."""
     return (*PLOTS, LENGTH_PLOT) if "length_prior" in idata.attrs else PLOTS
+
+
+def plots_directory(directory: str | os.PathLike, names: Sequence[str]) -> Callable[[str], None]:
+    """Check ``directory`` for plots ``names`` written outside a run (``diagnose --plots DIR``) and
+    return the callback that records each name as its file is written (in :data:`PLOTS_RECORD`).
+    Refused before anything is written: another run's directory, and a file by one of the names
+    that an earlier ``diagnose --plots`` there did not write (the user's); other files may be there."""
+    path = Path(directory)
+    if (path / MARKER).exists():
+        raise ValueError(
+            f"--plots {path}: it is a run's directory, whose plots are its own (diagnose that run); give another "
+            "directory"
+        )
+    record_file = path / PLOTS_RECORD
+    try:
+        listed = set(load_json(record_file, "plots record")) if record_file.exists() else set()
+    except (TypeError, ValueError):
+        raise ValueError(f"{record_file} is damaged; remove it, and the plots it listed, by hand") from None
+    for name in names:
+        entry = path / name
+        if (entry.exists() or entry.is_symlink()) and name not in listed:
+            raise ValueError(
+                f"--plots {path}: {name} exists there and diagnose --plots did not write it; it is never replaced: "
+                "move it away, or give another directory"
+            )
+    path.mkdir(parents=True, exist_ok=True)
+
+    def record(name: str) -> None:
+        listed.add(name)
+        write_text_atomic(record_file, json.dumps(sorted(listed)) + "\n")
+
+    return record
 
 
 def write_outputs(
