@@ -184,3 +184,15 @@ def test_ctrl_c_while_the_package_imports_is_one_line():
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err == "mlm-ppl: interrupted while starting\n", (proc.returncode, err)
+
+
+def test_error_lines_name_what_happened_without_errno_and_escape_control_characters():
+    """Issue 47, row 13: ``[Errno 28] No space left on device`` and raw ANSI escapes in error lines."""
+    import errno
+
+    from mlm_ppl.cli import _one_line
+
+    line = _one_line(OSError(errno.ENOSPC, "No space left on device", "/runs/x/run.nc"))
+    assert line.startswith("No space left on device: '/runs/x/run.nc' (the disk is full") and "Errno" not in line
+    assert _one_line(ValueError("token '\x1b[31mA' unknown")) == "token '\\x1b[31mA' unknown"
+    assert _one_line(FileNotFoundError("input file 'x' does not exist")) == "input file 'x' does not exist"
