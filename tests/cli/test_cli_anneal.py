@@ -174,6 +174,7 @@ def test_bad_annealing_flags_are_one_line_before_any_work(model_dir, tmp_path, c
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_fixed_floor_from_the_command_line_and_warnings_in_one_line(model_dir, tmp_path, capsys):
     out = tmp_path / "out"
     extra = ("--kernel", "surrogate-mh", "--inner-steps", "2", "--anneal", "1:0.05", "--anneal-floor", "0.3")

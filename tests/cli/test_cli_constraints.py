@@ -307,6 +307,7 @@ def test_code_named_in_a_spec_or_a_record_runs_only_with_trust_code(model_dir, t
     assert not flag.exists()  # refused before the changed module ran
 
 
+@pytest.mark.slow
 def test_a_change_to_a_module_the_expert_imports_is_refused_on_resume(model_dir, tmp_path, capsys, monkeypatch):
     """Issue 47, row 5: the digest covered the expert's own file only, so a change to ``helper.py``, which
     it imports, was accepted and relabelled the earlier draws. Every ``.py`` file of its directory now."""

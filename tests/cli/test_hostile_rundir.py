@@ -285,6 +285,7 @@ def test_diagnose_of_an_unreadable_run_is_a_message(unprivileged):
     assert _digest(out) == before
 
 
+@pytest.mark.slow
 def test_diagnose_plots_never_replace_a_users_files_or_another_runs(model_dir, tmp_path, capsys):
     """Issue 47, row 8: ``diagnose F --plots DIR`` replaced the user's ``trace_lp.png`` in DIR without
     a word, and with DIR another run took its lock and overwrote its plots; both refused now, before
@@ -312,6 +313,7 @@ def test_diagnose_plots_never_replace_a_users_files_or_another_runs(model_dir, t
     assert main(["diagnose", str(run), "--plots", str(run)]) == 0  # the run's own directory, named
 
 
+@pytest.mark.slow
 def test_a_resume_never_overwrites_a_plot_name_the_user_wrote_after_a_kill(model_dir, tmp_path, capsys, monkeypatch):
     """Issue 47, row 7: a run killed while writing its plots had all four names in its marker, so the
     user's ``acceptance.png`` written there was overwritten by ``--resume``. Each name now enters the
@@ -350,6 +352,7 @@ def _within_a_minute(*args):
     return done.returncode, done.stderr
 
 
+@pytest.mark.slow
 def test_fifos_devices_and_giant_lines_are_refused_before_they_are_read(model_dir, tmp_path):
     """Issue 47, rows 9 and 10: ``--templates /dev/zero`` ran until killed, a one-line templates file of
     1 GB was tokenised whole, and a FIFO in place of ``config.json`` or ``checkpoint.pt`` blocked
@@ -370,6 +373,7 @@ def test_fifos_devices_and_giant_lines_are_refused_before_they_are_read(model_di
         assert code == 2 and f"{name} is not a regular file" in _error_line(err)
 
 
+@pytest.mark.slow
 def test_records_nested_too_deeply_are_one_line(model_dir, tmp_path, capsys):
     """Issue 47, row 12: 100,000-deep JSON in ``config.json`` or the marker, or TOML in a spec, was a
     RecursionError reported as a bug; now one line naming the file."""
@@ -399,6 +403,7 @@ def test_records_nested_too_deeply_are_one_line(model_dir, tmp_path, capsys):
         ("length_prior", [1, 2], "a table of lengths and their weights"),
     ],
 )
+@pytest.mark.slow
 def test_a_tampered_run_nc_attribute_is_one_line(model_dir, tmp_path, capsys, name, value, problem):
     """Issue 47, rows 11 to 13: attributes of a run.nc changed by hand were tracebacks, a two-minute hang
     or control characters on the terminal; each is now one line naming the attribute."""

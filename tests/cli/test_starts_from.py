@@ -137,6 +137,7 @@ def _files(directory):
     return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_out_where_the_starts_are_is_refused_before_anything_is_touched(model_dir, earlier, tmp_path, capsys):
     """Issue 47, row 1: ``--starts-from S --out S --overwrite`` (also through a link to S) emptied S;
     now refused in one line, S as it was."""

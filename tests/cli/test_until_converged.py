@@ -173,6 +173,7 @@ def _record(directory):
     return (directory / "config.json").read_bytes(), (directory / "checkpoint.pt").read_bytes()
 
 
+@pytest.mark.slow
 def test_a_resume_is_held_to_a_new_runs_size_limits_before_its_cap_is_written(model_dir, tmp_path, capsys):
     """Issue 47, rows 2 to 4: ``--resume F --draws 1000000000`` wrote the cap, then ran out of memory,
     and the run could never finish; a huge ``--draws`` on an unfinished run ran until killed (or a

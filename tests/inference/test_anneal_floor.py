@@ -74,6 +74,7 @@ def _move_probability(dist, tau):
     return float(torch.softmax(exact.exact_log_probs(cold), 0) @ (1 - P.diagonal()))
 
 
+@pytest.mark.slow
 def test_annealed_chains_stop_cooling_where_their_moves_stall_and_keep_moving(dist):
     kept = run_chains(_kernel(dist), 32, 40, seed=0)
     whole = run_chains(_kernel(dist, anneal_floor=0), 32, 40, seed=0)
@@ -92,6 +93,7 @@ def test_annealed_chains_stop_cooling_where_their_moves_stall_and_keep_moving(di
     assert "annealed (tau 1 -> 0.05, chains stopped cooling at tau " in str(summary(to_inference_data(kept)))
 
 
+@pytest.mark.slow
 def test_a_chain_anneals_the_same_beside_other_chains_and_resumed(dist):
     beside = run_chains(_kernel(dist), 6, 40, seed=4)
     assert len(set(beside.attrs["annealing"]["stopped_at"])) > 1  # the chains ran at different taus
@@ -144,6 +146,7 @@ def test_bad_floors_are_refused(dist, options, match):
         make_kernel("surrogate-mh", dist, **options)
 
 
+@pytest.mark.slow
 def test_groups_of_chains_merge_to_the_whole_run_with_every_chains_hold(dist):
     """A run split into groups (Ray workers: ``merge_runs``) anneals as the whole run, and its record
     says where every chain stopped, not only the first group's."""
