@@ -286,15 +286,20 @@ def _remove(paths: list[Path]) -> None:
             p.unlink(missing_ok=True)
 
 
+def first_unclaimed(path: Path, names: Sequence[str], listed: set[str]) -> str | None:
+    """The first of ``names`` that exists in ``path`` (a link too) and is not in ``listed`` (what mlm-ppl
+    wrote there): a file of the user's, never replaced; None if there is none."""
+    return next((n for n in names if ((path / n).exists() or (path / n).is_symlink()) and n not in listed), None)
+
+
 def _check_names(path: Path, marker: dict[str, Any] | None, names: Sequence[str]) -> None:
     """A ValueError naming the first of ``names`` that exists in ``path`` and that the run being
     replaced (``marker``: None for a new directory) did not write: it is the user's, and a new run
     neither adopts nor removes it."""
-    listed = set(marker["files"]) if marker is not None else set()
-    for name in names:
+    name = first_unclaimed(path, names, set(marker["files"]) if marker is not None else set())
+    if name is not None:
         entry = path / name
-        if (entry.exists() or entry.is_symlink()) and name not in listed:
-            raise ValueError(
-                f"{str(entry)!r} exists and was not written by the run in {str(path)!r}: it is never adopted, "
-                "replaced or removed; move it away (or, for a batch's template, give the template another name)"
-            )
+        raise ValueError(
+            f"{str(entry)!r} exists and was not written by the run in {str(path)!r}: it is never adopted, "
+            "replaced or removed; move it away (or, for a batch's template, give the template another name)"
+        )

@@ -10,7 +10,7 @@ from typing import Any
 
 from .._files import load_json, write_text_atomic
 from ..inference.runner import Run
-from .directory import MARKER, RunDirectory
+from .directory import MARKER, RunDirectory, first_unclaimed
 
 __all__ = ["OUTPUTS", "OUTPUT_NAMES", "PLOTS", "PLOTS_RECORD", "plots_of", "plots_directory", "write_outputs"]
 
@@ -47,13 +47,12 @@ def plots_directory(directory: str | os.PathLike, names: Sequence[str]) -> Calla
         listed = set(load_json(record_file, "plots record")) if record_file.exists() else set()
     except (TypeError, ValueError):
         raise ValueError(f"{record_file} is damaged; remove it, and the plots it listed, by hand") from None
-    for name in names:
-        entry = path / name
-        if (entry.exists() or entry.is_symlink()) and name not in listed:
-            raise ValueError(
-                f"--plots {path}: {name} exists there and diagnose --plots did not write it; it is never replaced: "
-                "move it away, or give another directory"
-            )
+    name = first_unclaimed(path, names, listed)
+    if name is not None:
+        raise ValueError(
+            f"--plots {path}: {name} exists there and diagnose --plots did not write it; it is never replaced: "
+            "move it away, or give another directory"
+        )
     path.mkdir(parents=True, exist_ok=True)
 
     def record(name: str) -> None:
