@@ -86,6 +86,7 @@ def _interrupt_at_step(monkeypatch, kernel_class, n):
     monkeypatch.setattr(kernel_class, "step", interrupted)
 
 
+@pytest.mark.slow  # about 2 s (make test-fast keeps under 3 minutes)
 def test_an_annealed_run_resumes_to_the_uninterrupted_draws(model_dir, tmp_path, capsys, monkeypatch):
     extra = ("--kernel", "surrogate-mh", "--inner-steps", "2", "--anneal", "2:0.5", "--anneal-terms", "mlm")
     whole, cut = tmp_path / "whole", tmp_path / "cut"

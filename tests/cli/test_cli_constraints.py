@@ -104,6 +104,7 @@ def test_a_spec_file_holds_in_every_draw_and_is_recorded(model_dir, tmp_path, ca
     capsys.readouterr()
 
 
+@pytest.mark.slow  # about 2 s (make test-fast keeps under 3 minutes)
 def test_repeated_forbid_flags_are_rules_forbid_1_and_forbid_2(model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(_sample(model_dir, out, "--forbid", "DD", "--forbid", "E$", "--kernel", "surrogate-mh")) == 0

@@ -211,6 +211,7 @@ def test_infeasible_draws_are_never_picked(model_dir, constrained, capsys, tmp_p
     assert _one_line_error(capsys) == f"mlm-ppl designs: error: no feasible draw in {nothing}; nothing to pick"
 
 
+@pytest.mark.slow  # about 2 s (make test-fast keeps under 3 minutes)
 def test_a_batch_picks_per_template(model_dir, tmp_path, capsys):
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC)

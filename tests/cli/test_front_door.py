@@ -107,6 +107,7 @@ def test_a_run_the_command_line_started_resumes_from_python_and_the_reverse(mode
         _same(whole, _draws(tmp_path / name))
 
 
+@pytest.mark.slow  # about 2 s (make test-fast keeps under 3 minutes)
 def test_an_old_run_directory_resumes_under_the_new_names(model_dir, tmp_path, capsys):
     """A record of before 0.4 (chains, draws, warmup; in config.json and the checkpoint) reads under
     Pyro's names, and resuming it gives the uninterrupted run's draws."""

@@ -47,15 +47,22 @@ def _error(capsys):
     return lines[0]
 
 
-@pytest.fixture
-def batch(model_dir, tmp_path, capsys):
-    """A finished batch of two templates (seed 5), in tmp_path/batch."""
-    templates = tmp_path / "templates.tsv"
+@pytest.fixture(scope="module")
+def finished_batch(model_dir, tmp_path_factory):
+    """A finished batch of two templates (seed 5), sampled once for the module's tests."""
+    directory = tmp_path_factory.mktemp("finished")
+    templates = directory / "templates.tsv"
     templates.write_text(TEMPLATES)
-    out = tmp_path / "batch"
+    out = directory / "batch"
     assert main(_batch(model_dir, templates, out)) == 0
-    capsys.readouterr()
     return out
+
+
+@pytest.fixture
+def batch(finished_batch, tmp_path, capsys):
+    """A copy of the finished batch in tmp_path/batch, for a test to edit."""
+    capsys.readouterr()
+    return shutil.copytree(finished_batch, tmp_path / "batch", ignore=shutil.ignore_patterns(".mlm-ppl.lock"))
 
 
 def _edit(file, change):

@@ -28,6 +28,7 @@ def _sample(model_dir, out, *extra):
             "--seed", "7", "--out", str(out), "--no-progress", *extra]  # fmt: skip
 
 
+@pytest.mark.slow  # about 2 s (make test-fast keeps under 3 minutes)
 # ---------------------------------------------------------------------- row 11: a \r inside an input line
 def test_a_carriage_return_inside_a_line_is_refused_and_crlf_endings_are_read(model_dir, tmp_path, capsys):
     inside = tmp_path / "inside.txt"

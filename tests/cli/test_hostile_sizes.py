@@ -56,6 +56,7 @@ def _falls_to_nothing(step):
     return 1.0 if step < 2 else 1e-300
 
 
+@pytest.mark.slow  # about 2 s (make test-fast keeps under 3 minutes)
 def test_huge_weights_in_a_length_prior_or_reference_are_normalised_not_overflowed(model_dir, tmp_path, capsys):
     """Row 5: weights of 1e308 overflowed fsum (a traceback); they are scaled before they are summed."""
     table = tmp_path / "huge.tsv"

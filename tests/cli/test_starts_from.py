@@ -47,6 +47,7 @@ def earlier(model_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # about 2 s (make test-fast keeps under 3 minutes)
 def test_a_run_starts_where_the_earlier_runs_chains_are_with_the_draws_of_those_starts(model_dir, earlier, tmp_path):
     """The new run (another kernel, seed and length) records the earlier run and its states' sha256, its
     chains start at the earlier run's last states (its checkpoint's), and its draws are those of

@@ -336,6 +336,7 @@ def test_pairs_command_writes_outputs_and_resumes(model_dir, tmp_path, capsys):
     assert main([*argv[:-3], "--seed", "2", "--out", str(out), "--no-progress", "--overwrite"]) == 0
 
 
+@pytest.mark.slow  # about 2 s (make test-fast keeps under 3 minutes)
 def test_pairs_command_reference_convention(model_dir, tmp_path, capsys):
     data = tmp_path / "seqs.txt"
     data.write_text("ACDEFGHIKLMN\n")
