@@ -164,6 +164,28 @@ def test_a_reserved_name_written_into_a_batch_record_is_refused_before_any_work(
     assert _tree(batch) == before and not (batch / "designs.tsv").is_dir()
 
 
+@pytest.mark.parametrize(
+    "change, refusal",
+    [
+        ({"num_chains": 100000}, "the batch has 100000 chains per template, more than 1000"),
+        ({"num_chains": 1000, "num_samples": 100000000}, "more than half of this machine's"),
+    ],
+    ids=["chains", "size"],
+)
+def test_a_batch_edited_before_its_runs_checkpoint_is_held_to_new_batch_limits(batch, capsys, change, refusal):
+    """Issue 47: a batch's runs with no checkpoint yet are held to a new batch's limits on resume
+    (a single run's resume was; a batch's ran the edited record until out of memory)."""
+    for name in ("a", "b"):  # cut off before any template's first checkpoint
+        shutil.rmtree(batch / name)
+    for file in ("config.json", "batch-record.json"):  # both files edited alike: they agree
+        _edit(batch / file, lambda c: c["settings"].update(change))
+    before = _tree(batch)
+    assert _resume(batch) == 2
+    error = _error(capsys)
+    assert refusal in error and "--force" in error, error
+    assert _tree(batch) == before and not (batch / "a").exists()
+
+
 # ---------------------------------------------------------------------- row 10: model and data recorded
 @pytest.fixture
 def own_model(model_dir, tmp_path):

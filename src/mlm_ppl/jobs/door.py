@@ -247,8 +247,8 @@ def resume(
     ``trust_code``: consent to code experts in the run's record. ``threads``: torch's threads while
     it runs (the run's draws do not depend on them: docs/performance.md, "Threads"). A new cap, and a
     run whose ``config.json`` has no checkpoint to agree with, are held to a new run's limits (its
-    size and time estimate, at most 1000 chains) unless ``force``, before anything is written; a
-    resume of a single run, not of a batch."""
+    size and time estimate, at most 1000 chains) unless ``force``, before anything is written; so
+    are a batch's runs with no checkpoint yet."""
     if threads is not None:
         check_count(threads, "threads", 1)
     with trusting_code(trust_code), torch_threads(threads, notes):
@@ -259,6 +259,7 @@ def resume(
                 expect["num_samples"] = num_samples
             with campaign.resume_batch(directory) as batch:
                 _check_same(expect, batch.settings, directory)
+                _check_batch_left(batch, directory, force, notes)
                 return _run_batch(batch, progress, checkpoint_seconds, notes)
         run_dir, settings, checkpoint = rundir.resume_run(directory)
         with run_dir:
@@ -279,6 +280,23 @@ def resume(
             if capped:  # a higher cap (or one lowered back to what the run can hold): the run goes on to it
                 settings = rundir.raise_cap(run_dir, checkpoint, wanted)
             return _finish(run_dir, settings, checkpoint, mlm, kernel, progress, checkpoint_seconds, notes)
+
+
+def _check_batch_left(batch: campaign.Batch, directory: str | Path, force: bool, notes: Notes | None) -> None:
+    """The runs a batch has not checkpointed yet are held to a new batch's limits (at most
+    MAX_CHAINS chains, its size and time estimate for those runs) unless ``force``: its record may
+    have been edited since its start checked them."""
+    left = batch.not_checkpointed()
+    if not left:
+        return
+    settings = batch.settings
+    if settings.num_chains > MAX_CHAINS and not force:
+        raise ValueError(
+            f"{directory}: the batch has {settings.num_chains} chains per template, more than {MAX_CHAINS}; "
+            "resume with force (--force), or start a batch of fewer chains"
+        )
+    _, _, kernel = campaign.build(settings.for_template(left[0][1]))
+    check_size(settings, kernel, force, notes, runs=len(left))
 
 
 def _check_resume_keys(expect: Mapping[str, Any], directory: str | Path) -> None:
