@@ -30,6 +30,7 @@ from .lengths import strata_name
 from .run import build, connect_workers, constraints_of, execute
 
 BATCH_FORMAT = "mlm-ppl-batch-2"
+"""The format of a batch directory's ``config.json`` and ``batch-record.json``."""
 
 
 BATCH_RECORD = "batch-record.json"
@@ -85,13 +86,6 @@ class Batch:
         if self.lengths is None:
             return None
         return LengthPrior.from_record(self.lengths["prior"], self.lengths["source"])
-
-    def not_checkpointed(self) -> list[tuple[str, str]]:
-        """The ``(name, template)`` pairs whose run has no checkpoint yet: not started, or cut off
-        before its first. Their size is the record's alone (a resume holds them to a new batch's
-        limits); a checkpointed run was checked against its arrays as it was opened."""
-        paths = {n: self.directory.path / n for n, _ in self.templates}
-        return [(n, t) for n, t in self.templates if not (paths[n].is_dir() and rundir.checkpoint_files(paths[n]))]
 
     def write_record(self) -> None:
         self.directory.write_text(

@@ -283,10 +283,12 @@ def resume(
 
 
 def _check_batch_left(batch: campaign.Batch, directory: str | Path, force: bool, notes: Notes | None) -> None:
-    """The runs a batch has not checkpointed yet are held to a new batch's limits (at most
-    MAX_CHAINS chains, its size and time estimate for those runs) unless ``force``: its record may
-    have been edited since its start checked them."""
-    left = batch.not_checkpointed()
+    """The runs a batch has not checkpointed yet (not started, or cut off before their first) are
+    held to a new batch's limits (at most MAX_CHAINS chains, its size and time estimate for those
+    runs) unless ``force``: their size is the record's alone, which may have been edited since the
+    batch's start checked it (a checkpointed run was checked against its arrays as it was opened)."""
+    paths = {name: batch.directory.path / name for name, _ in batch.templates}
+    left = [(n, t) for n, t in batch.templates if not (paths[n].is_dir() and rundir.checkpoint_files(paths[n]))]
     if not left:
         return
     settings = batch.settings
