@@ -46,6 +46,7 @@ TEXT_WORDS = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat", "and", "big",
 """Words every tiny text model can encode (some split into several subword tokens)."""
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+"""The 20 amino acids, one letter each: the alphabet of :func:`tiny_antibody_bert`."""
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 

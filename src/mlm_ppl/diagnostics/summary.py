@@ -29,26 +29,30 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..models.gaps import LengthReference
     from ..models.masked_lm import MaskedLM
 
-STUCK, CONVERGED, NOT_CONVERGED = "stuck", "converged", "not converged"
+STUCK = "stuck"
+"""Verdict of a chain that never changed state: its draws say nothing of the target."""
+CONVERGED = "converged"
+"""Verdict of a chain whose R-hat and ESS pass every threshold, for a kernel whose target is the
+energy's distribution: no check finds its draws unlike samples of ``exp(-E/T)``."""
+NOT_CONVERGED = "not converged"
+"""Verdict of a chain that moved but failed a threshold; the verdict lists each that failed."""
 INFEASIBLE = "infeasible"
-
-
+"""Verdict of a chain with a draw of log density ``-inf``: a draw that breaks a hard rule of the target."""
 ANNEALED = "annealed"
-
-
+"""Verdict of a chain of an annealed run: its draws are not samples of the target, so no
+convergence is claimed (mode seeking)."""
 MIXED = "mixed"
-
-
+"""Verdict of a chain that passed the thresholds under a kernel with no guaranteed target
+(pseudo-Gibbs, mask-predict): it mixed, to a distribution that need not be the energy's."""
 RHAT_MAX = 1.01
-
-
+"""Largest R-hat across chains (rank-normalised, of each functional) a converged chain may have."""
 CHAIN_RHAT_MAX = 1.05
-
-
+"""Largest split R-hat within one chain (its two halves compared) a converged chain may have."""
 ESS_MIN_PER_CHAIN = 100
-
-
-MIN_DRAWS = 8  # split R-hat of one chain needs two halves of at least 4 draws
+"""Bulk and tail ESS of each functional a converged run needs, per chain (400 for 4 chains)."""
+MIN_DRAWS = 8
+"""Fewest draws per chain a chain needs to be called converged: split R-hat of one chain needs
+two halves of at least 4 draws."""
 
 
 @dataclass

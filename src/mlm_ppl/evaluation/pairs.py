@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 PAIR_KINDS = ("contiguous", "random")
+"""Which pairs of positions an evaluation draws: neighbours, or two positions at random."""
 CONVENTIONS = ("mlm-ppl", "reference")
 """``"mlm-ppl"``: the candidates of a position are the ordinary tokens (or ``K`` of them), AG
 runs to its tolerance, a random pair's positions are sorted (HCB pivots on the left one).

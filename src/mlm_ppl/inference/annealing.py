@@ -48,7 +48,9 @@ def options_terms(options: Any) -> str:
 
 @dataclass(frozen=True)
 class GeometricAnnealing:
-    """``tau(step) = start * (end / start) ** (min(step, num_steps) / num_steps)``: ``start`` at
+    """A geometric temperature schedule from ``start`` to ``end`` over ``num_steps`` steps.
+
+    ``tau(step) = start * (end / start) ** (min(step, num_steps) / num_steps)``: ``start`` at
     step 0, ``end`` from step ``num_steps`` on (``num_steps = 0``: ``end`` from the first step).
 
     A frozen record of three numbers, callable as a ``temperature_schedule``; a run records it

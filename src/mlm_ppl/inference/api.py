@@ -41,9 +41,10 @@ def draw_from_distribution(
     first_chain: int = 0,
     **mh_options: Any,
 ) -> Tensor:
-    """``(n, L)`` draws of ``dist``: the last states of ``n`` independent MH chains, chains
-    ``first_chain .. first_chain + n - 1`` of ``seed``'s streams (so successive calls that move
-    ``first_chain`` on draw new, reproducible chains).
+    """Draws of a distribution: the last states of ``n`` independent MH chains, ``(n, L)``.
+
+    The chains are ``first_chain`` to ``first_chain + n - 1`` of ``seed``'s streams (so successive
+    calls that move ``first_chain`` on draw new, reproducible chains).
 
     ``num_steps`` defaults to 20 sweeps (``20 * num_free`` single-site steps). Without a
     ``seed`` one is drawn from torch's global RNG, so ``pyro.set_rng_seed`` makes it reproducible.

@@ -87,7 +87,9 @@ declaring its name, ``Options``, ``State``, ``Info`` and ``capabilities`` once (
 
 # ---------------------------------------------------------------------- accept and proposals
 def accept(log_ratio: Tensor, streams: ChainStreams) -> Tensor:
-    """The one Metropolis-Hastings accept: ``log(u) < log_ratio`` with ``u ~ U[0, 1)``, ``u`` of
+    """The one Metropolis-Hastings accept test of every kernel, one uniform draw per chain.
+
+    Accepts where ``log(u) < log_ratio`` with ``u ~ U[0, 1)``, ``u`` of
     chain ``c`` from its stream (``log_ratio`` is ``(C, ...)``).
 
     A NaN ratio rejects; ``-inf`` rejects; a ratio ``>= 0`` always accepts.

@@ -23,6 +23,7 @@ from .streams import ChainStreams
 __all__ = ["PSEUDO_GIBBS_SCANS", "PseudoGibbsOptions", "PseudoGibbsState", "PseudoGibbsInfo", "PseudoGibbs"]
 
 PSEUDO_GIBBS_SCANS = SCANS + PARALLEL_SCANS
+"""The scans pseudo-Gibbs takes: the sequential ones of every kernel and Wang & Cho's parallel ones."""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ENERGIES", "VARIANTS", "EnergyTerms", "energy_terms", "check_energy", "site_log_probs"]
 
 ENERGIES = ("norm", "raw")
+"""The energies: ``norm``, ``E_norm(x) = -sum_t log p(x_t | x_\\t)`` (the negative pseudo-log-
+likelihood), and ``raw``, ``E_raw(x) = -sum_t logit_t(x_t | x_\\t)`` (Goyal et al. 2021)."""
 VARIANTS = ("pll", "within_word_l2r")
+"""How the terms are read: ``pll`` masks one token at a time; ``within_word_l2r`` also masks the
+later tokens of the same word (Kauf & Ivanova's PLL-word-l2r), for subword vocabularies."""
 
 
 def check_energy(energy: str) -> str:

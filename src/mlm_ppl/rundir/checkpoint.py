@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 CHECKPOINT = "checkpoint.pt"
+"""A run's checkpoint in its directory: its chains' states, random streams and draws so far."""
 FORMAT = "mlm-ppl-run-2"  # config.json and checkpoint.pt of a sampling run (2: typed settings, kernel named)
 _OLD_FORMATS = {"mlm-ppl-run-1": "mlm-ppl 0.2 or earlier"}
 

@@ -36,6 +36,7 @@ from .marker import (
 __all__ = ["CONFIG", "MARKER", "LOCK", "RunDirectory", "kind_of", "RunExistsError", "RunLockedError"]
 
 CONFIG = "config.json"
+"""A run's settings, as JSON, in its directory (compared with its checkpoint on resume)."""
 
 
 class RunDirectory:

@@ -20,6 +20,7 @@ from pathlib import Path
 __all__ = ["LOCK", "RunLockedError", "take_lock", "release_lock", "check_lock"]
 
 LOCK = ".mlm-ppl.lock"
+"""The lock file one process at a time holds in a directory it works in (with its pid and host)."""
 
 #: What :func:`take_lock` writes (``PID HOST``), or nothing (a holder killed before writing it).
 _RECORD = re.compile(rb"(\d+ \S*\n)?")

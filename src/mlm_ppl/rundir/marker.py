@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 MARKER = ".mlm-ppl"
+"""The marker that makes a directory mlm-ppl's: its kind and the names of the files it wrote."""
 DIR_FORMAT = "mlm-ppl-dir-1"
 
 #: A file name a run records: letters, digits, ``_ . -``, not hidden. No separator, so no way out

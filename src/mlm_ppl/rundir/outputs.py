@@ -18,7 +18,9 @@ PLOTS_RECORD = ".mlm-ppl-plots"
 """The names of the plots ``diagnose --plots DIR`` wrote in ``DIR`` (a JSON list): what it may redraw."""
 
 PLOTS = ("trace_lp.png", "rank_lp.png", "acceptance.png", "token_frequency.png", "deep_states.png")
+"""The plots every finished run draws in its directory."""
 OUTPUTS = ("run.nc", "samples.txt", "summary.txt", *PLOTS)
+"""A finished run's outputs: ArviZ InferenceData, the draws as text, the summary, the plots."""
 LENGTH_PLOT = "length.png"
 OUTPUT_NAMES = (*OUTPUTS, LENGTH_PLOT)
 """Every name a sampling run's outputs may take: a file of the user's by one of them is refused

@@ -30,6 +30,8 @@ class Allowed:
         Free-position indices the alphabet applies to (0 is the template's first mask token,
         -1 its last); default every free position. Several rules at one position intersect.
 
+    Notes
+    -----
     A position fixed to one token is ``Allowed.fixed(name, position, token)``.
     """
 

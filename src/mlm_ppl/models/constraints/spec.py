@@ -44,6 +44,8 @@ class ConstraintSpec:
         The reference loop of the designed positions (the parent's own, e.g. the example chain's
         CDR-H3): what a :class:`Mutations` rule without its own ``reference`` counts changes from.
 
+    Notes
+    -----
     Every name (rules, experts and liabilities together) must be unique: it is the key of
     :meth:`BoundConstraints.violations` and :meth:`BoundConstraints.expert_values`.
     """

@@ -52,7 +52,11 @@ __all__ = [
 ]
 
 PAIR_METHODS = ("naive", "mrf", "mrf_logit", "hcb", "ag")
+"""The joints over two positions of Torroba Hennigen & Kim (2023): the product of the two
+conditionals (naive), the MRF of their probabilities or of their logits, Hammersley-Clifford-Besag
+and Arnold-Gokhale."""
 PIVOTS = ("both", "one")
+"""Hammersley-Clifford-Besag's pivots: averaged over both positions' pivots, or one pivot."""
 SIDES = ("a", "b")
 
 
@@ -146,6 +150,8 @@ class PairJoint(dist.Categorical):
         return self.log_joint[i, j]
 
     def expand(self, batch_shape, _instance=None):
+        """The joint as a :class:`pyro.distributions.Categorical` over ``V * V`` outcomes with
+        ``batch_shape`` (a pair joint has no batch of its own)."""
         return dist.Categorical(logits=self.logits).expand(batch_shape)
 
 
