@@ -27,9 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     diag.add_argument(
         "--length-reference",
-        metavar="FILE",
+        metavar="FILE|human-cdrh3",
         help="a run over a variable gap: a length distribution to compare its length marginal with (lines "
-        "LENGTH<TAB>WEIGHT, as --length-prior's; renormalised over the run's lengths), as a column of the "
+        "LENGTH<TAB>WEIGHT, as --length-prior's; renormalised over the run's lengths; human-cdrh3: the human "
+        "CDR-H3 lengths of OLGA's human IGH model, shipped with the package), as a column of the "
         "summary's length table and a series of length.png",
     )
     diag.add_argument(
