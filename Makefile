@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo converge lengths germlines test test-fast lint bench venv pairs reproductions notebooks
+.PHONY: demo converge lengths germlines test test-fast lint bench venv pairs reproductions notebooks docs docs-check
 
 venv: $(VENV)/.installed
 
@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[antibody,test,lint,ray]'
+	$(PY) -m pip install -q -e '.[antibody,test,lint,ray,docs]'
 	touch $@
 
 # IGHV3-23 + IGHJ4 human heavy chain (mlm_ppl.data.example_heavy_chain) with its 13-residue CDR-H3 masked
@@ -61,7 +61,7 @@ converge: venv
 # whole-loop unmask proposals, insert 0.4, delete 0.4; one exact evaluation per step); the chains start at 20, 16, 12
 # and 8 residues; until converged (as converge, for lp and the length), at most 2000 draws; about 16 s per step of the
 # 4 chains on 2 cores (a pilot), restartable and committed like converge. Its length marginal is shown beside human
-# CDR-H3 lengths (docs/lengths/human_cdrh3_olga.tsv says where they come from).
+# CDR-H3 lengths (--length-reference human-cdrh3: src/mlm_ppl/tables/human_cdrh3_olga.tsv says where they come from).
 LENGTHS := docs/lengths/run
 COMMA := ,
 LENGTHS_RUN := --model antiberty --template '$(subst $(subst x,[MASK],xxxxxxxxxxxxx),[MASK]{8$(COMMA)20},$(CDRH3_TEMPLATE))' \
@@ -76,7 +76,7 @@ lengths: venv
 	fi
 	mkdir -p docs/lengths
 	$(VENV)/bin/mlm-ppl diagnose $(LENGTHS) --loops 10 --deep 10 --plots docs/lengths \
-		--length-reference docs/lengths/human_cdrh3_olga.tsv > docs/lengths/summary.md
+		--length-reference human-cdrh3 > docs/lengths/summary.md
 	cp $(LENGTHS)/config.json docs/lengths/config.json
 
 germlines: venv
@@ -91,11 +91,21 @@ test-fast: venv
 	$(PY) -m pytest -q -m "not slow" --ignore=tests/test_notebooks.py --ignore=tests/cli/test_ray.py \
 		--ignore=tests/cli/test_reliability.py --ignore=tests/test_experiments.py
 
-LINTED := src tests benchmarks experiments docs/notebooks
+LINTED := src tests benchmarks experiments docs/notebooks docs/_ext docs/_inventories docs/conf.py
 lint: venv
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
+
+# The documentation site in docs/_build/html (Sphinx, MyST-NB: the committed notebooks as they are, the API reference
+# from the docstrings, the command line from its parser); a warning is an error
+docs: venv
+	$(PY) -m sphinx -b html -W --keep-going -q docs docs/_build/html
+
+# The built site in headless Chromium (Debian's chromium and chromium-driver): no console errors, no broken internal
+# links, the search finds MaskedLMDistribution; screenshots in docs/_build/screenshots
+docs-check: docs
+	$(PY) -m pytest -q tests/test_docs_browser.py
 
 # docs/notebooks/*.ipynb: each percent-script source executed at full size on a Jupyter kernel
 # (about 40 minutes on 2 cores, 30 of them notebook 05's 1600 Gibbs iterations on AntiBERTy)

@@ -67,3 +67,11 @@ def rules_dist():
 @pytest.fixture(scope="session")
 def rules_states(rules_dist):
     return exact.enumerate_states(rules_dist)
+
+
+@pytest.fixture(scope="session")
+def docs_site(tmp_path_factory):
+    """The documentation site, built once with warnings as errors (tests/docs_site.py)."""
+    from docs_site import site
+
+    return site(tmp_path_factory)

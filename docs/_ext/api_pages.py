@@ -1,0 +1,144 @@
+"""The API reference's pages, written from the packages' ``__all__`` as Sphinx starts (before it looks for its sources).
+
+Each public name gets one page, under the first package of :data:`PACKAGES` that exports it (the
+top level first: ``mlm_ppl.MaskedLM``, not ``mlm_ppl.models.MaskedLM`` as well); a package's page
+lists its own names and says which of them are documented higher up. A name added to an
+``__all__`` gets its page at the next build; ``tests/test_docs.py`` checks that every one has.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from pathlib import Path
+
+from sphinx.application import Sphinx
+from sphinx.pycode import ModuleAnalyzer
+
+CONSTANTS = (str, int, float, tuple, dict, frozenset)
+
+PACKAGES = {
+    "mlm_ppl": "The top level: load a model, score, sample, resume, diagnose.",
+    "mlm_ppl.models": "What is sampled: the masked-LM engine, energies, targets, the Pyro distribution, gaps.",
+    "mlm_ppl.models.constraints": "Constrained generation: rules, weighted experts, liabilities, spec files.",
+    "mlm_ppl.models.pairs": "Explicit joints over two positions (Torroba Hennigen & Kim 2023).",
+    "mlm_ppl.inference": "How states move: the kernels, batched chains, exact enumeration, Pyro kernels, Ray.",
+    "mlm_ppl.diagnostics": "ArviZ InferenceData, summaries and verdicts, loops, deep states, plots.",
+    "mlm_ppl.jobs": "The front door: a sampling job from Python, a TOML file or the flags.",
+    "mlm_ppl.designs": "The best distinct designs of a finished run or batch.",
+    "mlm_ppl.evaluation": "Metrics of pair joints and of generations; the pairs run; germlines.",
+    "mlm_ppl.settings": "A sampling run's settings, one typed, frozen record.",
+    "mlm_ppl.campaign": "Runs and batches in run directories (the machinery behind the front door).",
+    "mlm_ppl.rundir": "Run directories: owner, lock, atomic files, checkpoint format, outputs.",
+    "mlm_ppl.data": "Germline sequences from anarci, an example heavy chain.",
+    "mlm_ppl.testing": "Tiny random models with real tokenizers; table targets with exact laws.",
+}
+
+
+def public_names() -> dict[str, list[tuple[str, str | None]]]:
+    """For each package, its ``__all__`` as ``(name, where)``: ``where`` the package whose page
+    documents the object, None where it is this one."""
+    seen: dict[int, str] = {}
+    for package in PACKAGES:  # the objects under their own names first: an alias links to them
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if getattr(obj, "__name__", name) == name and not isinstance(obj, CONSTANTS):
+                seen.setdefault(id(obj), package)
+    out: dict[str, list[tuple[str, str | None]]] = {}
+    for package in PACKAGES:
+        module = importlib.import_module(package)
+        rows = []
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj):  # a subpackage re-exported by name: its own page
+                rows.append((name, obj.__name__ if obj.__name__ in PACKAGES else None))
+                continue
+            key = id(obj)
+            own = getattr(obj, "__name__", name)  # a type alias (``A | B``) has none: documented as itself
+            if isinstance(obj, CONSTANTS) or seen.get(key, package) == package and own == name:
+                rows.append((name, None))
+            elif key in seen:
+                rows.append((name, seen[key]))
+            else:  # an alias whose own name no package exports
+                raise RuntimeError(f"{package}.{name} is {own} under another name: export it as itself")
+        out[package] = rows
+    return out
+
+
+def constant_doc(package: str, name: str) -> str:
+    """The docstring written under a constant's assignment (``NAME = ...`` then a string), looked
+    up in ``package``'s modules, then in the rest of mlm_ppl; a RuntimeError where there is none
+    (the build fails: every public constant says what it is)."""
+    modules = sorted(m for m in sys.modules if m == package or m.startswith(package + "."))
+    modules += sorted(m for m in sys.modules if m.startswith("mlm_ppl.") and m not in modules)
+    for module in modules:
+        try:
+            analyzer = ModuleAnalyzer.for_module(module)
+            analyzer.analyze()
+        except Exception:  # a module with no source (a namespace, a compiled one)
+            continue
+        doc = analyzer.attr_docs.get(("", name))
+        if doc:
+            return "\n".join(doc).strip()
+    raise RuntimeError(f"{package}.{name} has no docstring: write one under its assignment")
+
+
+def _constant(package: str, name: str) -> list[str]:
+    value = repr(getattr(importlib.import_module(package), name))
+    if len(value) > 100:
+        value = value[:96] + " ..."
+    lines = [f".. py:data:: {name}", f"   :value: {value}", ""]
+    return lines + ["   " + line if line else "" for line in constant_doc(package, name).splitlines()] + [""]
+
+
+def _elsewhere(module: object, name: str, where: str) -> str:
+    obj = getattr(module, name)
+    if inspect.ismodule(obj):
+        return f"- ``{name}``: :doc:`{where}`"
+    own = getattr(obj, "__name__", name)
+    alias = "" if own == name else f" (the same class as ``{own}``)"
+    return f"- ``{name}``{alias}: :py:obj:`{where}.{own}`"
+
+
+def _page(package: str, rows: list[tuple[str, str | None]]) -> str:
+    title = f"``{package}``"
+    module = importlib.import_module(package)
+    constants = [n for n, where in rows if where is None and isinstance(getattr(module, n), CONSTANTS)]
+    own = [name for name, where in rows if where is None and name not in constants]
+    lines = [title, "=" * len(title), "", f".. automodule:: {package}", "   :no-members:", "", PACKAGES[package], ""]
+    lines += [".. currentmodule:: " + package, "", ".. autosummary::", "   :toctree: generated", ""]
+    lines += [f"   {name}" for name in own]
+    if constants:
+        lines += ["", "Constants", "---------", ""]
+        for name in constants:
+            lines += _constant(package, name)
+    elsewhere = [(name, where) for name, where in rows if where is not None]
+    if elsewhere:
+        lines += ["", "Also exported here, documented once under the first package that exports them:", ""]
+        lines += [_elsewhere(importlib.import_module(package), name, where) for name, where in elsewhere]
+    return "\n".join(lines) + "\n"
+
+
+def write_pages(app: Sphinx, config: object) -> None:
+    directory = Path(app.srcdir) / "api"
+    directory.mkdir(exist_ok=True)
+    pages = public_names()
+    for package, rows in pages.items():
+        text = _page(package, rows)
+        path = directory / f"{package}.rst"
+        if not path.exists() or path.read_text() != text:  # unchanged pages keep their time: no rebuild
+            path.write_text(text)
+    index = ["API reference", "=============", ""]
+    index += ["Every public name of the package, one page each, by the package that exports it.", ""]
+    index += [".. toctree::", "   :maxdepth: 1", ""] + [f"   {package}" for package in pages]
+    text = "\n".join(index) + "\n"
+    path = directory / "index.rst"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("config-inited", write_pages)
+    return {"parallel_read_safe": True}
