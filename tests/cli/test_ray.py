@@ -62,7 +62,7 @@ def test_a_ray_run_equals_the_single_process_run_even_when_a_worker_is_killed(mo
     tokens, lp = _draws(single)
 
     out = tmp_path / "ray"
-    proc = _cli_in_netns(*_sample(model_dir, out, "--ray", "--workers", "2", "--draws", "3000",
+    proc = _cli_in_netns(*_sample(model_dir, out, "--ray", "--workers", "2", "--draws", "1000",
                                   "--checkpoint-seconds", "0"))  # fmt: skip
     deadline = time.time() + 600
     victim = None
@@ -76,7 +76,7 @@ def test_a_ray_run_equals_the_single_process_run_even_when_a_worker_is_killed(mo
     assert proc.returncode == 0, err
     long_tokens, long_lp = _draws(out)
     whole = tmp_path / "whole"
-    assert main(_sample(model_dir, whole, "--draws", "3000")) == 0
+    assert main(_sample(model_dir, whole, "--draws", "1000")) == 0
     want_tokens, want_lp = _draws(whole)
     np.testing.assert_array_equal(long_tokens, want_tokens)
     np.testing.assert_allclose(long_lp, want_lp, rtol=1e-5)
