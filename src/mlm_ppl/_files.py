@@ -178,7 +178,9 @@ def split_lines(source: str, what: str) -> list[str]:
         lines.pop()
     for i, line in enumerate(lines, 1):
         if len(line) > LINE_LIMIT:
-            raise ValueError(f"{name}, line {i} holds {len(line)} characters, more than {LINE_LIMIT}; give {what}, each shorter")
+            raise ValueError(
+                f"{name}, line {i} holds {len(line)} characters, more than {LINE_LIMIT}; give {what}, each shorter"
+            )
         if "\r" in line:
             raise ValueError(
                 f"{name}, line {i} holds a carriage return (\\r) inside it, which readers of the tab-separated "
