@@ -86,6 +86,7 @@ html_theme = "pydata_sphinx_theme"
 html_title = f"mlm-ppl {release}"
 html_theme_options = {
     "navigation_with_keys": False,
+    "header_links_before_dropdown": 3,
     "show_toc_level": 2,
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
