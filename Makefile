@@ -105,7 +105,7 @@ docs: venv
 # The built site in headless Chromium (Debian's chromium and chromium-driver): no console errors, no broken internal
 # links, the search finds MaskedLMDistribution; screenshots in docs/_build/screenshots
 docs-check: docs
-	$(PY) -m pytest -q tests/test_docs_browser.py
+	MLM_PPL_DOCS_HTML=docs/_build/html $(PY) -m pytest -q tests/test_docs_browser.py
 
 # docs/notebooks/*.ipynb: each percent-script source executed at full size on a Jupyter kernel
 # (about 40 minutes on 2 cores, 30 of them notebook 05's 1600 Gibbs iterations on AntiBERTy)

@@ -58,6 +58,10 @@ def test_the_python_examples_run_as_written(path, tiny_antiberty, tmp_path, monk
             exec(compile(block, f"{path.name} example {i + 1}", "exec"), namespace)
         except Exception as err:  # the block's number and its text say which example failed
             raise AssertionError(f"{path.name}, Python example {i + 1} failed: {err!r}\n{block}") from err
+    if path == GETTING_STARTED:  # what its comments say the calls return
+        assert tuple(namespace["run"].tokens.shape) == (4, 100, 35)
+        assert tuple(namespace["mcmc"].get_samples()["loop"].shape) == (50, 35)
+        assert "not converged" in str(namespace["run"].summary())
 
 
 def _links(path: Path) -> list[str]:

@@ -39,8 +39,11 @@ def _chromium() -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(docs_site):
-    """The site served on 127.0.0.1 (a free port) for the module's tests."""
+def server(request):
+    """The site served on 127.0.0.1 (a free port) for the module's tests (skipped before the site
+    is built where there is no Chromium)."""
+    _chromium()
+    docs_site = request.getfixturevalue("docs_site")
     handler = functools.partial(_QuietHandler, directory=str(docs_site))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -93,10 +96,21 @@ def _resolves(link: str, base: str, site: Path) -> bool:
     return re.search(rf'id="{re.escape(urllib.parse.unquote(parsed.fragment))}"', text) is not None
 
 
+def _load(chrome, url: str) -> None:
+    """Open ``url`` with the console log drained first, and wait until the page and its scripts
+    are done: what the log then holds is this page's."""
+    chrome.get_log("browser")
+    chrome.get(url)
+    deadline = time.time() + 30
+    while chrome.execute_script("return document.readyState") != "complete" and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # scripts the load started (the theme's, the search index's)
+
+
 @pytest.mark.parametrize("name", list(PAGES))
 def test_a_page_loads_without_console_errors_or_broken_links(server, browser, name):
     base, site = server
-    browser.get(base + PAGES[name])
+    _load(browser, base + PAGES[name])
     assert "mlm-ppl" in browser.title, browser.title
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, f"{PAGES[name]}: console errors {errors}"
@@ -108,7 +122,7 @@ def test_a_page_loads_without_console_errors_or_broken_links(server, browser, na
 
 def test_the_search_page_finds_masked_lm_distribution(server, browser):
     base, _ = server
-    browser.get(base + "search.html?q=MaskedLMDistribution")
+    _load(browser, base + "search.html?q=MaskedLMDistribution")
     deadline = time.time() + 30
     found: list[str] = []
     while time.time() < deadline and not found:

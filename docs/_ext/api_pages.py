@@ -130,6 +130,14 @@ def write_pages(app: Sphinx, config: object) -> None:
         path = directory / f"{package}.rst"
         if not path.exists() or path.read_text() != text:  # unchanged pages keep their time: no rebuild
             path.write_text(text)
+    # a name gone from an __all__ leaves no page behind (an orphan page is a warning: an error here)
+    expected = {f"{package}.{name}" for package, rows in pages.items() for name, where in rows if where is None}
+    for stale in directory.glob("*.rst"):
+        if stale.stem != "index" and stale.stem not in pages:
+            stale.unlink()
+    for stale in (directory / "generated").glob("*.rst"):
+        if stale.stem not in expected:
+            stale.unlink()
     index = ["API reference", "=============", ""]
     index += ["Every public name of the package, one page each, by the package that exports it.", ""]
     index += [".. toctree::", "   :maxdepth: 1", ""] + [f"   {package}" for package in pages]

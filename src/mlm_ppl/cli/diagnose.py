@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="FILE|human-cdrh3",
         help="a run over a variable gap: a length distribution to compare its length marginal with (lines "
         "LENGTH<TAB>WEIGHT, as --length-prior's; renormalised over the run's lengths; human-cdrh3: the human "
-        "CDR-H3 lengths of OLGA's human IGH model, shipped with the package), as a column of the "
+        "CDR-H3 lengths of OLGA's human IGH model, shipped with the package; ./human-cdrh3 for a file of that "
+        "name), as a column of the "
         "summary's length table and a series of length.png",
     )
     diag.add_argument(

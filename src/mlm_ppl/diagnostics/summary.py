@@ -35,7 +35,8 @@ CONVERGED = "converged"
 """Verdict of a chain whose R-hat and ESS pass every threshold, for a kernel whose target is the
 energy's distribution: no check finds its draws unlike samples of ``exp(-E/T)``."""
 NOT_CONVERGED = "not converged"
-"""Verdict of a chain that moved but failed a threshold; the verdict lists each that failed."""
+"""Verdict of a chain that moved but failed a check (a threshold, too few draws, one chain, a
+functional constant within it); its reason lists each."""
 INFEASIBLE = "infeasible"
 """Verdict of a chain with a draw of log density ``-inf``: a draw that breaks a hard rule of the target."""
 ANNEALED = "annealed"

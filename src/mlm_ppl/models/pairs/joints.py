@@ -53,10 +53,11 @@ __all__ = [
 
 PAIR_METHODS = ("naive", "mrf", "mrf_logit", "hcb", "ag")
 """The joints over two positions of Torroba Hennigen & Kim (2023): the product of the two
-conditionals (naive), the MRF of their probabilities or of their logits, Hammersley-Clifford-Besag
-and Arnold-Gokhale."""
+marginals read with both positions masked (naive), the MRF of the conditionals' probabilities or
+of their logits, Hammersley-Clifford-Besag and Arnold-Gokhale."""
 PIVOTS = ("both", "one")
-"""Hammersley-Clifford-Besag's pivots: averaged over both positions' pivots, or one pivot."""
+"""How Hammersley-Clifford-Besag's pivot candidate is chosen: the most likely with both positions
+masked (``"both"``), or with only the pivot side masked (``"one"``); an int names the token."""
 SIDES = ("a", "b")
 
 
