@@ -84,12 +84,30 @@ def load_mlm(
     memory_budget_mb : float, optional
         Activation budget of one chunk of masked copies (see :class:`MaskedLM`).
 
+    Returns
+    -------
+    MaskedLM
+        The model and its tokenizer, in eval mode on ``device``.
+
     Raises
     ------
     ValueError, TypeError
         Unknown model, bad device or dtype, a model that is not a masked LM.
     ModuleNotFoundError
         ``"antiberty"`` without the antiberty package installed.
+
+    Examples
+    --------
+    A saved model loads from its directory (here a tiny random ESM; ``load_mlm("antiberty")``
+    loads the real antibody model the same way):
+
+    >>> import tempfile
+    >>> from mlm_ppl import load_mlm
+    >>> from mlm_ppl.testing import save_tiny, tiny_esm
+    >>> directory = save_tiny(tiny_esm(seed=0), tempfile.mkdtemp())
+    >>> mlm = load_mlm(directory)
+    >>> mlm.score(["ACDEF", "KLMNPQ"]).shape  # one energy per sequence, in nats
+    torch.Size([2])
     """
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(f"name_or_path must be a str or path, got {type(name_or_path).__name__}")
