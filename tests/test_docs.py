@@ -69,7 +69,10 @@ def _links(path: Path) -> list[str]:
     return re.findall(r"\]\(([^)\s]+)\)", text)
 
 
-@pytest.mark.parametrize("path", [README, GETTING_STARTED], ids=["README", "getting-started"])
+PAGES = [README] + sorted((ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.stem for p in PAGES])
 def test_every_relative_link_resolves(path):
     missing = []
     for link in _links(path):
@@ -79,6 +82,47 @@ def test_every_relative_link_resolves(path):
         if target and not (path.parent / target).exists():
             missing.append(link)
     assert not missing, f"{path.name} links to files that do not exist: {missing}"
+
+
+def test_the_constraint_spec_reference_names_every_kind_and_parameter():
+    """docs/constraint-spec.md lists every rule kind, expert kind (with each of its parameters) and
+    liability the reader accepts: a kind added to the code and not to the page fails here."""
+    import inspect
+
+    from mlm_ppl.models.constraints.experts import EXPERT_KINDS
+    from mlm_ppl.models.constraints.liabilities import LIABILITIES
+    from mlm_ppl.models.constraints.rules import RULE_KINDS
+
+    page = (ROOT / "docs" / "constraint-spec.md").read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([^`]+)` \|.*$", page, flags=re.M)}
+    missing = [k for k in [*RULE_KINDS, *EXPERT_KINDS, *LIABILITIES] if k not in rows]
+    for kind, factory in EXPERT_KINDS.items():
+        params = [p for p in inspect.signature(factory).parameters if p not in ("name", "weight")]
+        missing += [f"{kind}.{p}" for p in params if kind in rows and f"`{p}`" not in rows[kind]]
+    assert not missing, f"docs/constraint-spec.md does not document: {missing}"
+
+
+@pytest.mark.slow  # a tiny model saved, loaded and sampled into a run directory: about 5 s
+def test_the_run_directory_reference_names_every_file_setting_and_checkpoint_key(tmp_path):
+    """docs/run-directory.md names every file a run and a batch write, every key of ``config.json``
+    and every key of a checkpoint (read from a real tiny run's)."""
+    import dataclasses
+
+    import torch
+
+    from mlm_ppl import campaign, rundir
+    from mlm_ppl.settings import RunSettings
+
+    page = (ROOT / "docs" / "run-directory.md").read_text()
+    names = [*rundir.OUTPUT_NAMES, rundir.CONFIG, rundir.CHECKPOINT, rundir.MARKER, rundir.LOCK, campaign.BATCH_RECORD]
+    names += [f.name for f in dataclasses.fields(RunSettings)]
+    cp_dir = tmp_path / "run"
+    model = testing.save_tiny(testing.tiny_antibody_bert(seed=0), tmp_path / "model")
+    mlm = mlm_ppl.load_mlm(str(model))
+    mlm_ppl.sample(mlm, "AC[MASK]DE", kernel="mh", num_chains=2, num_samples=3, out=str(cp_dir))
+    names += list(torch.load(cp_dir / rundir.CHECKPOINT, weights_only=True))
+    missing = sorted({n for n in names if f"`{n}`" not in page})
+    assert not missing, f"docs/run-directory.md does not name: {missing}"
 
 
 def test_the_readme_holds_no_dated_measurement():
