@@ -21,9 +21,26 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FrameworkMatch:
-    """A :class:`Forbid` match lying wholly in the fixed part of the template: reported, not
-    infeasible. ``start``/``end`` are offsets in the decoded sequence (residue indices for
-    residue-level models)."""
+    """A :class:`Forbid` match lying wholly in the fixed part of the template: reported, not infeasible.
+
+    Parameters
+    ----------
+    rule : str
+        The name of the :class:`Forbid` rule.
+    start : int
+        Where the match starts: an offset in the decoded sequence (a residue index for
+        residue-level models).
+    end : int
+        Where the match ends (exclusive), likewise.
+    text : str
+        The matched text.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.constraints import FrameworkMatch
+    >>> print(FrameworkMatch("no-dd", 0, 2, "DD"))
+    no-dd: 'DD' at 0-2 (fixed framework)
+    """
 
     rule: str
     start: int
@@ -45,12 +62,26 @@ class _Decoded:
 
 
 class BoundConstraints:
-    """A :class:`ConstraintSpec` checked against one target: its alphabets, framework report,
-    and the rule and expert values of states.
+    """A :class:`~mlm_ppl.ConstraintSpec` checked against one target, evaluating rules and experts on states.
+
+    It holds the spec's alphabets and framework report, and gives the rule and expert values of
+    states; :meth:`~mlm_ppl.ConstraintSpec.bind` makes one.
+
+    Parameters
+    ----------
+    spec : ConstraintSpec
+        The spec.
+    target : Target
+        A target with a masked LM (a :class:`~mlm_ppl.MaskedLMDistribution`, or a target built on
+        one): its ``mlm`` decodes states for the rules and experts.
 
     Attributes
     ----------
-    allowed : Tensor
+    spec : ConstraintSpec
+        The spec.
+    target : Target
+        The target it is bound to.
+    allowed : torch.Tensor
         ``(F, V)`` bool, the alphabet of each free position (the target's allowed tokens, ordinary
         ones for a bare distribution, that every :class:`Allowed` rule at that position allows).
     alphabets_only : bool
@@ -60,6 +91,31 @@ class BoundConstraints:
     framework_matches : tuple of FrameworkMatch
         :class:`Forbid` matches wholly inside the fixed template: reported once here, never
         infeasible (found in the template filled with each free position's first allowed token).
+
+    Raises
+    ------
+    TypeError
+        Where ``target`` has no masked LM.
+    ValueError
+        Where a token of an :class:`Allowed` rule is not an ordinary vocabulary entry, a position
+        is outside the template's free positions, an alphabet leaves a free position with no
+        token, a :class:`Novel` rule has no loop of the designed loop's length (or one with a token
+        outside the vocabulary), a :class:`Mutations` rule has no reference loop or one that does
+        not fit the designed positions, or an :class:`ExpertBound` names no expert of the spec, is
+        relative without the spec's ``reference``, or has ``min > max``.
+
+    Examples
+    --------
+    >>> from mlm_ppl import ConstraintSpec, MaskedLMDistribution
+    >>> from mlm_ppl.models.constraints import Allowed, hydropathy
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> dist = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "C[MASK][MASK][MASK]E")
+    >>> bound = ConstraintSpec([Allowed("no-cys", "ADE")], [hydropathy(weight=-1.0)]).bind(dist)
+    >>> bound.allowed.shape  # (F, V)
+    torch.Size([3, 9])
+    >>> log_factor = bound.log_factor(dist.encode(["CADEE", "CCDEE"]))
+    >>> bool(log_factor[0] > 0), log_factor[1].item()  # -1.0 * mean hydropathy of ADE; -inf: C
+    (True, -inf)
     """
 
     _CACHE_SIZE = 1 << 16
@@ -135,7 +191,21 @@ class BoundConstraints:
         return out
 
     def reference_state(self) -> Tensor:
-        """``(L,)`` the template with the spec's ``reference`` loop on the designed positions."""
+        """The template with the spec's ``reference`` loop on the designed positions.
+
+        Only for a spec with a ``reference`` (an assertion checks it).
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(L,)``, long: the token ids of that state.
+
+        Raises
+        ------
+        ValueError
+            Where the reference loop does not have one token of the model's vocabulary per free
+            position.
+        """
         assert self.spec.reference is not None
         F = int(self.free_positions.numel())
         state = self.target.template.cpu().clone()
@@ -152,7 +222,13 @@ class BoundConstraints:
         return k % F
 
     def report(self) -> str:
-        """The framework matches, one per line (empty when there are none)."""
+        """The framework matches, one per line.
+
+        Returns
+        -------
+        str
+            Each of :attr:`framework_matches` as text, one per line; empty when there are none.
+        """
         return "\n".join(str(m) for m in self.framework_matches)
 
     # -- decoding
@@ -238,10 +314,31 @@ class BoundConstraints:
         return tokens.cpu()
 
     def violations(self, tokens: Tensor, *, degrees: bool = False) -> dict[str, Tensor]:
-        """``{rule name: (N,) bool}``, True where the state breaks the rule; with ``degrees``, ``(N,)``
-        float64, how far: 0 or 1, except a :class:`Mutations` rule's positions too many or too few
-        and an :class:`ExpertBound`'s 1 plus the value's distance past its bound (what a repair
-        search lowers step by step)."""
+        """Which states break each rule (or, with ``degrees``, by how much).
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Shape ``(N, L)``, long: complete states of the target.
+        degrees : bool, optional
+            False (default): True where the state breaks the rule. True: float64, how far: 0 or 1,
+            except a :class:`Mutations` rule's positions too many or too few and an
+            :class:`ExpertBound`'s 1 plus the value's distance past its bound (what a repair search
+            lowers step by step).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Rule name (every rule of :attr:`~mlm_ppl.ConstraintSpec.all_rules`, in order) to shape
+            ``(N,)``: bool, or float64 with ``degrees``.
+
+        Raises
+        ------
+        ValueError, TypeError
+            Where ``tokens`` is not an ``(N, L)`` tensor of the target's states (as its
+            ``validate_tokens`` says), or an expert read by an :class:`ExpertBound` fails (as for
+            :meth:`expert_values`).
+        """
         found = self._violations(self._check(tokens), degrees=degrees)
         return {k: v.double() for k, v in found.items()} if degrees else found
 
@@ -282,7 +379,23 @@ class BoundConstraints:
         return {r.name: out[r.name] for r in self.spec.all_rules}
 
     def feasible(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` bool, True where the state breaks no rule."""
+        """Whether each state breaks no rule.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Shape ``(N, L)``, long: complete states of the target.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(N,)``, bool: True where the state breaks no rule.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As for :meth:`violations`.
+        """
         return self._feasible(self._check(tokens))
 
     def _feasible(self, tokens: Tensor) -> Tensor:
@@ -293,8 +406,28 @@ class BoundConstraints:
 
     # -- experts
     def expert_values(self, tokens: Tensor) -> dict[str, Tensor]:
-        """``{expert name: (N,) float64}``, each expert's value ``f_k`` (unweighted); a non-finite
-        value is a ValueError naming the expert."""
+        """Each expert's values ``f_k``, unweighted.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Shape ``(N, L)``, long: complete states of the target.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Expert name (every expert of :attr:`~mlm_ppl.ConstraintSpec.all_experts`, in order) to
+            shape ``(N,)``, float64.
+
+        Raises
+        ------
+        ValueError
+            Where ``tokens`` is not an ``(N, L)`` tensor of the target's states, or an expert returns
+            other than ``N`` values or a non-finite one (the message names the expert).
+        TypeError
+            Where an expert returns something that is not numbers, or the target's
+            ``validate_tokens`` refuses the type of ``tokens``.
+        """
         return self._expert_values(self._check(tokens))
 
     def _expert_values(self, tokens: Tensor, only: set[str] | None = None) -> dict[str, Tensor]:
@@ -328,8 +461,25 @@ class BoundConstraints:
         return out
 
     def log_factor(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` float64: ``sum_k w_k f_k(x)`` on feasible states, ``-inf`` on the others
-        (experts run on the feasible states only)."""
+        """The log-factor: ``sum_k w_k f_k(x)`` on feasible states, ``-inf`` on the others.
+
+        Experts run on the feasible states only.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Shape ``(N, L)``, long: complete states of the target.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(N,)``, float64.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As for :meth:`violations` and :meth:`expert_values`.
+        """
         tokens = self._check(tokens)
         ok = self._feasible(tokens)
         out = torch.full((tokens.shape[0],), -math.inf, dtype=torch.float64)

@@ -42,22 +42,42 @@ class Expert:
     Parameters
     ----------
     name : str
+        The expert's name, unique within a spec (the key of its values).
     function : callable
         Maps a batch of states, in the form ``takes`` names (:data:`EXPERT_INPUTS`), to ``N``
         finite scores in nats.
-    weight : float
-        A finite number; negative weights penalise large scores.
-    takes : {"sequences", "designed", "tokens"}
-    kind, params
-        How a spec file names the expert (a built-in name or ``"module:function"``) and the
-        parameters it was built with; set by the built-ins and by
-        :meth:`ConstraintSpec.from_dict`. ``kind=None`` derives ``"module:function"`` from a
-        module-level function when the spec is written out.
+    weight : float, optional
+        A finite number (default 1.0); negative weights penalise large scores.
+    takes : {"sequences", "designed", "tokens"}, optional
+        What ``function`` receives (:data:`EXPERT_INPUTS`); default ``"sequences"``.
+    kind : str or None, optional
+        How a spec file names the expert (a built-in name or ``"module:function"``); set by the
+        built-ins and by :meth:`~mlm_ppl.ConstraintSpec.from_dict`. ``kind=None`` (default)
+        derives ``"module:function"`` from a module-level function when the spec is written out.
+    params : mapping of str to object, optional
+        The parameters the expert was built with (written to a spec file with ``kind``); kept as
+        a dict.
     code_digest : str, optional
         For an expert named ``"module:function"``: the digest of its module's code
-        (:func:`module_digest`), set when read from a spec and computed when written out; for a
+        (``module_digest``), set when read from a spec and computed when written out; for a
         classifier, of the files its model and tokenizer are read from. A spec read again with
         another digest is refused.
+
+    Raises
+    ------
+    TypeError
+        Where ``name`` is not a string, ``function`` is not callable, or ``weight`` is not a
+        number.
+    ValueError
+        Where ``name`` is blank, ``weight`` is not finite, or ``takes`` is not one of
+        :data:`EXPERT_INPUTS`.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.constraints import Expert
+    >>> count_a = Expert("count-a", lambda sequences: [s.count("A") for s in sequences], weight=0.5)
+    >>> count_a.function(["AAC", "CDE"])
+    [2, 0]
     """
 
     name: str
@@ -81,9 +101,26 @@ class Expert:
         object.__setattr__(self, "params", dict(self.params))
 
     def spec_kind(self) -> str:
-        """The expert's ``kind`` in a spec file; a ValueError when it has none: a lambda, a
-        closure, a ``functools.partial``, a callable object, or any function that importing its
-        module and following its qualified name does not give back."""
+        """The expert's ``kind`` in a spec file: its own ``kind``, else its function's ``"module:function"``.
+
+        Returns
+        -------
+        str
+            A built-in kind (:data:`EXPERT_KINDS`) or ``"module:function"``.
+
+        Raises
+        ------
+        ValueError
+            Where the expert has no ``kind`` and its function no spec-file form: a lambda, a
+            closure, a ``functools.partial``, a callable object, or any function that importing its
+            module and following its qualified name does not give back.
+
+        Examples
+        --------
+        >>> from mlm_ppl.models.constraints import hydropathy
+        >>> hydropathy().spec_kind()
+        'hydropathy'
+        """
         if self.kind is not None:
             return self.kind
         fn = self.function
@@ -105,6 +142,21 @@ class Expert:
         return f"{module}:{qualname}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The expert as a spec file's table.
+
+        Returns
+        -------
+        dict of str to object
+            ``name``, ``kind`` (:meth:`spec_kind`) and ``weight``; for a ``"module:function"``
+            kind, ``takes`` and ``code_digest`` (computed now where not set); a classifier's
+            ``code_digest``; and ``params`` where there are any.
+
+        Raises
+        ------
+        ValueError
+            Where the expert has no spec-file form (:meth:`spec_kind`), or the module of a
+            ``"module:function"`` kind cannot be found.
+        """
         kind = self.spec_kind()
         out: dict[str, Any] = {"name": self.name, "kind": kind, "weight": self.weight}
         if ":" in kind:
@@ -139,11 +191,38 @@ def _residues(text: str) -> str:
 
 
 def hydropathy(*, name: str = "hydropathy", weight: float = 1.0, region: str = "designed") -> Expert:
-    """Mean Kyte-Doolittle hydropathy (:data:`KYTE_DOOLITTLE`) per residue.
+    """Make an expert scoring the mean Kyte-Doolittle hydropathy (:data:`KYTE_DOOLITTLE`) per residue.
 
-    ``region="designed"`` averages over the free positions, ``"sequence"`` over the whole decoded
-    sequence. Characters outside the 20 standard amino acids (``X``, ``B`` ...) count as 0 and
-    are included in the mean. A negative weight favours hydrophilic designs.
+    Characters outside the 20 standard amino acids (``X``, ``B`` ...) count as 0 and are included
+    in the mean (spaces are not). A negative weight favours hydrophilic designs.
+
+    Parameters
+    ----------
+    name : str, optional
+        The expert's name (default ``"hydropathy"``).
+    weight : float, optional
+        Nats per unit of mean hydropathy (default 1.0).
+    region : {"designed", "sequence"}, optional
+        ``"designed"`` (default) averages over the free positions, ``"sequence"`` over the whole
+        decoded sequence.
+
+    Returns
+    -------
+    Expert
+        Of kind ``"hydropathy"``.
+
+    Raises
+    ------
+    ValueError
+        Where ``region`` is neither ``"designed"`` nor ``"sequence"``.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.constraints import hydropathy
+    >>> expert = hydropathy(weight=-0.5)
+    >>> lysine_aspartate, isoleucine_valine = expert.function(["KD", "IV"])
+    >>> lysine_aspartate < 0 < isoleucine_valine
+    True
     """
     takes = _region(name, region)
 
@@ -160,11 +239,42 @@ def hydropathy(*, name: str = "hydropathy", weight: float = 1.0, region: str = "
 def net_charge(
     *, name: str = "net-charge", weight: float = 1.0, region: str = "sequence", histidine: float = 0.0
 ) -> Expert:
-    """Net charge by residue counts: K and R count +1, D and E -1, H counts ``histidine``.
+    """Make an expert scoring net charge by residue counts: K and R count +1, D and E -1, H counts ``histidine``.
 
     Histidine's side chain (pKa about 6) is mostly neutral at pH 7.4, hence the default 0;
     give e.g. 0.1 (its charged fraction near pH 7) or 1.0 (below pH 6) to count it. Termini are
-    not counted. ``region`` as for :func:`hydropathy`, default the whole sequence.
+    not counted.
+
+    Parameters
+    ----------
+    name : str, optional
+        The expert's name (default ``"net-charge"``).
+    weight : float, optional
+        Nats per unit of charge (default 1.0).
+    region : {"sequence", "designed"}, optional
+        As for :func:`hydropathy`; default ``"sequence"``, the whole decoded sequence.
+    histidine : float, optional
+        The charge a histidine counts (default 0.0).
+
+    Returns
+    -------
+    Expert
+        Of kind ``"net-charge"``.
+
+    Raises
+    ------
+    ValueError
+        Where ``region`` is neither ``"designed"`` nor ``"sequence"``.
+    TypeError
+        Where ``histidine`` is not a finite number.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.constraints import net_charge
+    >>> net_charge().function(["KKDE", "RRH"])
+    [0.0, 2.0]
+    >>> net_charge(histidine=1.0).function(["RRH"])
+    [3.0]
     """
     takes = _region(name, region)
     if isinstance(histidine, bool) or not isinstance(histidine, numbers.Real) or not math.isfinite(histidine):
@@ -183,7 +293,37 @@ def net_charge(
 def residue_count(
     residues: str, *, name: str = "residue-count", weight: float = 1.0, region: str = "designed"
 ) -> Expert:
-    """How many residues are any of ``residues`` (e.g. ``"MW"``); default over the designed ones."""
+    """Make an expert counting the residues that are any of ``residues`` (e.g. ``"MW"``).
+
+    Parameters
+    ----------
+    residues : str
+        The residues counted, one character each (spaces ignored).
+    name : str, optional
+        The expert's name (default ``"residue-count"``).
+    weight : float, optional
+        Nats per residue counted (default 1.0).
+    region : {"designed", "sequence"}, optional
+        As for :func:`hydropathy`; default ``"designed"``, the free positions only.
+
+    Returns
+    -------
+    Expert
+        Of kind ``"residue-count"``.
+
+    Raises
+    ------
+    ValueError
+        Where ``region`` is neither ``"designed"`` nor ``"sequence"``.
+    TypeError
+        Where ``residues`` is not a string with at least one residue.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.constraints import residue_count
+    >>> residue_count("MW", weight=-1.0).function(["AMWM", "ACDE"])
+    [3.0, 0.0]
+    """
     takes = _region(name, region)
     if not isinstance(residues, str) or not _residues(residues):
         raise FieldTypeError(
@@ -200,10 +340,38 @@ def residue_count(
 def keyword_count(
     keywords: Sequence[str], *, name: str = "keywords", weight: float = 1.0, case_sensitive: bool = False
 ) -> Expert:
-    """How many times the keywords occur as whole words in the decoded text (text models).
+    """Make an expert counting how many times the keywords occur as whole words in the decoded text (text models).
 
     A keyword matches where it is not preceded or followed by a letter, digit or underscore;
     overlapping keywords are counted once per non-overlapping match, longest keyword first.
+
+    Parameters
+    ----------
+    keywords : sequence of str
+        The words counted (surrounding spaces stripped); a single string is refused.
+    name : str, optional
+        The expert's name (default ``"keywords"``).
+    weight : float, optional
+        Nats per occurrence (default 1.0).
+    case_sensitive : bool, optional
+        Whether case must match (default False).
+
+    Returns
+    -------
+    Expert
+        Of kind ``"keyword-count"``, reading the whole decoded sequence.
+
+    Raises
+    ------
+    TypeError
+        Where ``keywords`` is not a non-empty sequence of non-blank strings, or ``case_sensitive``
+        is not a bool.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.constraints import keyword_count
+    >>> keyword_count(["cat", "dog"]).function(["the Cat and the dog", "a category"])
+    [2.0, 0.0]
     """
     if isinstance(keywords, str) or not isinstance(keywords, Sequence) or not keywords:
         raise FieldTypeError(
@@ -226,11 +394,40 @@ def keyword_count(
 
 
 def hamming_distance(source: str, *, name: str = "hamming", weight: float = 1.0, unit: str = "residue") -> Expert:
-    """Hamming distance of the decoded sequence to ``source``.
+    """Make an expert scoring the Hamming distance of the decoded sequence to ``source``.
 
-    ``unit="residue"`` compares characters (spaces ignored), ``"word"`` whitespace-separated
-    words. Units are compared in order; a difference in length counts one per missing unit. Give
-    a negative weight to keep designs near the source.
+    Units are compared in order; a difference in length counts one per missing unit. Give a
+    negative weight to keep designs near the source.
+
+    Parameters
+    ----------
+    source : str
+        The sequence distances are measured from (the whole sequence, not the designed loop).
+    name : str, optional
+        The expert's name (default ``"hamming"``).
+    weight : float, optional
+        Nats per unit of distance (default 1.0).
+    unit : {"residue", "word"}, optional
+        ``"residue"`` (default) compares characters (spaces ignored), ``"word"``
+        whitespace-separated words.
+
+    Returns
+    -------
+    Expert
+        Of kind ``"hamming"``.
+
+    Raises
+    ------
+    TypeError
+        Where ``source`` is not a non-blank string.
+    ValueError
+        Where ``unit`` is neither ``"residue"`` nor ``"word"``.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.constraints import hamming_distance
+    >>> hamming_distance("ACDE", weight=-1.0).function(["ACDD", "AC"])
+    [1.0, 2.0]
     """
     if not isinstance(source, str) or not source.strip():
         raise FieldTypeError(f"expert {name!r}: source must be a non-empty string, got {source!r}", "params.source")
@@ -261,13 +458,57 @@ def classifier_log_prob(
     spaced: bool = False,
     batch_size: int = 32,
 ) -> Expert:
-    """``log p(label | sequence)`` of a Hugging Face sequence classifier saved in a local directory.
+    """Make an expert scoring ``log p(label | sequence)`` by a Hugging Face sequence classifier saved locally.
 
     The model (``AutoModelForSequenceClassification``) and its tokenizer (``AutoTokenizer``) load
-    from ``path`` with ``local_files_only=True``: nothing is downloaded. ``label`` is a class
-    index or a name of ``config.label2id``. ``spaced=True`` puts a space between residues, for
-    protein classifiers whose tokenizers expect ``"E V Q L"``. The model runs on its device,
-    ``batch_size`` sequences at a time, without gradients.
+    from ``path`` with ``local_files_only=True``: nothing is downloaded. The model runs on its
+    device, ``batch_size`` sequences at a time, without gradients, on the whole decoded sequence.
+
+    Parameters
+    ----------
+    path : str or path
+        The directory holding the classifier and its tokenizer.
+    label : int or str
+        A class index or a name of ``config.label2id``.
+    name : str, optional
+        The expert's name (default ``"classifier"``).
+    weight : float, optional
+        The weight of the log-probability (default 1.0).
+    spaced : bool, optional
+        True puts a space between residues, for protein classifiers whose tokenizers expect
+        ``"E V Q L"`` (default False).
+    batch_size : int, optional
+        Sequences per forward pass (default 32).
+
+    Returns
+    -------
+    Expert
+        Of kind ``"classifier"``, whose ``code_digest`` is the digest of the files the model and
+        tokenizer are read from.
+
+    Raises
+    ------
+    TypeError
+        Where ``spaced`` is not a bool, or ``label`` is neither an int nor a str.
+    ValueError
+        Where ``batch_size`` is not an integer >= 1, ``path`` is not a directory, no sequence
+        classifier loads from it (a missing or foreign file, or pickle weights, refused), or
+        ``label`` is not one of the classifier's classes.
+
+    Examples
+    --------
+    A random two-class classifier over the tiny BERT's vocabulary, saved and read back:
+
+    >>> import tempfile
+    >>> from transformers import BertConfig, BertForSequenceClassification
+    >>> from mlm_ppl.models.constraints import classifier_log_prob
+    >>> from mlm_ppl.testing import tiny_bert
+    >>> tokenizer, directory = tiny_bert().tokenizer, tempfile.mkdtemp()
+    >>> config = BertConfig(vocab_size=len(tokenizer), hidden_size=8, num_hidden_layers=1, num_attention_heads=1)
+    >>> BertForSequenceClassification(config).save_pretrained(directory)
+    >>> _ = tokenizer.save_pretrained(directory)
+    >>> classifier_log_prob(directory, 1, name="positive").function(["the cat sat", "a dog ran"]).shape
+    torch.Size([2])
     """
     from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification, AutoTokenizer

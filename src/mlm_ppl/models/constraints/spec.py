@@ -34,20 +34,63 @@ from .target import ConstraintTarget
 class ConstraintSpec:
     """Hard rules, soft experts and antibody liabilities; checked here, bound to a target later.
 
+    The spec needs no model: :meth:`bind` checks it against a target (alphabets, tokens,
+    positions), and :meth:`constrain` gives the target with its log-factor
+    ``sum_k w_k f_k(x)`` on states that break no rule and ``-inf`` on the others.
+
     Parameters
     ----------
-    rules : sequence of Rule
-    experts : sequence of Expert
-    liabilities : sequence of str or bool
-        Names of :data:`LIABILITIES` to add (``True``: all of them).
+    rules : sequence of Rule, optional
+        Hard rules (:class:`~mlm_ppl.models.constraints.Allowed`,
+        :class:`~mlm_ppl.models.constraints.Forbid`, :class:`~mlm_ppl.models.constraints.Require`,
+        :class:`~mlm_ppl.models.constraints.OddCount`, :class:`~mlm_ppl.models.constraints.Novel`,
+        :class:`~mlm_ppl.models.constraints.Mutations`,
+        :class:`~mlm_ppl.models.constraints.ExpertBound`); default none.
+    experts : sequence of Expert, optional
+        Soft experts (:class:`~mlm_ppl.models.constraints.Expert`); default none.
+    liabilities : sequence of str or bool, optional
+        Names of :data:`~mlm_ppl.models.constraints.LIABILITIES` to add (``True``: all of them);
+        default none.
     reference : str, optional
         The reference loop of the designed positions (the parent's own, e.g. the example chain's
-        CDR-H3): what a :class:`Mutations` rule without its own ``reference`` counts changes from.
+        CDR-H3): what a :class:`~mlm_ppl.models.constraints.Mutations` rule without its own
+        ``reference`` counts changes from, and where a relative
+        :class:`~mlm_ppl.models.constraints.ExpertBound` reads the expert's value. Surrounding
+        spaces are stripped.
+
+    Attributes
+    ----------
+    all_rules : tuple of Rule
+        ``rules``, then the rules of the liabilities.
+    all_experts : tuple of Expert
+        ``experts``, then the experts of the liabilities.
+
+    Raises
+    ------
+    ValueError
+        Where ``reference`` is not a non-blank string, a liability name is unknown, or two rules or
+        experts share a name.
+    TypeError
+        Where a rule or an expert is of another type, or ``liabilities`` is neither a bool nor a
+        sequence of names.
 
     Notes
     -----
     Every name (rules, experts and liabilities together) must be unique: it is the key of
-    :meth:`BoundConstraints.violations` and :meth:`BoundConstraints.expert_values`.
+    :meth:`~mlm_ppl.models.constraints.BoundConstraints.violations` and
+    :meth:`~mlm_ppl.models.constraints.BoundConstraints.expert_values`.
+
+    Examples
+    --------
+    >>> from mlm_ppl import ConstraintSpec, MaskedLMDistribution
+    >>> from mlm_ppl.models.constraints import Allowed, Forbid, hydropathy
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> spec = ConstraintSpec([Allowed("no-cys", "ADE"), Forbid("no-dd", "DD")], [hydropathy(weight=-1.0)])
+    >>> dist = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "C[MASK][MASK][MASK]E", constraints=spec)
+    >>> dist.constraints.feasible(dist.encode(["CADEE", "CADDE", "CCAAE"]))
+    tensor([ True, False, False])
+    >>> ConstraintSpec(liabilities=["deamidation"]).all_rules
+    (Forbid(name='deamidation', pattern='N[GS]'),)
     """
 
     def __init__(
@@ -87,9 +130,23 @@ class ConstraintSpec:
         return f"ConstraintSpec({names}, liabilities={list(self.liabilities)})"
 
     def expert_sum(self, values: Mapping[str, Tensor], n: int) -> Tensor:
-        """``(n,)`` float64: ``sum_k w_k f_k``, each expert's weight times its values ``values[name]``
-        (``(n,)``, unweighted, as :meth:`BoundConstraints.expert_values` gives them); zeros
-        without experts. The experts' part of the log-factor, written once."""
+        """The experts' part of the log-factor, ``sum_k w_k f_k``, written once.
+
+        Parameters
+        ----------
+        values : mapping of str to torch.Tensor
+            Each expert's unweighted values by name, shape ``(n,)``, as
+            :meth:`~mlm_ppl.models.constraints.BoundConstraints.expert_values` gives them; every
+            expert of :attr:`all_experts` must have an entry.
+        n : int
+            The number of states.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(n,)``, float64: each expert's weight times its values, summed; zeros without
+            experts.
+        """
         return weighted_expert_sum({e.name: e.weight for e in self.all_experts}, values, n)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
@@ -105,20 +162,88 @@ class ConstraintSpec:
 
     # -- binding
     def bind(self, target: Target) -> BoundConstraints:
-        """The spec checked against ``target`` (alphabets, tokens, positions) and ready to evaluate states."""
+        """Check the spec against ``target`` (alphabets, tokens, positions), ready to evaluate states.
+
+        Parameters
+        ----------
+        target : Target
+            A target with a masked LM (a :class:`~mlm_ppl.MaskedLMDistribution`, or a target built
+            on one).
+
+        Returns
+        -------
+        BoundConstraints
+            The spec bound to ``target``.
+
+        Raises
+        ------
+        TypeError
+            Where ``target`` has no masked LM.
+        ValueError
+            Where a token is not an ordinary vocabulary entry of the model, a position is outside
+            the template's free positions, an alphabet becomes empty, or a rule does not fit the
+            target (see :class:`~mlm_ppl.models.constraints.BoundConstraints`).
+        """
         return BoundConstraints(self, target)
 
     def allowed_mask(self, target: Target) -> Tensor:
-        """``(F, V)`` bool: each free position's alphabet, intersected with the target's ordinary tokens."""
+        """Each free position's alphabet, intersected with the tokens ``target`` allows.
+
+        Parameters
+        ----------
+        target : Target
+            A target with a masked LM, as for :meth:`bind`.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(F, V)``, bool (:attr:`~mlm_ppl.models.constraints.BoundConstraints.allowed`).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As for :meth:`bind`.
+        """
         return self.bind(target).allowed
 
     def constrain(self, target: Target) -> ConstraintTarget:
-        """``target`` with this spec's log-factor and alphabets (:class:`ConstraintTarget`)."""
+        """Make ``target`` with this spec's log-factor and alphabets.
+
+        Parameters
+        ----------
+        target : Target
+            A target with a masked LM, as for :meth:`bind`.
+
+        Returns
+        -------
+        ConstraintTarget
+            ``target`` under the spec (:class:`~mlm_ppl.models.ConstraintTarget`).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As for :meth:`bind`.
+        """
         return ConstraintTarget(target, self.bind(target))
 
     # -- files
     def to_dict(self) -> dict[str, Any]:
-        """The spec as plain data (what :meth:`from_dict` reads)."""
+        """The spec as plain data (what :meth:`from_dict` reads).
+
+        Returns
+        -------
+        dict of str to object
+            ``liabilities``, ``rules`` and ``experts`` (lists of tables, the liabilities' own
+            rules and experts left out) and, where given, ``reference``.
+
+        Raises
+        ------
+        ValueError
+            Where a rule or an expert has no spec-file form: an
+            :class:`~mlm_ppl.models.constraints.OddCount` rule (a spec file names it by its
+            liability), or an expert whose function is not a module-level function
+            (:meth:`~mlm_ppl.models.constraints.Expert.spec_kind`).
+        """
         rules = []
         for r in self.rules:
             if isinstance(r, OddCount):
@@ -134,7 +259,33 @@ class ConstraintSpec:
         return out
 
     def to_toml(self) -> str:
-        """The spec as TOML text (what :meth:`from_toml` reads)."""
+        """The spec as TOML text (what :meth:`from_toml` reads).
+
+        Returns
+        -------
+        str
+            The spec file's text: ``liabilities``, ``reference`` where given, then a ``[[rules]]``
+            table for each rule and an ``[[experts]]`` table for each expert.
+
+        Raises
+        ------
+        ValueError
+            As for :meth:`to_dict`, and where a parameter cannot be written to TOML (a non-finite
+            number, an object of another type).
+
+        Examples
+        --------
+        >>> from mlm_ppl import ConstraintSpec
+        >>> from mlm_ppl.models.constraints import Forbid
+        >>> print(ConstraintSpec([Forbid("no-dd", "DD")], liabilities=["deamidation"]).to_toml())
+        liabilities = ["deamidation"]
+        <BLANKLINE>
+        [[rules]]
+        kind = "forbid"
+        name = "no-dd"
+        pattern = "DD"
+        <BLANKLINE>
+        """
         data = self.to_dict()
         lines = [f"liabilities = {toml_value(data['liabilities'])}"]
         if "reference" in data:
@@ -148,10 +299,39 @@ class ConstraintSpec:
     def from_toml(
         cls, path: str | Path, mlm: TokenCodec | None = None, *, trust_code: bool | None = None
     ) -> ConstraintSpec:
-        """Read a spec file (format in the module docstring); with ``mlm``, check the tokens of
-        its ``allowed`` rules against the model's vocabulary now. Every malformed entry is a
-        one-line ValueError naming the file, the entry and the key. ``trust_code``: as for
-        :meth:`from_dict`."""
+        """Read a spec file (TOML, in the format :mod:`mlm_ppl.models.constraints` describes).
+
+        Parameters
+        ----------
+        path : str or path
+            The spec file.
+        mlm : TokenCodec, optional
+            A model (a :class:`~mlm_ppl.MaskedLM`): the tokens of the ``allowed`` rules are
+            checked against its vocabulary now, rather than at bind time.
+        trust_code : bool or None, optional
+            As for :meth:`from_dict`.
+
+        Returns
+        -------
+        ConstraintSpec
+            The spec the file describes.
+
+        Raises
+        ------
+        ValueError
+            Where the file cannot be read or is not TOML, or an entry is malformed: a one-line
+            message naming the file, the entry and the key.
+
+        Examples
+        --------
+        >>> import pathlib, tempfile
+        >>> from mlm_ppl import ConstraintSpec
+        >>> from mlm_ppl.models.constraints import Forbid
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "spec.toml"
+        >>> _ = path.write_text(ConstraintSpec([Forbid("no-dd", "DD")], liabilities=True).to_toml())
+        >>> ConstraintSpec.from_toml(path).liabilities[:2]
+        ('n-glycosylation', 'deamidation')
+        """
         path = Path(path)
         data = read_toml(path, "constraint spec")
         return cls.from_dict(data, mlm=mlm, source=str(path), trust_code=trust_code)
@@ -165,11 +345,45 @@ class ConstraintSpec:
         source: str = "<dict>",
         trust_code: bool | None = None,
     ) -> ConstraintSpec:
-        """Build a spec from plain data: keys ``liabilities``, ``rules`` and ``experts`` as in
-        the TOML format; errors name ``source``, the entry and the key. An expert that names
-        Python code (``kind = "module:function"``) is refused unless ``trust_code`` is True (None:
-        as :func:`~mlm_ppl.models.constraints.files.trusting_code` says, False outside it); its
-        module's digest, when the data records one, must match the module's file now."""
+        """Build a spec from plain data, as a spec file's TOML reads (:meth:`to_dict`'s form).
+
+        An expert that names Python code (``kind = "module:function"``) is refused unless
+        ``trust_code`` is True; its module's digest, when the data records one, must match the
+        module's file now.
+
+        Parameters
+        ----------
+        data : mapping of str to object
+            Keys ``liabilities``, ``reference``, ``rules`` and ``experts`` as in the TOML format,
+            each optional.
+        mlm : TokenCodec, optional
+            A model (a :class:`~mlm_ppl.MaskedLM`): the tokens of the ``allowed`` rules are
+            checked against its vocabulary now.
+        source : str, optional
+            What errors name as the data's origin (default ``"<dict>"``; a file's path).
+        trust_code : bool or None, optional
+            Whether code experts may be imported; None (default) as
+            :func:`~mlm_ppl.models.constraints.trusting_code` says, False outside it.
+
+        Returns
+        -------
+        ConstraintSpec
+            The spec the data describes.
+
+        Raises
+        ------
+        ValueError
+            Where ``data`` is not a mapping, has an unknown key, or holds a malformed entry (a
+            one-line message naming ``source``, the entry and the key), including a code expert not
+            trusted or whose module changed since its digest was recorded.
+
+        Examples
+        --------
+        >>> from mlm_ppl import ConstraintSpec
+        >>> data = {"rules": [{"kind": "forbid", "name": "no-dd", "pattern": "DD"}], "liabilities": ["deamidation"]}
+        >>> ConstraintSpec.from_dict(data)
+        ConstraintSpec(['no-dd'], liabilities=['deamidation'])
+        """
         if trust_code is not None:
             with trusting_code(trust_code):
                 return cls.from_dict(data, mlm=mlm, source=source)
@@ -189,10 +403,34 @@ class ConstraintSpec:
 
 
 def weighted_expert_sum(weights: Mapping[str, float], values: Mapping[str, Tensor], n: int) -> Tensor:
-    """``(n,)`` float64: ``sum_k w_k f_k`` over the experts ``weights`` names (name -> weight),
-    each weight times the expert's unweighted values ``values[name]`` (``(n,)``); zeros without
-    experts. :meth:`ConstraintSpec.expert_sum` of a spec, and of a recorded spec's
-    :func:`recorded_expert_weights` without building it."""
+    """The weighted sum ``sum_k w_k f_k`` of experts' values.
+
+    :meth:`~mlm_ppl.ConstraintSpec.expert_sum` of a spec, and of a recorded spec's
+    :func:`recorded_expert_weights` without building it.
+
+    Parameters
+    ----------
+    weights : mapping of str to float
+        The experts' weights by name.
+    values : mapping of str to torch.Tensor
+        Each expert's unweighted values by name, shape ``(n,)``; every name of ``weights`` must
+        have an entry.
+    n : int
+        The number of states.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(n,)``, float64: each weight times the expert's values, summed; zeros without
+        experts.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.models.constraints import weighted_expert_sum
+    >>> weighted_expert_sum({"a": 2.0, "b": -1.0}, {"a": torch.tensor([1.0, 0.0]), "b": torch.tensor([1.0, 3.0])}, 2)
+    tensor([ 1., -3.], dtype=torch.float64)
+    """
     total = torch.zeros(n, dtype=torch.float64)
     for name, weight in weights.items():
         total += weight * torch.as_tensor(values[name], dtype=torch.float64)
@@ -200,11 +438,39 @@ def weighted_expert_sum(weights: Mapping[str, float], values: Mapping[str, Tenso
 
 
 def recorded_expert_weights(data: Any, source: str = "<dict>") -> dict[str, float]:
-    """Name -> weight of every expert of a spec's plain data (:meth:`ConstraintSpec.to_dict`'s
-    form), in :attr:`ConstraintSpec.all_experts`'s order (the spec's own, then its liabilities'),
-    read without building the spec: no ``module:function`` is imported, no classifier loaded.
-    Only what it reads is checked (the experts' names and weights, the liabilities); a ValueError
-    names ``source``, the entry and the key."""
+    """The weight of every expert of a spec's plain data, read without building the spec.
+
+    No ``module:function`` is imported, no classifier loaded. Only what it reads is checked (the
+    experts' names and weights, the liabilities).
+
+    Parameters
+    ----------
+    data : mapping of str to object
+        A spec as plain data (:meth:`~mlm_ppl.ConstraintSpec.to_dict`'s form).
+    source : str, optional
+        What errors name as the data's origin (default ``"<dict>"``).
+
+    Returns
+    -------
+    dict of str to float
+        Name to weight, in :attr:`~mlm_ppl.ConstraintSpec.all_experts`'s order (the spec's own
+        experts, then its liabilities').
+
+    Raises
+    ------
+    ValueError
+        Where ``data`` is not a mapping, or an expert's name or weight, or a liability, is
+        malformed, or two experts share a name; the message names ``source``, the entry and the
+        key.
+
+    Examples
+    --------
+    >>> from mlm_ppl import ConstraintSpec
+    >>> from mlm_ppl.models.constraints import hydropathy, recorded_expert_weights
+    >>> data = ConstraintSpec([], [hydropathy(weight=-0.5)], liabilities=["met-trp-oxidation"]).to_dict()
+    >>> recorded_expert_weights(data)
+    {'hydropathy': -0.5, 'met-trp-oxidation': -1.0}
+    """
     if not isinstance(data, Mapping):
         raise ValueError(f"{source}: a constraint spec is a table, got {type(data).__name__}")
     with entry_errors(source, "top level", "liabilities"):
