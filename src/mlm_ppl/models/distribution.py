@@ -37,33 +37,35 @@ __all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler"]  # TokenIds: 
 
 
 class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
-    """Energy-based distribution over the masked positions of a template.
+    """Energy-based Pyro distribution over the masked positions of a template.
 
     Parameters
     ----------
     mlm : MaskedLM
-    template : str or Tensor
+        The masked language model whose energy defines the distribution
+        (:func:`~mlm_ppl.load_mlm`, or a tiny one of :mod:`mlm_ppl.testing`).
+    template : str or torch.Tensor
         A sequence whose mask tokens (``[MASK]`` for BERT/AntiBERTy, ``<mask>`` for
         RoBERTa/ESM) are the free positions, e.g. ``"CAR[MASK][MASK][MASK]DYW"``, or with a
         count, ``"CAR[MASK]{3}DYW"`` (:mod:`mlm_ppl.models.gaps`; a variable gap ``[MASK]{a,b}``
-        is refused: one distribution has one length); or the encoded ids ``(L,)`` including
-        special tokens. Other positions are fixed context.
-    energy : {"norm", "raw"}
-        ``E_norm`` (negative PLL) or ``E_raw`` (negative sum of masked logits); kept as
-        :attr:`energy_name`.
-    temperature : float
-        ``T > 0``; ``log_prob(x) = -E(x) / T``.
+        is refused: one distribution has one length); or the encoded ids, shape ``(L,)``,
+        including special tokens. Other positions are fixed context.
+    energy : {"norm", "raw"}, optional
+        ``E_norm`` (negative PLL, the default) or ``E_raw`` (negative sum of masked logits); kept
+        as :attr:`energy_name`.
+    temperature : float, optional
+        ``T > 0`` (default 1); ``log_prob(x) = -E(x) / T``.
     sampler_options : dict, optional
         Options of :meth:`sample`, which runs Metropolis-Hastings chains:
         ``num_steps`` (default 20 sweeps over the free positions), ``seed`` (int: each call
         of :meth:`sample` runs the next chains of its streams, so successive calls give new
         draws and a fresh distribution with the same seed repeats them), ``init`` ("sample" or
-        "greedy"), and any :class:`mlm_ppl.inference.MetropolisHastings` option (``scan``,
+        "greedy"), and any :class:`~mlm_ppl.MetropolisHastings` option (``scan``,
         ``block_size``, ``top_k``, ``proposal_temperature``: by default ``max(T, 1)``, which
         mixes faster than 1 at ``T > 1``; docs/sampling.md "Proposal temperature" ...).
     constraints : ConstraintSpec, optional
         Hard rules and soft experts (:mod:`mlm_ppl.models.constraints`), checked against the
-        model and the template here (:meth:`ConstraintSpec.bind`: a token outside the
+        model and the template here (:meth:`~mlm_ppl.ConstraintSpec.bind`: a token outside the
         vocabulary, a position outside the template, an empty alphabet are one-line errors).
         ``log_prob`` becomes ``-E(x)/T + sum_k w_k f_k(x)`` on the states that break no rule and
         ``-inf`` on the others; :attr:`allowed` holds the spec's alphabets, so every kernel
@@ -71,7 +73,36 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         rejected before its forward pass. Kept bound as :attr:`constraints`
         (:class:`~mlm_ppl.models.constraints.BoundConstraints`: ``violations``, ``feasible``,
         ``expert_values``).
-    validate_args : bool, optional
+    batch_shape : torch.Size or tuple of int, optional
+        The batch shape (default ``()``): independent sequences of the same template, as
+        :meth:`expand` makes them.
+    validate_args : bool or None, optional
+        Whether :meth:`log_prob` checks its values against the support (:meth:`validate_tokens`);
+        None (the default) follows torch's and Pyro's global setting (:func:`pyro.enable_validation`).
+
+    Attributes
+    ----------
+    template : torch.Tensor
+        Shape ``(L,)``, the template's token ids; the free positions hold the mask token.
+    free : torch.Tensor
+        Shape ``(L,)`` bool, True at the free positions.
+    free_positions : torch.Tensor
+        Shape ``(F,)`` long, the free positions, ascending.
+    energy_name : str
+        ``"norm"`` or ``"raw"``, the energy ``E``.
+    constraints : BoundConstraints or None
+        The spec bound to this distribution, or None without one.
+
+    Raises
+    ------
+    TypeError
+        When ``mlm`` is not a :class:`~mlm_ppl.MaskedLM`, ``constraints`` not a
+        :class:`~mlm_ppl.ConstraintSpec`, ``template`` neither text nor 1-D ``torch.long`` ids, or
+        ``temperature`` not a number.
+    ValueError
+        When the template has no mask token, holds padding, ids outside the vocabulary, a variable
+        gap or more tokens than the model accepts; when ``energy`` is unknown or ``temperature``
+        not positive and finite; or when ``constraints`` do not fit the model and the template.
 
     Notes
     -----
@@ -81,6 +112,24 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
     ``constraints``). ``has_enumerate_support`` is False: Pyro must not try to sum it out. The
     support is every sequence of ordinary tokens at the free positions, constrained or not: a
     sequence that breaks a rule is a value of density 0 (``log_prob`` ``-inf``), not an error.
+
+    Examples
+    --------
+    >>> import pyro
+    >>> from pyro import poutine
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> prior = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "AC[MASK][MASK]E")
+    >>> prior.event_shape, prior.num_free  # [CLS] A C _ _ E [SEP]
+    (torch.Size([7]), 2)
+    >>> x = prior.encode(["ACADE", "ACCDE"])  # two complete sequences, (2, L)
+    >>> prior.log_prob(x).shape  # unnormalised -E(x) / T, one per sequence
+    torch.Size([2])
+    >>> def model():
+    ...     return pyro.sample("x", prior)  # a token site
+    >>> trace = poutine.trace(poutine.condition(model, data={"x": x[0]})).get_trace()
+    >>> bool(trace.log_prob_sum() == prior.log_prob(x[0]))
+    True
     """
 
     arg_constraints: dict[str, Any] = {}
@@ -127,10 +176,28 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
 
     # ------------------------------------------------------------------ Pyro plumbing
     @constraints.dependent_property(is_discrete=True, event_dim=1)
-    def support(self):
+    def support(self):  # numpydoc ignore=PR01
+        """The support: sequences of token ids in ``[0, V)`` (a discrete ``TokenIds`` constraint, event dimension 1)."""
         return self._support
 
     def expand(self, batch_shape, _instance=None):
+        """This distribution with another batch shape: independent sequences of the same template.
+
+        Parameters
+        ----------
+        batch_shape : torch.Size or tuple of int
+            The batch shape of the result.
+        _instance : MaskedLMDistribution or None, optional
+            Pyro's and torch's argument for subclasses: an instance to fill in; None (the
+            default) makes a new one.
+
+        Returns
+        -------
+        MaskedLMDistribution
+            A distribution sharing the model, template, energy, temperature, sampler options and
+            bound constraints, with ``batch_shape``. Its seeded :meth:`sample` starts from the
+            seed's first chains, as a fresh distribution does.
+        """
         new = self._get_checked_instance(MaskedLMDistribution, _instance)
         new.mlm = self.mlm
         new.energy_name = self.energy_name
@@ -154,7 +221,22 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
 
     # ------------------------------------------------------------------ densities
     def validate_tokens(self, value: Tensor) -> None:
-        """Raise a ValueError/TypeError unless ``value`` (..., L) is in the support."""
+        """Raise a ValueError/TypeError unless ``value`` is in the support.
+
+        Parameters
+        ----------
+        value : torch.Tensor
+            Token ids, shape ``(..., L)``.
+
+        Raises
+        ------
+        TypeError
+            When ``value`` is not a tensor of ``torch.long`` ids.
+        ValueError
+            When its last dimension is not ``L``, an id lies outside ``[0, V)``, a fixed position
+            of the template is changed, or a free position holds a special token (``[MASK]``,
+            ``[PAD]`` ...).
+        """
         if not isinstance(value, Tensor):
             raise TypeError(f"tokens must be a torch.Tensor, got {type(value).__name__}")
         if value.dtype != torch.long:
@@ -173,10 +255,27 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
             )
 
     def check_complete(self, value: Tensor, what: str = "the value") -> None:
-        """Raise unless every free position of ``value`` holds a token: a sequence conditioned on
-        (``obs=``, ``poutine.condition``) with mask tokens left in it is a partial sequence,
-        which this distribution cannot score; the known tokens belong in the template. Text is
-        refused with the call that turns it into ids (:meth:`encode`)."""
+        """Raise unless ``value`` is token ids with no mask token left at a free position.
+
+        A sequence conditioned on (``obs=``, ``poutine.condition``) with mask tokens left in it is
+        a partial sequence, which this distribution cannot score; the known tokens belong in the
+        template. Text is refused with the call that turns it into ids (:meth:`encode`). A value
+        whose last dimension is not ``L`` passes here: :meth:`validate_tokens` reports it.
+
+        Parameters
+        ----------
+        value : torch.Tensor
+            Token ids, shape ``(..., L)``; text (a string or a list of them) is refused.
+        what : str, optional
+            How the error messages name ``value`` (default ``"the value"``).
+
+        Raises
+        ------
+        TypeError
+            When ``value`` is text (a string, or a list or tuple of strings).
+        ValueError
+            When a free position of ``value`` holds the mask token.
+        """
         if isinstance(value, str) or (isinstance(value, (list, tuple)) and value and isinstance(value[0], str)):
             raise TypeError(
                 f"{what} is text; a token site takes token ids: condition on prior.encode({value!r}) (the ids of that "
@@ -194,9 +293,38 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
             )
 
     def encode(self, sequence: str | list[str]) -> Tensor:
-        """The token ids of a complete sequence (or ``(N, L)`` of a list), through the model's
-        tokenizer, checked against the template (its fixed positions, no mask or special token
-        at a free one): what ``obs=`` and ``poutine.condition`` take for a token site."""
+        """Token ids of complete sequences, through the model's tokenizer, checked against the template.
+
+        What ``obs=`` and ``poutine.condition`` take for a token site: the template's fixed
+        positions unchanged, no mask or special token at a free one.
+
+        Parameters
+        ----------
+        sequence : str or list of str
+            One sequence's text (without special tokens), or a non-empty list of them.
+
+        Returns
+        -------
+        torch.Tensor
+            Long token ids with the special tokens, shape ``(L,)`` for one sequence, ``(N, L)``
+            for a list of ``N``.
+
+        Raises
+        ------
+        TypeError
+            When ``sequence`` is neither text nor a non-empty list of texts.
+        ValueError
+            When a sequence does not encode to the template's length, changes a fixed position, or
+            leaves a mask or special token at a free position.
+
+        Examples
+        --------
+        >>> from mlm_ppl import MaskedLMDistribution
+        >>> from mlm_ppl.testing import tiny_residue_bert
+        >>> prior = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "AC[MASK][MASK]E")
+        >>> prior.encode("ACADE")  # [CLS] A C A D E [SEP]
+        tensor([2, 5, 6, 5, 7, 8, 3])
+        """
         texts = [sequence] if isinstance(sequence, str) else list(sequence)
         if not texts or not all(isinstance(t, str) for t in texts):
             raise TypeError("encode takes a sequence's text or a list of them")
@@ -213,8 +341,10 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
 
     @property
     def scored_positions(self) -> Tensor:
-        """``(M,)`` the token columns that contribute an energy term: every column of the template
-        but special tokens (the free positions included), ascending."""
+        """Token columns that contribute an energy term, shape ``(M,)``, ascending.
+
+        Every column of the template but its special tokens, the free positions included.
+        """
         return (self.free | self.mlm.ordinary_mask[self.template]).nonzero().flatten()
 
     def evaluate(
@@ -226,19 +356,44 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         context: int | None = None,
         frame: FrozenFrame | None = None,
     ) -> Evaluation:
-        """Energies, log-factors and free-position conditionals of complete states ``(N, L)``, one
-        batched pass.
+        """Energies, log-factors and free-position conditionals of complete states, in one batched pass.
 
-        The log-factor is :meth:`log_factor` (zeros without ``constraints``). ``positions``
-        restricts the energy to the terms of those columns (a subset of
-        :attr:`scored_positions` holding every free position; one masked copy per column and
-        state), ``dtype`` runs a copy of the model in that dtype (:meth:`MaskedLM.cast`), and
-        ``context`` crops every copy to :meth:`context_columns` (the tokens within ``context``
-        columns of a free position, and the special tokens), read at their own position ids
-        (:meth:`MaskedLM.position_ids`); ``positions`` must then lie in the crop. ``frame`` (of
-        :meth:`frozen_frame` for the same ``context`` and ``dtype``) gives the cropped copies the
-        rest of the sequence back, frozen. Together: the cheap surrogates of
-        :class:`~mlm_ppl.inference.SurrogateMH`. The defaults give the energy itself.
+        The options together give the cheap surrogates of :class:`~mlm_ppl.SurrogateMH`; the
+        defaults give the energy itself.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Complete states, shape ``(N, L)``, long.
+        positions : torch.Tensor or None, optional
+            The columns whose energy terms are summed: a subset of :attr:`scored_positions` holding
+            every free position (one masked copy per column and state). None (the default): all
+            of :attr:`scored_positions`.
+        dtype : torch.dtype or None, optional
+            Run a copy of the model in this dtype (:meth:`~mlm_ppl.MaskedLM.cast`); None: the model
+            itself.
+        context : int or None, optional
+            Crop every copy to :meth:`context_columns` (the tokens within ``context`` columns of a
+            free position, and the special tokens), read at their own position ids
+            (:meth:`~mlm_ppl.MaskedLM.position_ids`); ``positions`` must then lie in the crop.
+            None: whole copies.
+        frame : FrozenFrame or None, optional
+            A frame of :meth:`frozen_frame` for the same ``context`` and ``dtype``: gives the
+            cropped copies the rest of the sequence back, frozen.
+
+        Returns
+        -------
+        Evaluation
+            ``energy`` ``(N,)``, ``log_factor`` ``(N,)`` (:meth:`log_factor`: zeros without
+            ``constraints``) and ``cond_logits`` ``(N, F, V)``, the logits at each free position
+            with only that position masked (:class:`~mlm_ppl.models.Evaluation`).
+
+        Raises
+        ------
+        ValueError
+            When ``positions`` leave out a free position or lie outside the crop, ``frame`` comes
+            without ``context`` or was made for another context, dtype or template, or the model
+            cannot read a crop (:meth:`context_columns`).
         """
         ev = self._evaluate_mlm(tokens, positions, dtype, context, frame)
         if self.constraints is None:
@@ -246,9 +401,27 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         return ev._replace(log_factor=self.log_factor(tokens).to(ev.energy.device, ev.energy.dtype))
 
     def context_columns(self, context: int) -> Tensor:
-        """``(K,)`` ascending: the columns a copy cropped to ``context`` keeps, every column within
-        ``context`` of a free position and every special token of the template (``[CLS]``,
-        ``[SEP]`` ...). A ValueError if the model cannot read a crop at its columns' places."""
+        """Columns a copy cropped to ``context`` keeps, ascending.
+
+        Every column within ``context`` of a free position and every special token of the
+        template (``[CLS]``, ``[SEP]`` ...).
+
+        Parameters
+        ----------
+        context : int
+            How many columns on either side of each free position to keep.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(K,)``, the kept columns, ascending.
+
+        Raises
+        ------
+        ValueError
+            When the model cannot read a crop at its columns' places: it does not place tokens by
+            the position ids it is given (:attr:`~mlm_ppl.MaskedLM.reads_position_ids`).
+        """
         if not self.mlm.reads_position_ids:
             raise ValueError(
                 f"model {self.mlm.name!r} does not place tokens by the position_ids it is given, so a cropped "
@@ -261,9 +434,17 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         return ((distance <= context) | special).nonzero().flatten()
 
     def frozen_reference(self) -> Tensor:
-        """``(L,)`` the template with each free position holding its most likely allowed token
-        given the frame, all free positions masked together (one copy): a fixed, typical sequence
-        whose frame :meth:`frozen_frame` freezes (the same for every chain, seed and resume)."""
+        """The template with each free position filled by its most likely allowed token.
+
+        The tokens are read given the frame, all free positions masked together (one copy): a
+        fixed, typical sequence whose frame :meth:`frozen_frame` freezes (the same for every
+        chain, seed and resume).
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(L,)``, long token ids.
+        """
         logits = self.mlm.block_logits(self.template[None], self.free_positions[None])[0]  # (F, V)
         best = logits.masked_fill(~self.allowed, float("-inf")).argmax(-1)
         out = self.template.clone()
@@ -271,10 +452,32 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         return out
 
     def frozen_frame(self, context: int, dtype: torch.dtype | None = None) -> FrozenFrame:
-        """The frame outside :meth:`context_columns` of :meth:`frozen_reference`, frozen
-        (:meth:`MaskedLM.frozen_frame`) in the model of ``dtype``: ``evaluate(..., context=context,
-        dtype=dtype, frame=...)`` reads cropped copies beside it. A ValueError for a model that
-        has no frozen forward here."""
+        """The frame of :meth:`frozen_reference` outside :meth:`context_columns`, frozen.
+
+        Parameters
+        ----------
+        context : int
+            The crop's width, as in :meth:`context_columns`.
+        dtype : torch.dtype or None, optional
+            Freeze it in a copy of the model in this dtype (:meth:`~mlm_ppl.MaskedLM.cast`); None
+            (the default): the model itself.
+
+        Returns
+        -------
+        FrozenFrame
+            The frame, frozen by :meth:`~mlm_ppl.MaskedLM.frozen_frame`:
+            ``evaluate(..., context=context, dtype=dtype, frame=...)`` reads cropped copies beside
+            it.
+
+        Raises
+        ------
+        ValueError
+            For a model that has no frozen forward here (an architecture
+            :meth:`~mlm_ppl.MaskedLM.frozen_layers` refuses, such as ESM's) or cannot read a crop
+            (:meth:`context_columns`).
+        TypeError
+            When ``dtype`` is not a floating ``torch.dtype``.
+        """
         mlm = self.mlm if dtype is None else self.mlm.cast(dtype)
         mlm.frozen_layers()  # refuses an architecture it cannot freeze, before the reference's pass
         return mlm.frozen_frame(self.frozen_reference(), self.context_columns(context))
@@ -311,27 +514,68 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
 
     @property
     def allowed(self) -> Tensor:
-        """``(F, V)`` bool, the tokens each free position may hold: the ordinary ones everywhere,
-        narrowed by the alphabets of ``constraints``."""
+        """Tokens each free position may hold, shape ``(F, V)`` bool.
+
+        The ordinary tokens everywhere, narrowed by the alphabets of ``constraints``.
+        """
         if self.constraints is not None:
             return self.constraints.allowed
         return self.mlm.ordinary_mask.expand(self.num_free, -1)
 
     @property
     def vocab_size(self) -> int:
+        """Size ``V`` of the model's vocabulary."""
         return self.mlm.vocab_size
 
     def forbidden(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` bool, True where complete states ``(N, L)`` break a rule of ``constraints``
-        (read from the tokens alone, no forward pass); False everywhere without constraints."""
+        """Which complete states break a rule of ``constraints``, read from the tokens alone.
+
+        No forward pass runs; without constraints nothing is forbidden.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Complete states, shape ``(N, L)``.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(N,)`` bool, True where a state breaks a rule; False everywhere without
+            constraints.
+
+        Raises
+        ------
+        ValueError, TypeError
+            With constraints: when ``tokens`` are not complete states ``(N, L)`` of the template
+            (:meth:`validate_tokens`).
+        """
         if self.constraints is None:
             return torch.zeros(tokens.shape[0], dtype=torch.bool)
         return ~self.constraints.feasible(tokens)
 
     def log_factor(self, tokens: Tensor) -> Tensor:
-        """``(N,)`` float64, the log-factor of complete states ``(N, L)``: ``sum_k w_k f_k(x)`` of the
-        experts of ``constraints`` where ``x`` breaks no rule, ``-inf`` where it breaks one; zeros
-        without constraints. No forward pass (the experts run on the feasible states only)."""
+        """Log-factor of complete states: the experts' weighted sum, ``-inf`` where a rule is broken.
+
+        No forward pass runs (the experts run on the feasible states only).
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Complete states, shape ``(N, L)``.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(N,)`` float64: ``sum_k w_k f_k(x)`` of the experts of ``constraints`` where
+            ``x`` breaks no rule, ``-inf`` where it breaks one; zeros without constraints.
+
+        Raises
+        ------
+        ValueError, TypeError
+            With constraints: when ``tokens`` are not complete states ``(N, L)`` of the template
+            (:meth:`validate_tokens`), or an expert returns values that are not finite numbers,
+            one per state.
+        """
         if self.constraints is None:
             return torch.zeros(tokens.shape[0], dtype=torch.float64)
         return self.constraints.log_factor(tokens)
@@ -346,10 +590,38 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         context: int | None = None,
         frame: FrozenFrame | None = None,
     ) -> Tensor:
-        """``(N, k, V)`` MLM logits at ``positions`` (N, k) of ``tokens`` (N, L): all k masked together
-        (one copy per row), or with ``masked=False`` read from one forward pass of each row as it is.
-        ``dtype``, ``context`` and ``frame`` read the copies as :meth:`evaluate` does (a surrogate's
-        proposals); the defaults give the model itself."""
+        """MLM logits at chosen positions of states, all of a row's positions masked together.
+
+        ``dtype``, ``context`` and ``frame`` read the copies as :meth:`evaluate` does (a
+        surrogate's proposals); the defaults give the model itself.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Complete states, shape ``(N, L)``.
+        positions : torch.Tensor
+            Shape ``(N, k)`` long, the positions to read in each row.
+        masked : bool, optional
+            True (the default): all ``k`` positions of a row masked together (one copy per row);
+            False: read from one forward pass of each row as it is.
+        dtype : torch.dtype or None, optional
+            Read a copy of the model in this dtype, as :meth:`evaluate` does.
+        context : int or None, optional
+            Crop the copies to :meth:`context_columns`, as :meth:`evaluate` does.
+        frame : FrozenFrame or None, optional
+            A frame of :meth:`frozen_frame` beside the cropped copies, as :meth:`evaluate` reads it.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(N, k, V)``, the logits at ``positions``.
+
+        Raises
+        ------
+        ValueError
+            When ``positions`` lie outside the crop, ``frame`` comes without ``context`` or was
+            made for another context, dtype or template, or the model cannot read a crop.
+        """
         if dtype is None and context is None and frame is None:
             if masked:
                 return self.mlm.block_logits(tokens, positions)
@@ -365,12 +637,31 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         return out.reshape(N, pos.shape[1], mlm.vocab_size)
 
     def log_prob(self, value: Tensor) -> Tensor:
-        """Unnormalised ``-E(value) / T + log_factor(value)`` (:meth:`log_factor`: 0 without
-        ``constraints``; ``-inf`` for a sequence that breaks a rule, whose forward pass is not
-        run), broadcast as Pyro's distributions do: shape ``broadcast(value.shape[:-1], batch_shape)``.
+        """Unnormalised log density ``-E(value) / T + log_factor(value)`` of complete sequences.
 
         The normaliser is intractable and depends on the template, the temperature and the
         constraints, so this compares sequences of one distribution only; see ``docs/pyro.md``.
+
+        Parameters
+        ----------
+        value : torch.Tensor
+            Complete sequences of the template, long token ids of shape ``(..., L)``.
+
+        Returns
+        -------
+        torch.Tensor
+            ``-E(value) / T + log_factor(value)`` (:meth:`log_factor`: 0 without ``constraints``;
+            ``-inf`` for a sequence that breaks a rule, whose forward pass is not run), broadcast
+            as Pyro's distributions do: shape ``broadcast(value.shape[:-1], batch_shape)``.
+
+        Raises
+        ------
+        TypeError
+            When ``value`` is text (:meth:`check_complete`: condition on :meth:`encode`'s ids), or,
+            with validation on, not a tensor of ``torch.long`` ids.
+        ValueError
+            When a free position of ``value`` holds the mask token (a partial sequence), or, with
+            validation on, ``value`` is outside the support (:meth:`validate_tokens`).
         """
         self.check_complete(value)  # first: a partial sequence is a misuse to name, not just a bad value
         if self._validate_args:
@@ -392,7 +683,7 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         return lp.expand(torch.broadcast_shapes(value.shape[:-1], self.batch_shape))
 
     def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> Tensor:
-        """Draw by running independent Metropolis-Hastings chains (one per draw) on the energy.
+        """Draw sequences by running independent Metropolis-Hastings chains (one per draw) on the energy.
 
         Each draw is the last state of its own chain after ``sampler_options["num_steps"]``
         steps (default: 20 sweeps, ``20 * num_free`` single-site steps) from an MLM fill-in of
@@ -410,8 +701,35 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         names ``MLMGibbs(NUTS(model))`` and conditioning on fixed sequences.
 
         The chains are run by the sampler that :mod:`mlm_ppl.inference` registers
-        (:func:`register_sampler`) when it is imported, as it is by ``import mlm_ppl``: the
+        (``register_sampler``) when it is imported, as it is by ``import mlm_ppl``: the
         distribution describes the target and never imports the code that moves states.
+
+        Parameters
+        ----------
+        sample_shape : torch.Size or sequence of int, optional
+            Shape of the draws before the batch shape (default ``()``: one draw per batch element).
+
+        Returns
+        -------
+        torch.Tensor
+            Long token ids of shape ``sample_shape + batch_shape + (L,)``.
+
+        Raises
+        ------
+        NotImplementedError
+            Inside Pyro's SVI or an ELBO.
+        RuntimeError
+            When no sampler is registered (:mod:`mlm_ppl.inference` not imported).
+
+        Examples
+        --------
+        >>> from mlm_ppl import MaskedLMDistribution
+        >>> from mlm_ppl.testing import tiny_residue_bert
+        >>> prior = MaskedLMDistribution(
+        ...     tiny_residue_bert("ACDE", seed=1), "AC[MASK][MASK]E", sampler_options=dict(num_steps=2, seed=0)
+        ... )
+        >>> prior.sample((3,)).shape  # 3 chains of 2 steps each
+        torch.Size([3, 7])
         """
         if under_svi():  # a latent token site under SVI: approximate draws, an unnormalised score
             raise NotImplementedError(SVI_REFUSED)

@@ -38,9 +38,32 @@ _TRUST_CODE: ContextVar[bool] = ContextVar("mlm_ppl_trust_code", default=False)
 
 @contextmanager
 def trusting_code(trust: bool = True) -> Iterator[None]:
-    """Within the block, spec data read by :meth:`~mlm_ppl.models.constraints.ConstraintSpec.from_dict`
-    (spec files, run records) may name Python code (``trust``), or may not (``False``, the default
-    outside any block)."""
+    """Context manager: within the block, spec data may name Python code (``trust``) or may not.
+
+    Spec data read by :meth:`~mlm_ppl.ConstraintSpec.from_dict` (spec files, run records) names
+    Python code with an expert of kind ``"module:function"``; outside any block that is refused
+    (:func:`code_trusted` is False). On leaving the block the setting it replaced comes back.
+
+    Parameters
+    ----------
+    trust : bool, optional
+        Whether spec data read within the block may name Python code (default True).
+
+    Yields
+    ------
+    None
+        Control to the block, with the consent set.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.constraints import code_trusted, trusting_code
+    >>> with trusting_code():
+    ...     code_trusted()
+    True
+    >>> with trusting_code(False):
+    ...     code_trusted()
+    False
+    """
     token = _TRUST_CODE.set(bool(trust))
     try:
         yield
@@ -49,7 +72,14 @@ def trusting_code(trust: bool = True) -> Iterator[None]:
 
 
 def code_trusted() -> bool:
-    """Whether spec data read now may name Python code (:func:`trusting_code`)."""
+    """Whether spec data read now may name Python code (:func:`trusting_code`).
+
+    Returns
+    -------
+    bool
+        True within a ``trusting_code()`` block, False outside any block or within
+        ``trusting_code(False)``.
+    """
     return _TRUST_CODE.get()
 
 

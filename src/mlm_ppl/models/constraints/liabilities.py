@@ -40,7 +40,37 @@ developability guidelines for therapeutic antibody profiling", PNAS 116(10):4025
 
 
 def liability_constraints(names: Sequence[str] | bool = True) -> tuple[list[Rule], list[Expert]]:
-    """The rules and experts of the named liabilities (``True``: all, ``False``: none)."""
+    """The rules and experts of the named liabilities (``True``: all, ``False``: none).
+
+    Parameters
+    ----------
+    names : sequence of str or bool, optional
+        Names of :data:`~mlm_ppl.models.constraints.LIABILITIES` (a name given twice counts
+        once), ``True`` (the default) for all of them, or ``False`` for none.
+
+    Returns
+    -------
+    rules : list of Rule
+        The hard rules among them, in the order of ``names`` (of the table for ``True``).
+    experts : list of Expert
+        The soft experts among them, in the order of ``names`` (of the table for ``True``).
+
+    Raises
+    ------
+    TypeError
+        When ``names`` is neither a bool nor a sequence of names (a single string is refused).
+    ValueError
+        When a name is not one of :data:`~mlm_ppl.models.constraints.LIABILITIES`.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.constraints import liability_constraints
+    >>> rules, experts = liability_constraints(["deamidation", "met-trp-oxidation"])
+    >>> [rule.name for rule in rules], [expert.name for expert in experts]
+    (['deamidation'], ['met-trp-oxidation'])
+    >>> len(liability_constraints()[0])  # every hard rule of LIABILITIES
+    5
+    """
     chosen = liability_names(names)
     rules: list[Rule] = []
     experts: list[Expert] = []

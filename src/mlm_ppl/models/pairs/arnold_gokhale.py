@@ -22,15 +22,28 @@ __all__ = ["AGOptions", "arnold_gokhale", "solve_arnold_gokhale", "summed_kl"]
 class AGOptions:
     """Options of the Arnold-Gokhale iteration, checked when built.
 
-    Attributes
+    Parameters
     ----------
-    tol : float
-        Converged when the fixed-point equation holds to ``tol`` (a KKT residual).
-    max_iter : int
-        Cap on evaluations of the fixed-point map.
-    accelerate : bool
-        SQUAREM (default) or the plain iteration (the reference code runs 40 plain steps:
-        ``max_iter=40, accelerate=False``).
+    tol : float, optional
+        Converged when the fixed-point equation holds to ``tol`` (a KKT residual); default 1e-6.
+    max_iter : int, optional
+        Cap on evaluations of the fixed-point map; default 20000.
+    accelerate : bool, optional
+        SQUAREM (the default, True) or the plain iteration (the reference code runs 40 plain
+        steps: ``max_iter=40, accelerate=False``).
+
+    Raises
+    ------
+    TypeError
+        When ``tol`` is not a number, ``max_iter`` not an integer or ``accelerate`` not a bool.
+    ValueError
+        When ``tol`` is not positive and finite, or ``max_iter`` is below 1.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.pairs import AGOptions
+    >>> AGOptions(max_iter=40, accelerate=False)
+    AGOptions(tol=1e-06, max_iter=40, accelerate=False)
     """
 
     tol: float = 1e-6
@@ -61,18 +74,43 @@ def arnold_gokhale(
 
     Parameters
     ----------
-    tol : float
-        Converged when the fixed-point equation holds to ``tol``:
+    log_cond_a : torch.Tensor
+        Shape ``(K_a, K_b)``, ``log A``: each column a log-conditional of the first position
+        given the second (columns sum to 1 in probability).
+    log_cond_b : torch.Tensor
+        Shape ``(K_a, K_b)``, ``log B``: each row a log-conditional of the second position given
+        the first (rows sum to 1 in probability).
+    tol : float, optional
+        Converged when the fixed-point equation holds to ``tol`` (default 1e-6):
         ``max |q_ij (1/q_i. + 1/q_.j) - (A_ij + B_ij)| <= tol`` (a KKT residual of ``J``).
-    max_iter : int
-        Cap on evaluations of the fixed-point map.
-    accelerate : bool
-        SQUAREM (default) or the plain iteration.
+    max_iter : int, optional
+        Cap on evaluations of the fixed-point map (default 20000).
+    accelerate : bool, optional
+        SQUAREM (the default, True) or the plain iteration.
 
     Returns
     -------
-    (log_joint, converged, iterations)
-        ``iterations`` counts evaluations of the map.
+    log_joint : torch.Tensor
+        Shape ``(K_a, K_b)`` float64, the normalised ``log q``.
+    converged : bool
+        Whether the fixed-point equation holds to ``tol``.
+    iterations : int
+        Evaluations of the fixed-point map.
+
+    Raises
+    ------
+    TypeError, ValueError
+        When an option is invalid (:class:`~mlm_ppl.models.pairs.AGOptions`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.models.pairs import arnold_gokhale
+    >>> log_cond_a = torch.tensor([[0.99, 0.01], [0.01, 0.99]]).log()  # columns sum to 1
+    >>> log_cond_b = torch.full((2, 2), 0.5).log()  # rows sum to 1
+    >>> log_joint, converged, iterations = arnold_gokhale(log_cond_a, log_cond_b)
+    >>> log_joint.shape, converged
+    (torch.Size([2, 2]), True)
     """
     return solve_arnold_gokhale(log_cond_a, log_cond_b, AGOptions(tol, max_iter, accelerate))
 
@@ -132,7 +170,31 @@ def _lse(x, axis):
 
 
 def summed_kl(log_joint: Tensor, log_cond_a: Tensor, log_cond_b: Tensor) -> Tensor:
-    """The Arnold-Gokhale objective ``J(q)``: summed forward KL from the MLM's conditionals to ``q``'s."""
+    """The Arnold-Gokhale objective ``J(q)``: summed forward KL from the MLM's conditionals to ``q``'s.
+
+    Parameters
+    ----------
+    log_joint : torch.Tensor
+        Shape ``(K_a, K_b)``, ``log q`` (normalised or not: only its conditionals are read).
+    log_cond_a : torch.Tensor
+        Shape ``(K_a, K_b)``, the MLM's ``log P_a(x_a | x_b)`` (columns normalised).
+    log_cond_b : torch.Tensor
+        Shape ``(K_a, K_b)``, the MLM's ``log P_b(x_b | x_a)`` (rows normalised).
+
+    Returns
+    -------
+    torch.Tensor
+        A scalar: ``sum_j KL(P_a(. | j) || q(. | j)) + sum_i KL(P_b(. | i) || q(. | i))``.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.pairs import summed_kl
+    >>> from mlm_ppl.testing import goyal_counterexample, table_pair_conditionals
+    >>> cond = table_pair_conditionals(goyal_counterexample())
+    >>> ag, mrf = cond.joint("ag").log_joint, cond.joint("mrf").log_joint
+    >>> bool(summed_kl(ag, cond.log_cond_a, cond.log_cond_b) < summed_kl(mrf, cond.log_cond_a, cond.log_cond_b))
+    True
+    """
     qa = torch.log_softmax(log_joint, 0)
     qb = torch.log_softmax(log_joint, 1)
     kl_a = (log_cond_a.exp() * (log_cond_a - qa)).sum()

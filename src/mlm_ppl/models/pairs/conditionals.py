@@ -30,30 +30,45 @@ class PairConditionals:
     """An MLM's conditionals at two positions ``a`` and ``b`` of one sequence, over a support.
 
     Rows index the candidates of ``a``, columns the candidates of ``b``. All logits are
-    float64 and restricted to the support.
+    float64 and restricted to the support. Made by :func:`~mlm_ppl.pair_conditionals`; the
+    fields are kept as attributes.
 
-    Attributes
+    Parameters
     ----------
     positions : tuple of int
         ``(a, b)``, token positions in the encoded sequence (``[CLS]`` is 0).
-    candidates_a, candidates_b : Tensor
-        ``(K_a,)`` and ``(K_b,)`` long token ids, distinct: ordinary tokens, or with
+    candidates_a, candidates_b : torch.Tensor
+        Shapes ``(K_a,)`` and ``(K_b,)``, long token ids, distinct: ordinary tokens, or with
         ``support="all"`` every token id of the vocabulary.
-    logits_a : Tensor
-        ``(K_a, K_b)``: entry ``[i, j]`` is the logit of ``candidates_a[i]`` at ``a``, read
+    logits_a : torch.Tensor
+        Shape ``(K_a, K_b)``: entry ``[i, j]`` is the logit of ``candidates_a[i]`` at ``a``, read
         with ``a`` masked and ``b`` set to ``candidates_b[j]``.
-    logits_b : Tensor
-        ``(K_a, K_b)``: entry ``[i, j]`` is the logit of ``candidates_b[j]`` at ``b``, read
+    logits_b : torch.Tensor
+        Shape ``(K_a, K_b)``: entry ``[i, j]`` is the logit of ``candidates_b[j]`` at ``b``, read
         with ``b`` masked and ``a`` set to ``candidates_a[i]``.
-    marginal_a, marginal_b : Tensor
-        ``(K_a,)``, ``(K_b,)`` logits read with both positions masked.
-    single_a, single_b : Tensor
-        ``(K_a,)``, ``(K_b,)`` logits read with only that position masked and the other at
-        its observed token.
+    marginal_a, marginal_b : torch.Tensor
+        Shapes ``(K_a,)``, ``(K_b,)``, logits read with both positions masked.
+    single_a, single_b : torch.Tensor
+        Shapes ``(K_a,)``, ``(K_b,)``, logits read with only that position masked and the other
+        at its observed token.
     observed : tuple of int
         The observed token ids at ``a`` and ``b``.
-    copies : int
-        Masked copies of the sequence that went through the model.
+    copies : int, optional
+        Masked copies of the sequence that went through the model (default 0).
+
+    Examples
+    --------
+    >>> from mlm_ppl import pair_conditionals
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> cond = pair_conditionals(tiny_residue_bert("ACDE", seed=1), "ACDEA", 2, 3)
+    >>> cond.positions, cond.observed  # C and D of [CLS] A C D E A [SEP]
+    ((2, 3), (6, 7))
+    >>> cond.candidates_a  # every ordinary token: A, C, D, E
+    tensor([5, 6, 7, 8])
+    >>> cond.log_cond_a.shape, cond.observed_index
+    (torch.Size([4, 4]), (1, 2))
+    >>> cond.joint("ag").log_joint.shape
+    torch.Size([4, 4])
     """
 
     positions: tuple[int, int]
@@ -85,18 +100,67 @@ class PairConditionals:
         return None if i is None or j is None else (i, j)
 
     def joint(self, method: str, **options: Any) -> PairJoint:
-        """The joint of ``method`` (see :func:`~mlm_ppl.models.pairs.pair_joint`)."""
+        """The joint of ``method`` built from these conditionals (:func:`~mlm_ppl.models.pair_joint`).
+
+        Parameters
+        ----------
+        method : {"naive", "mrf", "mrf_logit", "hcb", "ag"}
+            How to combine the conditionals (:data:`~mlm_ppl.PAIR_METHODS`).
+        **options
+            The method's options: ``pivot``, ``pivot_side`` for ``hcb``; ``tol``, ``max_iter``,
+            ``accelerate`` for ``ag``; None for an option takes its default.
+
+        Returns
+        -------
+        PairJoint
+            The normalised joint over the candidate pairs.
+
+        Raises
+        ------
+        ValueError, TypeError
+            When ``method`` is unknown or an option is unknown, belongs to another method or is
+            invalid (:func:`~mlm_ppl.models.pairs.joint_options`), or an ``hcb`` pivot token id
+            is not a candidate.
+        """
         return pair_joint(self, method, **options)
 
 
 def candidate_sets(observed: int, single: Tensor, marginal: Tensor, size: int, ordinary: Tensor) -> Tensor:
-    """A restricted support of one position, ``size`` token ids, by the rule of the paper's code
-    (``ltorroba/lms-from-mlms`` ``generate_sets``, its ``--joint-size K``).
+    """A restricted support of one position: ``size`` token ids chosen by the paper's code's rule.
 
-    The observed token first, then the ``(size - 1) // 2`` most likely other tokens of the
-    single-masked conditional ``single`` (V,), then the most likely remaining tokens of the
-    both-masked marginal ``marginal`` (V,); ordinary tokens only (the reference code ranks the
-    whole vocabulary, so special tokens can be among its candidates).
+    The rule is that of ``ltorroba/lms-from-mlms`` (``generate_sets``, its ``--joint-size K``):
+    the observed token first, then the ``(size - 1) // 2`` most likely other tokens of the
+    single-masked conditional ``single``, then the most likely remaining tokens of the
+    both-masked marginal ``marginal``; ordinary tokens only (the reference code ranks the
+    whole vocabulary, so special tokens can be among its candidates). Ties go to the lower id.
+
+    Parameters
+    ----------
+    observed : int
+        The observed token id at the position, the first candidate.
+    single : torch.Tensor
+        Shape ``(V,)``, logits read with only this position masked.
+    marginal : torch.Tensor
+        Shape ``(V,)``, logits read with both positions masked.
+    size : int
+        ``K``, the number of candidates: at least 1 and at most the number of ordinary tokens.
+    ordinary : torch.Tensor
+        Shape ``(V,)`` bool, the ordinary tokens, the only ones chosen besides ``observed``.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(size,)``, long token ids, ``observed`` first.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.models.pairs import candidate_sets
+    >>> single = torch.tensor([0.0, 3.0, 2.0, 1.0, 0.0])
+    >>> marginal = torch.tensor([0.0, 1.0, 2.0, 3.0, 5.0])
+    >>> ordinary = torch.tensor([False, True, True, True, True])  # token 0 is special
+    >>> candidate_sets(1, single, marginal, 3, ordinary)  # 1, then the best of single, then of marginal
+    tensor([1, 2, 4])
     """
     chosen = [int(observed)]
     taken = ~ordinary.clone()
@@ -124,26 +188,52 @@ def pair_conditionals(
     Parameters
     ----------
     mlm : MaskedLM
-    sequence : str or Tensor
-        A sequence (encoded with the model's special tokens) or its ``(L,)`` token ids.
+        The masked language model to read.
+    sequence : str or torch.Tensor
+        A sequence (encoded with the model's special tokens) or its token ids, shape ``(L,)``.
     a, b : int
         Distinct ordinary token positions of the encoded sequence (``[CLS]`` is 0, so residue
         ``i`` of an AntiBERTy sequence is position ``i + 1``).
-    support : None, int, "all", or (list, list)
-        None: every ordinary token of the vocabulary at both positions (``2V + 1`` masked
+    support : None, int, "all", or (list, list), optional
+        None (the default): every ordinary token of the vocabulary at both positions (``2V + 1`` masked
         copies). An int ``K``: ``K`` candidates per position chosen by the reference code's rule (see
         :func:`candidate_sets`). ``"all"``: every token id, special tokens included, as the
         reference code's whole-vocabulary mode (``ltorroba/lms-from-mlms``) does; its
         conditionals are normalised over the whole vocabulary, ours (None) over the ordinary
         tokens. A pair of token-id lists: those candidates (ordinary tokens).
-    progress : bool
-        Progress bar over the masked copies.
+    progress : bool, optional
+        Progress bar over the masked copies (default False).
+
+    Returns
+    -------
+    PairConditionals
+        The conditionals, marginals and candidates of the two positions.
+
+    Raises
+    ------
+    ValueError
+        When ``a`` or ``b`` is not the position of an ordinary token of the sequence, ``a == b``,
+        token ids are not of shape ``(L,)``, or ``support`` is out of range (``K`` outside
+        ``[1, number of ordinary tokens]``; a list empty, with repeats or with a non-ordinary id).
+    TypeError
+        When ``a`` or ``b`` is not an int, or ``support`` has none of the forms above.
 
     Notes
     -----
-    Copies are batched through :meth:`MaskedLM.masked_logits`; each distinct context is run
-    once (the context with one position masked and the other at its observed token serves
+    Copies are batched through :meth:`~mlm_ppl.MaskedLM.masked_logits`; each distinct context is
+    run once (the context with one position masked and the other at its observed token serves
     both the candidate selection and the conditional matrix).
+
+    Examples
+    --------
+    >>> from mlm_ppl import pair_conditionals
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> cond = pair_conditionals(mlm, "ACDEA", 2, 3)  # the C and D of [CLS] A C D E A [SEP]
+    >>> cond.logits_a.shape, cond.copies  # 4 x 4 candidates; 3 + 3 + 3 masked copies
+    (torch.Size([4, 4]), 9)
+    >>> pair_conditionals(mlm, "ACDEA", 2, 3, support=2).candidates_a.shape  # K = 2 per position
+    torch.Size([2])
     """
     ids = _sequence_ids(mlm, sequence)
     L = ids.numel()
@@ -236,15 +326,61 @@ def derive_pair_joint(
 ) -> PairJoint:
     """An explicit, normalised joint over positions ``a`` and ``b`` of ``sequence``.
 
-    Reads the MLM's conditionals with :func:`pair_conditionals` and combines them with
+    Reads the MLM's conditionals with :func:`~mlm_ppl.pair_conditionals` and combines them with
     ``method`` (see :mod:`mlm_ppl.models.pairs.joints`). To compare several
-    methods on the same pair, call :func:`pair_conditionals` once and then
-    :meth:`PairConditionals.joint` per method: the forward passes are the expensive part.
+    methods on the same pair, call :func:`~mlm_ppl.pair_conditionals` once and then
+    :meth:`~mlm_ppl.PairConditionals.joint` per method: the forward passes are the expensive part.
+    The method and its options are checked before any forward pass.
+
+    Parameters
+    ----------
+    mlm : MaskedLM
+        The masked language model to read.
+    sequence : str or torch.Tensor
+        A sequence (encoded with the model's special tokens) or its token ids, shape ``(L,)``.
+    a, b : int
+        Distinct ordinary token positions of the encoded sequence (``[CLS]`` is 0).
+    method : {"naive", "mrf", "mrf_logit", "hcb", "ag"}
+        How to combine the conditionals (:data:`~mlm_ppl.PAIR_METHODS`).
+    support : None, int, "all", or (list, list), optional
+        The candidates of each position, as in :func:`~mlm_ppl.pair_conditionals` (default
+        None: every ordinary token).
+    pivot : {"both", "one"} or int, optional
+        ``hcb`` only: how the pivot is chosen, or its token id
+        (:class:`~mlm_ppl.models.pairs.HCBOptions`; None: ``"both"``).
+    pivot_side : {"a", "b"}, optional
+        ``hcb`` only: the position whose value is pivoted (None: ``"a"``).
+    tol : float, optional
+        ``ag`` only: the tolerance of the fixed-point equation
+        (:class:`~mlm_ppl.models.pairs.AGOptions`; None: 1e-6).
+    max_iter : int, optional
+        ``ag`` only: the cap on evaluations of the fixed-point map (None: 20000).
+    accelerate : bool, optional
+        ``ag`` only: SQUAREM or the plain iteration (None: True, SQUAREM).
+    progress : bool, optional
+        Progress bar over the masked copies (default False).
+
+    Returns
+    -------
+    PairJoint
+        The normalised joint over the candidate pairs of ``a`` and ``b``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        When ``method`` or an option is unknown or invalid, an option belongs to another method
+        (:func:`~mlm_ppl.models.pairs.joint_options`), an ``hcb`` pivot token id is not a
+        candidate, or the positions or the support are invalid (:func:`~mlm_ppl.pair_conditionals`).
 
     Examples
     --------
-    >>> joint = derive_pair_joint(mlm, "EVQLVESGGG", 3, 4, method="ag")  # doctest: +SKIP
-    >>> joint.tokens(joint.sample((5,)))                                  # doctest: +SKIP
+    >>> from mlm_ppl import derive_pair_joint
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> joint = derive_pair_joint(tiny_residue_bert("ACDE", seed=1), "ACDEA", 2, 3, method="ag")
+    >>> joint.log_joint.shape, joint.converged
+    (torch.Size([4, 4]), True)
+    >>> joint.tokens(joint.sample((5,))).shape  # five (x_a, x_b) pairs of token ids
+    torch.Size([5, 2])
     """
     options = joint_options(
         method, pivot=pivot, pivot_side=pivot_side, tol=tol, max_iter=max_iter, accelerate=accelerate

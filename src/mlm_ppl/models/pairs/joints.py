@@ -72,22 +72,51 @@ class PairJoint(dist.Categorical):
 
     A :class:`pyro.distributions.Categorical` over ``K_a * K_b`` outcomes: outcome
     ``i * K_b + j`` is the pair ``(candidates_a[i], candidates_b[j])``. Use :meth:`tokens` to
-    turn samples into token ids and :meth:`log_prob_tokens` to score token pairs.
+    turn samples into token ids and :meth:`log_prob_tokens` to score token pairs. Made by
+    :func:`~mlm_ppl.derive_pair_joint` and :meth:`~mlm_ppl.PairConditionals.joint`; every argument
+    but ``log_joint`` and ``validate_args`` is kept as an attribute of the same name.
 
-    Attributes
+    Parameters
     ----------
-    candidates_a, candidates_b : Tensor
-        The candidate token ids of the two positions.
-    positions : tuple of int
-        ``(a, b)``.
-    method : str
-        How the joint was derived.
-    converged : bool
-        For ``ag``, whether the fixed-point iteration met its tolerance; True otherwise.
-    iterations : int
-        For ``ag``, iterations run; 0 otherwise.
-    pivot : int or None
-        For ``hcb``, the pivot token id.
+    log_joint : torch.Tensor
+        Shape ``(K_a, K_b)``, ``log q(x_a, x_b)`` up to a constant (normalised here, as
+        :class:`pyro.distributions.Categorical` normalises its logits); kept as float64.
+    candidates_a, candidates_b : torch.Tensor
+        Shapes ``(K_a,)`` and ``(K_b,)``, the candidate token ids of the two positions.
+    positions : tuple of int, optional
+        ``(a, b)`` (default ``(0, 1)``).
+    method : str, optional
+        How the joint was derived (default ``""``).
+    converged : bool, optional
+        For ``ag``, whether the fixed-point iteration met its tolerance; True otherwise (the
+        default).
+    iterations : int, optional
+        For ``ag``, iterations run; 0 otherwise (the default).
+    pivot : int or None, optional
+        For ``hcb``, the pivot token id; None otherwise (the default).
+    validate_args : bool or None, optional
+        Passed to :class:`pyro.distributions.Categorical`.
+
+    Raises
+    ------
+    ValueError
+        When ``log_joint`` is not of shape ``(K_a, K_b)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl import PairJoint
+    >>> q = torch.tensor([[0.5, 0.1], [0.1, 0.3]])
+    >>> joint = PairJoint(q.log(), torch.tensor([5, 6]), torch.tensor([7, 8]), positions=(2, 3))
+    >>> joint.tokens(torch.tensor([0, 3]))  # outcomes 0 and 3: the pairs (5, 7) and (6, 8)
+    tensor([[5, 7],
+            [6, 8]])
+    >>> round(float(joint.log_prob_tokens(6, 8).exp()), 2)
+    0.3
+    >>> joint.log_prob_tokens(5, 5)  # 5 is not a candidate of b
+    tensor(-inf, dtype=torch.float64)
+    >>> joint.sample((4,)).shape
+    torch.Size([4])
     """
 
     def __init__(
@@ -120,6 +149,7 @@ class PairJoint(dist.Categorical):
 
     @property
     def shape_2d(self) -> tuple[int, int]:
+        """``(K_a, K_b)``, the numbers of candidates of the two positions."""
         return len(self.candidates_a), len(self.candidates_b)
 
     @property
@@ -138,21 +168,62 @@ class PairJoint(dist.Categorical):
         return torch.log_softmax(self.log_joint, dim=1)
 
     def tokens(self, outcome: Tensor) -> Tensor:
-        """Token ids ``(..., 2)`` of outcomes (flat indices) ``(...)``."""
+        """Token ids of outcomes: the pair ``(x_a, x_b)`` of each flat outcome index.
+
+        Parameters
+        ----------
+        outcome : torch.Tensor
+            Flat outcome indices in ``[0, K_a * K_b)`` of any shape ``(...)``, as :meth:`sample`
+            draws them.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(..., 2)``, long token ids: ``x_a`` then ``x_b``.
+        """
         outcome = torch.as_tensor(outcome, dtype=torch.long)
         kb = len(self.candidates_b)
         return torch.stack([self.candidates_a[outcome // kb], self.candidates_b[outcome % kb]], dim=-1)
 
     def log_prob_tokens(self, x_a: int, x_b: int) -> Tensor:
-        """``log q(x_a, x_b)`` of token ids; ``-inf`` outside the support."""
+        """``log q(x_a, x_b)`` of a pair of token ids; ``-inf`` outside the support.
+
+        Parameters
+        ----------
+        x_a : int
+            Token id at position ``a``.
+        x_b : int
+            Token id at position ``b``.
+
+        Returns
+        -------
+        torch.Tensor
+            A scalar, float64: the normalised log-probability of the pair, ``-inf`` when either
+            token is not a candidate.
+        """
         i, j = index_of(self.candidates_a, x_a), index_of(self.candidates_b, x_b)
         if i is None or j is None:
             return torch.tensor(float("-inf"), dtype=self.logits.dtype)
         return self.log_joint[i, j]
 
     def expand(self, batch_shape, _instance=None):
-        """The joint as a :class:`pyro.distributions.Categorical` over ``V * V`` outcomes with
-        ``batch_shape`` (a pair joint has no batch of its own)."""
+        """The joint as a plain :class:`pyro.distributions.Categorical` with ``batch_shape``.
+
+        A pair joint has no batch of its own; the result is a Categorical over the same
+        ``K_a * K_b`` outcomes, without the candidates and the other attributes.
+
+        Parameters
+        ----------
+        batch_shape : torch.Size or tuple of int
+            The batch shape of the result.
+        _instance : None, optional
+            Pyro's and torch's argument for subclasses; not used.
+
+        Returns
+        -------
+        pyro.distributions.Categorical
+            The joint's outcomes with ``batch_shape``.
+        """
         return dist.Categorical(logits=self.logits).expand(batch_shape)
 
 
@@ -161,15 +232,27 @@ class PairJoint(dist.Categorical):
 class HCBOptions:
     """Options of the ``hcb`` joint, checked when built.
 
-    Attributes
+    Parameters
     ----------
-    pivot : {"both", "one"} or int
-        ``"both"``: the most likely candidate of the pivot side with both positions masked;
-        ``"one"``: the most likely candidate with only the pivot side masked (the other position
-        at its observed token); an int: that token id (a candidate).
-    pivot_side : {"a", "b"}
-        The position whose value is pivoted. ``"a"`` gives
+    pivot : {"both", "one"} or int, optional
+        ``"both"`` (the default): the most likely candidate of the pivot side with both positions
+        masked; ``"one"``: the most likely candidate with only the pivot side masked (the other
+        position at its observed token); an int: that token id (a candidate).
+    pivot_side : {"a", "b"}, optional
+        The position whose value is pivoted (default ``"a"``). ``"a"`` gives
         ``q ∝ P_a(x_a|x_b) / P_a(a*|x_b) * P_b(x_b|a*)``; ``"b"`` swaps the roles.
+
+    Raises
+    ------
+    ValueError
+        When ``pivot_side`` is not ``"a"`` or ``"b"``, or ``pivot`` is neither one of
+        :data:`~mlm_ppl.models.pairs.PIVOTS` nor an int.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.pairs import HCBOptions
+    >>> HCBOptions(pivot="one", pivot_side="b")
+    HCBOptions(pivot='one', pivot_side='b')
     """
 
     pivot: str | int = "both"
@@ -200,9 +283,37 @@ _OPTIONS: dict[str, type] = {
 def joint_options(method: str, **options: Any) -> Any:
     """Check ``method`` and its options (before any forward pass) and return them filled in.
 
-    ``hcb`` takes ``pivot`` and ``pivot_side`` (:class:`HCBOptions`); ``ag`` takes ``tol``,
-    ``max_iter`` and ``accelerate`` (:class:`AGOptions`); the others take none. An option given
-    as None takes its default.
+    ``hcb`` takes ``pivot`` and ``pivot_side`` (:class:`~mlm_ppl.models.pairs.HCBOptions`); ``ag``
+    takes ``tol``, ``max_iter`` and ``accelerate`` (:class:`~mlm_ppl.models.pairs.AGOptions`); the
+    others take none. An option given as None takes its default.
+
+    Parameters
+    ----------
+    method : {"naive", "mrf", "mrf_logit", "hcb", "ag"}
+        The joint's method (:data:`~mlm_ppl.models.pairs.PAIR_METHODS`).
+    **options
+        The method's options by name; None for an option takes its default.
+
+    Returns
+    -------
+    HCBOptions or AGOptions or object
+        The checked options: an :class:`~mlm_ppl.models.pairs.HCBOptions` for ``hcb``, an
+        :class:`~mlm_ppl.models.pairs.AGOptions` for ``ag``, an empty options object for the
+        others.
+
+    Raises
+    ------
+    ValueError
+        When ``method`` is unknown, an option belongs to another method, or an option's value is
+        invalid.
+    TypeError
+        When an option belongs to no method, or an option's value has the wrong type.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models.pairs import joint_options
+    >>> joint_options("ag", tol=1e-4, max_iter=None)
+    AGOptions(tol=0.0001, max_iter=20000, accelerate=True)
     """
     if method not in PAIR_METHODS:
         raise ValueError(f"method must be one of {PAIR_METHODS}, got {method!r}")
@@ -276,14 +387,40 @@ def pair_joint(cond: "PairConditionals", method: str, **options: Any) -> PairJoi
     Parameters
     ----------
     cond : PairConditionals
+        The MLM's conditionals at the two positions (:func:`~mlm_ppl.pair_conditionals`).
     method : {"naive", "mrf", "mrf_logit", "hcb", "ag"}
+        How to combine them (:data:`~mlm_ppl.models.pairs.PAIR_METHODS`).
     **options
-        ``hcb``: ``pivot``, ``pivot_side`` (:class:`HCBOptions`; defaults ``"both"``, ``"a"``).
-        ``ag``: ``tol``, ``max_iter``, ``accelerate`` (:class:`AGOptions`; defaults 1e-6, 20000,
+        ``hcb``: ``pivot``, ``pivot_side`` (:class:`~mlm_ppl.models.pairs.HCBOptions`; defaults
+        ``"both"``, ``"a"``). ``ag``: ``tol``, ``max_iter``, ``accelerate``
+        (:class:`~mlm_ppl.models.pairs.AGOptions`; defaults 1e-6, 20000,
         True): stop when the fixed-point equation holds to ``tol``, or after ``max_iter``
         evaluations of the map (then the joint's ``converged`` is False); the reference code
         (``ltorroba/lms-from-mlms``, ``--iter-steps`` default) runs 40 plain steps, which is
         ``max_iter=40, accelerate=False``. The other methods take no options.
+
+    Returns
+    -------
+    PairJoint
+        The normalised joint over the candidate pairs.
+
+    Raises
+    ------
+    ValueError, TypeError
+        When ``method`` or an option is unknown or invalid, or an option belongs to another
+        method (:func:`~mlm_ppl.models.pairs.joint_options`); ValueError when an ``hcb`` pivot
+        token id is not a candidate.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models import pair_joint
+    >>> from mlm_ppl.testing import goyal_counterexample, table_pair_conditionals
+    >>> cond = table_pair_conditionals(goyal_counterexample())  # two binary tokens
+    >>> joint = pair_joint(cond, "hcb", pivot_side="b")
+    >>> joint.method, joint.log_joint.shape
+    ('hcb', torch.Size([2, 2]))
+    >>> pair_joint(cond, "ag", max_iter=40, accelerate=False).iterations <= 40
+    True
     """
     return build_joint(cond, method, joint_options(method, **options))
 
