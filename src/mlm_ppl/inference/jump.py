@@ -92,8 +92,16 @@ RUN_RECORDS = {"p_insert_run": 0.0, "p_delete_run": 0.0, "max_run": 2}
 
 
 def move_options() -> tuple[Any, ...]:
-    """The fields :data:`MOVE_OPTIONS` of an Options class whose kernel makes gap-jump's moves
-    (gap-jump's own, surrogate-MH's inner chain on a variable gap)."""
+    """The fields :data:`MOVE_OPTIONS` of an Options class whose kernel makes gap-jump's moves.
+
+    Such a kernel is gap-jump itself, or surrogate-MH's inner chain on a variable gap.
+
+    Returns
+    -------
+    tuple of dataclasses.Field
+        The six fields made with :func:`~mlm_ppl.inference.option`, in the order of
+        :data:`MOVE_OPTIONS`.
+    """
     return (
         option(0.5, "probability of an update move (MH at the current length)", check=check_probability),
         option(0.25, "probability of an insert move (a gap position added)", check=check_probability),
@@ -105,8 +113,20 @@ def move_options() -> tuple[Any, ...]:
 
 
 def check_moves(options: Any) -> None:
-    """The move probabilities of ``options`` sum to 1, the run moves are both on or both off, and
-    ``max_run`` is given only with them (a ValueError naming them otherwise)."""
+    """Check that the move probabilities of ``options`` sum to 1 and that the run moves are consistent.
+
+    The run moves must be both on or both off, and ``max_run`` given only with them.
+
+    Parameters
+    ----------
+    options : object
+        Options with the fields of :data:`MOVE_OPTIONS`.
+
+    Raises
+    ------
+    ValueError
+        When one of these fails (the message names the options).
+    """
     probs = tuple(getattr(options, name) for name in MOVE_OPTIONS[:5])
     if not math.isclose(sum(probs), 1.0):
         raise ValueError(f"the move probabilities {', '.join(MOVE_OPTIONS[:5])} {probs} must sum to 1")
@@ -121,7 +141,18 @@ def check_moves(options: Any) -> None:
 
 
 def move_settings(options: Any) -> dict[str, Any]:
-    """The :data:`MOVE_OPTIONS` of ``options``, as keyword arguments of :class:`GapJump`."""
+    """The :data:`MOVE_OPTIONS` of ``options``, as keyword arguments of :class:`GapJump`.
+
+    Parameters
+    ----------
+    options : object
+        Options with the fields of :data:`MOVE_OPTIONS`.
+
+    Returns
+    -------
+    dict of str to object
+        Each of those options' value by name.
+    """
     return {name: getattr(options, name) for name in MOVE_OPTIONS}
 
 
@@ -130,6 +161,50 @@ _UPDATE, _INSERT, _DELETE, _INSERT_RUN, _DELETE_RUN, _MAX_RUN = move_options()
 
 @dataclass(frozen=True)
 class GapJumpOptions(Options):
+    """Options of :class:`GapJump`: the move probabilities, the run moves and the update's unmask proposal.
+
+    Parameters
+    ----------
+    p_update : float, optional
+        Probability of an update move (MH at the current length), in (0, 1] (default 0.5).
+    p_insert : float, optional
+        Probability of an insert move (a gap position added), in (0, 1] (default 0.25).
+    p_delete : float, optional
+        Probability of a delete move (a gap position removed), in (0, 1] (default 0.25).
+    p_insert_run : float, optional
+        Probability of an insert-run move (a run of ``2..max_run`` gap positions added), in [0, 1]
+        (default 0: off).
+    p_delete_run : float, optional
+        Probability of a delete-run move (a run of ``2..max_run`` gap positions removed), in [0, 1]
+        (default 0: off); 0 exactly when ``p_insert_run`` is.
+    max_run : int, optional
+        Longest run a run move adds or removes (runs of ``2..max_run``, uniformly; default 2);
+        another value only with the run moves on.
+    p_unmask : float, optional
+        Probability that an update move proposes a run of ``unmask_size`` free positions by
+        unmasking them one by one (default 0).
+    unmask_size : int or None, optional
+        Free positions an update's unmask proposal redraws (default None: all).
+
+    Raises
+    ------
+    TypeError
+        When an option has the wrong type.
+    ValueError
+        When an option is out of range, the five move probabilities do not sum to 1, only one of
+        the run moves is on, or ``max_run`` is given without them.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import GapJumpOptions
+    >>> GapJumpOptions(p_update=0.6, p_insert=0.2, p_delete=0.2).given()
+    {'p_update': 0.6, 'p_insert': 0.2, 'p_delete': 0.2}
+    >>> GapJumpOptions(p_update=0.6)
+    Traceback (most recent call last):
+    ...
+    ValueError: the move probabilities p_update, p_insert, p_delete, ... must sum to 1
+    """
+
     p_update: float = _UPDATE
     p_insert: float = _INSERT
     p_delete: float = _DELETE
@@ -151,8 +226,23 @@ class GapJumpOptions(Options):
 
 
 class GapJumpState(NamedTuple):
-    """C chains as padded states of the :class:`~mlm_ppl.models.gap_target.GapTarget` (what
-    :meth:`GapTarget.evaluate` gives of them: the log-factor is ``log pi(L)``)."""
+    """State of C gap-jump chains, as padded states of the :class:`~mlm_ppl.models.gap_target.GapTarget`.
+
+    The energy, log-factor and conditionals are what
+    :meth:`GapTarget.evaluate <mlm_ppl.models.gap_target.GapTarget.evaluate>` gives of the
+    tokens: the log-factor is ``log pi(L)`` plus the length's own (0 without constraints).
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        The states, long, padded to the longest template, shape ``(C, T)``.
+    energy : torch.Tensor
+        Each state's energy at its own length, shape ``(C,)``.
+    log_factor : torch.Tensor
+        Each state's log-factor, ``log pi(L)`` plus the length's own, shape ``(C,)``.
+    cond_logits : torch.Tensor
+        The conditionals of the free sites each chain has (zeros elsewhere), shape ``(C, F, V)``.
+    """
 
     tokens: Tensor  # (C, T) long, padded
     energy: Tensor  # (C,)
@@ -161,6 +251,25 @@ class GapJumpState(NamedTuple):
 
 
 class GapJumpInfo(NamedTuple):
+    """Per-step statistics of C gap-jump chains.
+
+    Parameters
+    ----------
+    lp : torch.Tensor
+        ``log pi(L) - E/T`` (and the length's log-factor) after the step, shape ``(C,)``.
+    is_accepted : torch.Tensor
+        Whether the move made was accepted, bool, shape ``(C,)``.
+    acceptance_rate : torch.Tensor
+        ``min(1, exp(log ratio))`` of the move made (0 for a move refused at a bound), shape ``(C,)``.
+    n_changed : torch.Tensor
+        Positions the step changed (an accepted jump: the residues it added or removed), shape ``(C,)``.
+    length : torch.Tensor
+        Gap length after the step, shape ``(C,)``.
+    move : torch.Tensor
+        The move made: 0 update, 1 insert, 2 delete, 3 insert_run, 4 delete_run (the index in
+        :data:`MOVES`), shape ``(C,)``.
+    """
+
     lp: Tensor  # (C,) log pi(L) - E/T after the step
     is_accepted: Tensor  # (C,) bool
     acceptance_rate: Tensor  # (C,) min(1, exp(log ratio)) of the move made (0 for a move refused at a bound)
@@ -170,7 +279,15 @@ class GapJumpInfo(NamedTuple):
 
 
 class JumpState(NamedTuple):
-    """One chain: its gap length and the MH state of its length-``L`` target (tokens ``(1, T_L)``)."""
+    """One chain: its gap length and the MH state of its length-``L`` target.
+
+    Parameters
+    ----------
+    length : int
+        The gap length ``L``.
+    mh : MHState
+        The chain's state on the length-``L`` target (tokens of shape ``(1, T_L)``).
+    """
 
     length: int
     mh: MHState
@@ -184,8 +301,41 @@ class GapJump(KernelBase[GapJumpOptions]):
     and ``p_delete_run`` (default 0: off) runs of ``2..max_run`` positions. The update move is
     MH with random scan on the current length's target: single sites, and with probability
     ``p_unmask`` a run of ``unmask_size`` free positions unmasked one by one
-    (:class:`~mlm_ppl.inference.MetropolisHastings`). It is reversible for its target (every move
+    (:class:`~mlm_ppl.MetropolisHastings`). It is reversible for its target (every move
     is an MH step, chosen independently of the state), so surrogate-MH may run it as its inner chain.
+    The moves and their Hastings ratios are in the module docstring of :mod:`mlm_ppl.inference.jump`.
+
+    Parameters
+    ----------
+    target : GapTarget
+        The variable gap (:class:`~mlm_ppl.models.gap_target.GapTarget`); a fixed template is refused.
+    **options
+        The options of :class:`GapJumpOptions`: ``p_update``, ``p_insert``, ``p_delete``,
+        ``p_insert_run``, ``p_delete_run``, ``max_run``, ``p_unmask`` and ``unmask_size``.
+
+    Raises
+    ------
+    TypeError
+        When an option is unknown or has the wrong type.
+    ValueError
+        When the target is not a variable gap; when an option is out of range or the move
+        probabilities are inconsistent (see :class:`GapJumpOptions`); when the run moves are on
+        and no run of 2 fits between the prior's shortest and longest lengths; or when the
+        update's options do not fit the gap's shortest length.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import ChainStreams, GapJump, initial_tokens
+    >>> from mlm_ppl.models.gap_target import GapTarget
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> kernel = GapJump(GapTarget(tiny_residue_bert("ACDE", seed=1), "A[MASK]{1,3}C"))
+    >>> streams = ChainStreams(0, 2)
+    >>> state = kernel.init(initial_tokens(kernel, 2, streams, "uniform"))
+    >>> state, info = kernel.step(state, streams)
+    >>> state.tokens.shape, info.length.shape
+    (torch.Size([2, 7]), torch.Size([2]))
+    >>> all(1 <= int(length) <= 3 for length in info.length)
+    True
     """
 
     name = "gap-jump"
@@ -199,6 +349,19 @@ class GapJump(KernelBase[GapJumpOptions]):
     target: GapTarget
 
     def bind_target(self, target: Any) -> None:
+        """Take the move probabilities from the options and check them against the gap's lengths.
+
+        Parameters
+        ----------
+        target : GapTarget
+            The kernel's target.
+
+        Raises
+        ------
+        ValueError
+            When the run moves are on and no run of 2 fits between the prior's shortest and longest
+            lengths, or when the update's options do not fit the gap's shortest length.
+        """
         o = self.options
         self.p_update, self.p_insert, self.p_delete = o.p_update, o.p_insert, o.p_delete
         self.p_insert_run, self.p_delete_run, self.run_sizes = o.p_insert_run, o.p_delete_run, run_sizes(o.max_run)
@@ -215,9 +378,22 @@ class GapJump(KernelBase[GapJumpOptions]):
             raise ValueError(f"at the gap's shortest length, {target.shortest}: {err}") from None
 
     def kernel(self, length: int) -> MetropolisHastings:
-        """The update move's kernel at ``length``: MH with random scan, single sites (and unmask
-        proposals with ``p_unmask``), proposing at temperature 1 as the insert moves do (gap-jump
-        has no proposal temperature to record, so it keeps the one its runs always had)."""
+        """The update move's kernel at ``length``: MH with random scan, single sites.
+
+        With ``p_unmask``, it also makes unmask proposals. It proposes at temperature 1 as the
+        insert moves do (gap-jump has no proposal temperature to record, so it keeps the one its
+        runs always had). Made once per length.
+
+        Parameters
+        ----------
+        length : int
+            A gap length.
+
+        Returns
+        -------
+        MetropolisHastings
+            The MH kernel on the length-``length`` target.
+        """
         if length not in self._kernels:
             o = self.options
             self._kernels[length] = MetropolisHastings(
@@ -230,25 +406,65 @@ class GapJump(KernelBase[GapJumpOptions]):
         return self._kernels[length]
 
     def evaluations_per_step(self) -> float:
-        """One evaluation, plus a jump's masked copy for ``q`` and an update's unmask reads (at the
-        longest length, in evaluations of it)."""
+        """At most how much work one step does for one chain, in full evaluations of the target.
+
+        Returns
+        -------
+        float
+            One evaluation, plus a jump's masked copies for ``q`` (:meth:`jump_reads`) and an
+            update's unmask reads (at the longest length, in evaluations of it).
+        """
         longest = self.target.target(self.target.longest)
         copies = getattr(longest, "scored_positions", longest.free_positions).numel()
         reads = self.p_update * self.kernel(self.target.longest).proposal_cost()
         return 1.0 + self.jump_reads() + reads / copies
 
     def jump_reads(self) -> float:
-        """Masked copies a step's jump reads for its ``q``, on average: one for an insert or a delete,
-        ``k`` for a run of ``k``."""
+        """Masked copies a step's jump reads for its ``q``, on average.
+
+        Returns
+        -------
+        float
+            One per insert or delete, ``k`` per run of ``k``, weighed by the moves' probabilities
+            (the run length's mean over ``2..max_run``).
+        """
         mean_k = sum(self.run_sizes) / len(self.run_sizes)
         return self.p_insert + self.p_delete + (self.p_insert_run + self.p_delete_run) * mean_k
 
     def log_density(self, length: int, energy: Tensor, log_factor: Tensor) -> Tensor:
-        """``log pi(L) - E/T + log_factor`` (float64), ``log_factor`` the length's own (0 here)."""
+        """The log density ``log pi(L) - E/T + log_factor`` of states of gap length ``length``.
+
+        Parameters
+        ----------
+        length : int
+            The gap length ``L``.
+        energy : torch.Tensor
+            The states' energies, shape ``(N,)``.
+        log_factor : torch.Tensor
+            The length's own log-factor of each state (0 without constraints), shape ``(N,)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The log densities, float64, shape ``(N,)``.
+        """
         return self.target.log_prior(length) + log_density(energy, log_factor, self.target.temperature).double()
 
     def gap_position(self, length: int, j: int) -> int:
-        """The token index of gap position ``j`` (0-based) of the length-``length`` template."""
+        """The token index of gap position ``j`` (0-based) of the length-``length`` template.
+
+        Parameters
+        ----------
+        length : int
+            The gap length.
+        j : int
+            A gap position, ``0 .. length - 1``.
+
+        Returns
+        -------
+        int
+            Its index in the length-``length`` template's tokens.
+        """
         return int(self.target.target(length).free_positions[self.target.gap_start + j])
 
     # -------------------------------------------------------------- the moves
@@ -269,13 +485,31 @@ class GapJump(KernelBase[GapJumpOptions]):
         return torch.cat([x[:, :at], x[:, at + 1 :]], 1)
 
     def log_ratio(self, kind: str, lp_new: Tensor, lp_old: Tensor | float, logq: Tensor) -> Tensor:
-        """The log Hastings ratio of an insert (``logq``: ``log q(t | y_{-j})`` of the new token) or a
-        delete (``logq``: ``log q(x_j | x_{-j})`` of the removed one), or of an insert run or a delete
-        run (``logq``: ``log q_s`` of the run's tokens along its order), from the log densities
-        (:meth:`log_density`) of the new and the old state; the one formula :meth:`step_chain` and
-        :meth:`move_matrices` use. Where a state has density 0 (it breaks a hard rule), as every
-        kernel reads it (:func:`~mlm_ppl.inference.base.mh_log_ratio`): a move out of density 0 is
-        accepted, a move into it refused."""
+        """The log Hastings ratio of a jump, from the log densities of the new and the old state.
+
+        The one formula :meth:`step_chain` and :meth:`move_matrices` use. Where a state has
+        density 0 (it breaks a hard rule), as every kernel reads it
+        (:func:`~mlm_ppl.inference.base.mh_log_ratio`): a move out of density 0 is accepted, a
+        move into it refused.
+
+        Parameters
+        ----------
+        kind : {"insert", "delete", "insert_run", "delete_run"}
+            The move.
+        lp_new : torch.Tensor
+            Log density (:meth:`log_density`) of each new state, shape ``(N,)``.
+        lp_old : torch.Tensor or float
+            Log density of the old state(s), broadcast to ``lp_new``.
+        logq : torch.Tensor
+            For an insert, ``log q(t | y_{-j})`` of the new token; for a delete,
+            ``log q(x_j | x_{-j})`` of the removed one; for an insert run or a delete run,
+            ``log q_s`` of the run's tokens along its order.
+
+        Returns
+        -------
+        torch.Tensor
+            The log ratios, float64, shape of ``lp_new``.
+        """
         p = dict(zip(MOVES[1:], (self.p_insert, self.p_delete, self.p_insert_run, self.p_delete_run)))
         reverse = {"insert": "delete", "delete": "insert", "insert_run": "delete_run", "delete_run": "insert_run"}
         sign = -1.0 if kind in ("insert", "insert_run") else 1.0  # q is the forward move's, or the reverse's
@@ -285,17 +519,65 @@ class GapJump(KernelBase[GapJumpOptions]):
 
     # -------------------------------------------------------------- one chain
     def init_chain(self, length: int, tokens: Tensor) -> JumpState:
-        """A chain at ``length`` with complete ``tokens`` ``(1, T_L)``."""
+        """A chain at gap length ``length`` with complete ``tokens``.
+
+        Parameters
+        ----------
+        length : int
+            The gap length.
+        tokens : torch.Tensor
+            A complete state of the length-``length`` template, shape ``(1, T_L)``.
+
+        Returns
+        -------
+        JumpState
+            The chain's state.
+
+        Raises
+        ------
+        ValueError
+            When the prior gives ``length`` weight 0.
+        """
         if self.target.log_prior(length) == float("-inf"):
             raise ValueError(f"length {length} has prior weight 0")
         return JumpState(length, self.kernel(length).init(tokens))
 
     def lp(self, state: JumpState) -> float:
+        """The log density (:meth:`log_density`) of one chain's state.
+
+        Parameters
+        ----------
+        state : JumpState
+            One chain.
+
+        Returns
+        -------
+        float
+            ``log pi(L) - E/T + log_factor`` of its state.
+        """
         return float(self.log_density(state.length, state.mh.energy, state.mh.log_factor)[0])
 
     def step_chain(self, state: JumpState, streams: ChainStreams) -> tuple[JumpState, str, bool, float]:
-        """One step of one chain (``streams`` of one chain): ``(new state, move, accepted, acceptance
-        probability)``."""
+        """One step of one chain: a move chosen by its probability, then proposed and accepted or not.
+
+        Parameters
+        ----------
+        state : JumpState
+            The chain's state.
+        streams : ChainStreams
+            The chain's stream (streams of one chain).
+
+        Returns
+        -------
+        state : JumpState
+            The new state (``state`` itself where the move was refused or rejected).
+        move : str
+            The move chosen, one of :data:`MOVES`.
+        accepted : bool
+            Whether it was accepted.
+        acceptance_probability : float
+            Its ``min(1, exp(log ratio))`` (0 for a move refused at a bound).
+        """
         L, x = state.length, state.mh.tokens
         u = float(streams.rand((1,))[0])
         if u < self.p_update:
@@ -348,13 +630,43 @@ class GapJump(KernelBase[GapJumpOptions]):
 
     # -------------------------------------------------------------- C chains (the kernel contract)
     def init(self, tokens: Tensor) -> GapJumpState:
-        """Padded starting states ``(C, T)`` (each at its own length; see :class:`GapTarget`)."""
+        """The state of chains starting at padded ``tokens``, each at its own length.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Complete states padded to the longest template, shape ``(C, T)`` (see
+            :class:`~mlm_ppl.models.gap_target.GapTarget`).
+
+        Returns
+        -------
+        GapJumpState
+            The chains' state.
+
+        Raises
+        ------
+        ValueError
+            When ``tokens`` are not padded states of the target.
+        """
         self.target.validate_tokens(tokens)
         ev = self.target.evaluate(tokens)
         return GapJumpState(tokens.cpu(), ev.energy, ev.log_factor, ev.cond_logits)
 
     def chain(self, state: GapJumpState, c: int) -> JumpState:
-        """Chain ``c`` of ``state`` as one chain's :class:`JumpState` (nothing recomputed)."""
+        """Chain ``c`` of ``state`` as one chain's :class:`JumpState` (nothing recomputed).
+
+        Parameters
+        ----------
+        state : GapJumpState
+            The chains' state.
+        c : int
+            A chain's row.
+
+        Returns
+        -------
+        JumpState
+            That chain at its own length.
+        """
         target = self.target
         L = int(target.length_of(state.tokens[c : c + 1])[0])
         own = state.log_factor[c : c + 1].double() - target.log_prior(L)  # the length's own log-factor: 0
@@ -369,7 +681,22 @@ class GapJump(KernelBase[GapJumpOptions]):
         return JumpState(L, mh)
 
     def step(self, state: GapJumpState, streams: ChainStreams) -> tuple[GapJumpState, GapJumpInfo]:
-        """One step of every chain, one chain at a time, chain ``c`` from its own stream."""
+        """One step of every chain, one chain at a time, chain ``c`` from its own stream.
+
+        Parameters
+        ----------
+        state : GapJumpState
+            The chains' state.
+        streams : ChainStreams
+            One random stream per chain.
+
+        Returns
+        -------
+        state : GapJumpState
+            The new state.
+        info : GapJumpInfo
+            The step's statistics.
+        """
         target = self.target
         tokens, energy = state.tokens.clone(), state.energy.clone()
         factor, cond = state.log_factor.clone(), state.cond_logits.clone()
@@ -392,12 +719,24 @@ class GapJump(KernelBase[GapJumpOptions]):
 
     # -------------------------------------------------------------- exact, for tiny models
     def states(self) -> list[tuple[int, Tensor]]:
-        """Every ``(L, tokens (T_L,))`` of the lengths the prior weighs, in order of length, then as
-        :func:`~mlm_ppl.inference.exact.enumerate_states` orders each length's."""
+        """Every state of every length the prior weighs, for the exact matrices.
+
+        Returns
+        -------
+        list of tuple of (int, torch.Tensor)
+            Each state as ``(L, tokens)``, tokens of shape ``(T_L,)``, in order of length, then as
+            :func:`~mlm_ppl.inference.exact.enumerate_states` orders each length's.
+        """
         return [(L, s) for L in self.target.lengths for s in enumerate_states(self.target.target(L))]
 
     def exact_log_probs(self) -> Tensor:
-        """``(S,)`` normalised log p(L, x) over :meth:`states`."""
+        """The normalised log probabilities ``log p(L, x)`` of the target over :meth:`states`.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(S,)``, float64.
+        """
         parts = []
         for L in self.target.lengths:
             target = self.target.target(L)
@@ -406,16 +745,31 @@ class GapJump(KernelBase[GapJumpOptions]):
         return torch.log_softmax(torch.cat(parts), 0)
 
     def exact_matrix(self) -> Tensor:
-        """``(S, S)`` float64 exact matrix of one :meth:`step_chain` over :meth:`states`: the sum of
-        each move's probability times its matrix (:meth:`move_matrices`)."""
+        """The exact transition matrix of one :meth:`step_chain` over :meth:`states`, for tiny models.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(S, S)``, float64: the sum of each move's probability times its matrix
+            (:meth:`move_matrices`).
+        """
         p = dict(zip(MOVES, (self.p_update, self.p_insert, self.p_delete, self.p_insert_run, self.p_delete_run)))
         return sum((p[move] * M for move, M in self.move_matrices().items()), torch.zeros(()))
 
     def move_matrices(self) -> dict[str, Tensor]:
-        """Each move's ``(S, S)`` float64 exact matrix over :meth:`states`, given that move is chosen:
-        the update's from each length's MH kernel (:func:`~mlm_ppl.inference.exact.transition_matrix`),
-        insert and delete built from the moves' own proposal and density code, and with the run moves
-        on (``p_insert_run > 0``) theirs (:func:`~mlm_ppl.inference.jump_runs.run_matrices`)."""
+        """Each move's exact matrix over :meth:`states`, given that move is chosen, for tiny models.
+
+        The update's comes from each length's MH kernel
+        (:func:`~mlm_ppl.inference.exact.transition_matrix`); insert's and delete's are built from
+        the moves' own proposal and density code; with the run moves on (``p_insert_run > 0``),
+        theirs too (:func:`~mlm_ppl.inference.jump_runs.run_matrices`).
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Each move's matrix, shape ``(S, S)``, float64, by its name in :data:`MOVES` (the run
+            moves only when on).
+        """
         lengths = self.target.lengths
         offset, n = {}, 0
         for L in lengths:

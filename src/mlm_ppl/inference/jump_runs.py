@@ -35,7 +35,24 @@ RUN_MOVES = ("insert_run", "delete_run")
 
 
 def run_sizes(max_run: int) -> tuple[int, ...]:
-    """The run lengths ``k`` a run move draws, uniformly: ``2 .. max_run``."""
+    """The run lengths ``k`` a run move draws, uniformly: ``2 .. max_run``.
+
+    Parameters
+    ----------
+    max_run : int
+        The longest run.
+
+    Returns
+    -------
+    tuple of int
+        ``2, 3, .., max_run``.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference.jump_runs import run_sizes
+    >>> run_sizes(4)
+    (2, 3, 4)
+    """
     return tuple(range(2, max_run + 1))
 
 
@@ -45,8 +62,26 @@ def _gap_tokens(gap: GapTarget, length: int, j: int, k: int) -> Tensor:
 
 
 def insert_masks(gap: GapTarget, x: Tensor, length: int, j: int, k: int) -> Tensor:
-    """``x`` ``(1, T)`` of gap length ``length`` with ``k`` masked positions at gap slot ``j``
-    (0..length): ``(1, T + k)``, of gap length ``length + k``."""
+    """``x`` with ``k`` masked positions inserted at gap slot ``j``.
+
+    Parameters
+    ----------
+    gap : GapTarget
+        The variable gap.
+    x : torch.Tensor
+        States of gap length ``length``, shape ``(N, T)``.
+    length : int
+        Their gap length.
+    j : int
+        The slot, ``0 .. length`` (``length``: after the gap's last position).
+    k : int
+        The number of positions inserted.
+
+    Returns
+    -------
+    torch.Tensor
+        The states of gap length ``length + k``, the new positions masked, shape ``(N, T + k)``.
+    """
     ends = _gap_tokens(gap, length, 0, length)
     at = int(ends[j]) if j < length else int(ends[-1]) + 1
     masks = torch.full((x.shape[0], k), gap.mlm.mask_id, dtype=x.dtype)
@@ -54,7 +89,26 @@ def insert_masks(gap: GapTarget, x: Tensor, length: int, j: int, k: int) -> Tens
 
 
 def delete_run(gap: GapTarget, x: Tensor, length: int, j: int, k: int) -> Tensor:
-    """``x`` ``(N, T)`` of gap length ``length`` without gap positions ``j .. j+k-1``."""
+    """``x`` without gap positions ``j .. j+k-1``.
+
+    Parameters
+    ----------
+    gap : GapTarget
+        The variable gap.
+    x : torch.Tensor
+        States of gap length ``length``, shape ``(N, T)``.
+    length : int
+        Their gap length.
+    j : int
+        The run's first gap position.
+    k : int
+        The number of positions removed.
+
+    Returns
+    -------
+    torch.Tensor
+        The states of gap length ``length - k``, shape ``(N, T - k)``.
+    """
     at = int(_gap_tokens(gap, length, j, 1)[0])
     return torch.cat([x[:, :at], x[:, at + k :]], 1)
 
@@ -62,11 +116,35 @@ def delete_run(gap: GapTarget, x: Tensor, length: int, j: int, k: int) -> Tensor
 def unmask_run(
     gap: GapTarget, y: Tensor, length: int, j: int, order: Tensor, streams: ChainStreams | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Sequential unmasking of gap positions ``j + order`` of ``y`` ``(N, T)`` (gap length ``length``):
-    step ``i`` masks the positions ``order[i:]`` and reads the MLM's conditional at ``order[i]``, as
+    """Sequential unmasking of gap positions ``j + order`` of ``y``, drawing or reading their tokens.
+
+    Step ``i`` masks the positions ``order[i:]`` and reads the MLM's conditional at ``order[i]``, as
     the length-``length`` target proposes (its alphabet there, normalised in float64). With
     ``streams`` (one chain, ``N = 1``) each step draws its token into ``y``; without, the tokens of
-    ``y`` are read. Returns ``y`` as filled and ``(N,)`` float64 ``log q_order`` of its run."""
+    ``y`` are read.
+
+    Parameters
+    ----------
+    gap : GapTarget
+        The variable gap.
+    y : torch.Tensor
+        States of gap length ``length``, shape ``(N, T)`` (not changed: a copy is filled).
+    length : int
+        Their gap length.
+    j : int
+        The run's first gap position.
+    order : torch.Tensor
+        The order of the run's positions, a permutation of ``0 .. k-1``.
+    streams : ChainStreams or None, optional
+        One chain's stream to draw the tokens from; None (the default) reads those of ``y``.
+
+    Returns
+    -------
+    y : torch.Tensor
+        The states as filled, shape ``(N, T)``.
+    logq : torch.Tensor
+        ``log q_order`` of each state's run, float64, shape ``(N,)``.
+    """
     target = gap.target(length)
     free = gap.gap_start + j + torch.as_tensor(order, dtype=torch.long)  # (k,) free indices, in draw order
     pos = target.free_positions[free]
@@ -82,10 +160,25 @@ def unmask_run(
 
 
 def run_matrices(jump: Any, offset: dict[int, int], n: int) -> dict[str, Tensor]:
-    """Each run move's ``(n, n)`` float64 exact matrix over ``jump``'s states (``offset[L]``: the row
-    of length ``L``'s first state), given that move is chosen: every ``k``, slot, order and fill
-    enumerated (all states of a length at once), each path weighed by its probability and accepted
-    by ``jump.log_ratio``."""
+    """Each run move's exact matrix over ``jump``'s states, given that move is chosen.
+
+    Every ``k``, slot, order and fill is enumerated (all states of a length at once), each path
+    weighed by its probability and accepted by ``jump.log_ratio``.
+
+    Parameters
+    ----------
+    jump : GapJump
+        The kernel (its target, run sizes, log density and ratio).
+    offset : dict of int to int
+        ``offset[L]``: the row of length ``L``'s first state.
+    n : int
+        The number of states, over every length.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The matrices of ``"insert_run"`` and ``"delete_run"``, each float64 of shape ``(n, n)``.
+    """
     gap: GapTarget = jump.target
     M = {move: torch.zeros((n, n), dtype=torch.float64) for move in RUN_MOVES}
     sizes = jump.run_sizes

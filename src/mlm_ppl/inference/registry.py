@@ -50,9 +50,38 @@ KERNELS = _Kernels()
 def register(cls: type[KernelBase]) -> type[KernelBase]:
     """Make a kernel class known by its ``name`` everywhere (usable as a class decorator).
 
-    The class must declare ``name``, ``Options`` (an :class:`~mlm_ppl.inference.spec.Options`
-    dataclass), ``State`` and ``Info`` (NamedTuples; the Info has ``lp`` and ``n_changed``) and
-    ``capabilities``. A TypeError says what is missing; a name already taken is a ValueError.
+    The class ``cls`` must be a subclass of :class:`~mlm_ppl.inference.KernelBase` that declares
+    ``name``, ``Options`` (an :class:`~mlm_ppl.inference.Options` dataclass), ``State`` and
+    ``Info`` (NamedTuples; the Info has ``lp`` and ``n_changed``) and ``capabilities``.
+    Registering a class again under its own name changes nothing.
+
+    Returns
+    -------
+    type
+        ``cls`` itself.
+
+    Raises
+    ------
+    TypeError
+        When ``cls`` is not a subclass of :class:`~mlm_ppl.inference.KernelBase` or does not declare
+        what it must (the message says what is missing or wrong).
+    ValueError
+        When another class is registered under the same name.
+
+    See Also
+    --------
+    unregister : Forget a kernel.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import MetropolisHastings, kernel_class, register, unregister
+    >>> class MyMH(MetropolisHastings):
+    ...     name = "my-mh"
+    >>> register(MyMH) is MyMH
+    True
+    >>> kernel_class("my-mh").__name__
+    'MyMH'
+    >>> unregister("my-mh")
     """
     if not isinstance(cls, type) or not issubclass(cls, KernelBase):
         raise TypeError(f"a kernel is a subclass of mlm_ppl.inference.spec.KernelBase, got {cls!r}")
@@ -75,24 +104,105 @@ def register(cls: type[KernelBase]) -> type[KernelBase]:
 
 
 def unregister(name: str) -> None:
-    """Forget the kernel ``name`` (a user's kernel; the built-in ones too, at the user's risk)."""
+    """Forget the kernel ``name`` (a user's kernel; the built-in ones too, at the user's risk).
+
+    Parameters
+    ----------
+    name : str
+        A registered kernel's name.
+
+    Raises
+    ------
+    ValueError
+        When no kernel is registered as ``name`` (the message lists the known names).
+
+    See Also
+    --------
+    register : Make a kernel known (its example unregisters it).
+    """
     KERNELS._classes.pop(check_choice(name, "kernel", tuple(KERNELS)))
 
 
 def kernel_class(name: str) -> type[KernelBase]:
-    """The class of the kernel ``name``, or a ValueError listing the known names."""
+    """The class of the kernel ``name``, or a ValueError listing the known names.
+
+    Parameters
+    ----------
+    name : str
+        A registered kernel's name (``tuple(KERNELS)`` lists them).
+
+    Returns
+    -------
+    type
+        The kernel's class, a subclass of :class:`~mlm_ppl.inference.KernelBase`.
+
+    Raises
+    ------
+    ValueError
+        When no kernel is registered as ``name``.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import kernel_class
+    >>> kernel_class("gap-jump").__name__
+    'GapJump'
+    """
     return KERNELS[check_choice(name, "kernel", tuple(KERNELS))]
 
 
 def length_kernels() -> tuple[str, ...]:
-    """The kernels that move a variable gap's length (``capabilities.lengths``), those made for
-    nothing else first (gap-jump: the default of ``--length-mode jump``)."""
+    """The names of the kernels that move a variable gap's length (``capabilities.lengths``).
+
+    Returns
+    -------
+    tuple of str
+        Their names, those made for nothing else (``capabilities.fixed`` False) first, then in
+        registration order: the first is the default of ``--length-mode jump``.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import length_kernels
+    >>> length_kernels()
+    ('gap-jump', 'surrogate-mh')
+    """
     movers = [name for name, cls in KERNELS.items() if cls.capabilities.lengths]
     return tuple(sorted(movers, key=lambda name: KERNELS[name].capabilities.fixed))
 
 
 def make_kernel(name: str, target: Target, **options: Any) -> KernelBase:
-    """Build the kernel ``name`` on ``target`` with its options (checked by its ``Options``)."""
+    """Build the kernel ``name`` on ``target`` with its options (checked by its ``Options``).
+
+    Parameters
+    ----------
+    name : str
+        A registered kernel's name (``tuple(KERNELS)`` lists them).
+    target : Target
+        What the kernel samples.
+    **options
+        The kernel's options.
+
+    Returns
+    -------
+    KernelBase
+        The kernel.
+
+    Raises
+    ------
+    ValueError
+        When no kernel is registered as ``name``, an option is out of range, or the kernel refuses
+        the target (see :class:`~mlm_ppl.inference.KernelBase`).
+    TypeError
+        When an option is unknown to the kernel or of the wrong type.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK][MASK]C")
+    >>> make_kernel("mh", target, block_size=2)
+    MetropolisHastings(block_size=2)
+    """
     return kernel_class(name)(target, **options)
 
 

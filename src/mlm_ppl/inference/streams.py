@@ -23,7 +23,39 @@ __all__ = ["ChainStreams", "chain_seed"]
 
 
 def chain_seed(seed: int, chain: int) -> int:
-    """The 64-bit seed of chain ``chain``'s stream in a run seeded with ``seed``."""
+    """The 64-bit seed of chain ``chain``'s stream in a run seeded with ``seed``.
+
+    Drawn from NumPy's ``SeedSequence`` of ``(seed, chain)``, so the seeds of neighbouring chains
+    and runs are unrelated.
+
+    Parameters
+    ----------
+    seed : int
+        The run's seed, in ``[-2**63, 2**64)`` (torch's range; a negative seed is read modulo
+        ``2**64``).
+    chain : int
+        The chain's index, ``>= 0``.
+
+    Returns
+    -------
+    int
+        The seed of the chain's ``torch.Generator``, in ``[0, 2**64)``.
+
+    Raises
+    ------
+    TypeError
+        When ``seed`` or ``chain`` is not an int (a bool is not one).
+    ValueError
+        When ``seed`` is outside torch's range or ``chain`` is negative.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import chain_seed
+    >>> chain_seed(0, 1) == chain_seed(0, 1), chain_seed(0, 0) == chain_seed(0, 1)
+    (True, False)
+    >>> 0 <= chain_seed(-1, 0) < 2**64
+    True
+    """
     entropy = check_seed(seed) % 2**64  # torch's range, negative seeds included, as one non-negative int
     check_count(chain, "chain index", 0)
     return int(np.random.SeedSequence(entropy, spawn_key=(chain,)).generate_state(1, np.uint64)[0])
@@ -32,6 +64,10 @@ def chain_seed(seed: int, chain: int) -> int:
 class ChainStreams:
     """One random stream per chain.
 
+    Chain ``c``'s stream is a ``torch.Generator`` seeded with :func:`chain_seed` of ``(seed, c)``,
+    so its draws do not depend on the other chains. The leading dimension of every tensor drawn is
+    the chains, in the order given.
+
     Parameters
     ----------
     seed : int
@@ -39,7 +75,29 @@ class ChainStreams:
     chains : int or sequence of int
         ``C`` (chains ``0 .. C-1``) or the indices of the chains (a group of a bigger run).
 
-    The leading dimension of every tensor drawn is the chains, in the order given.
+    Attributes
+    ----------
+    chains : tuple of int
+        The chains' indices, in order.
+    generators : list of torch.Generator
+        One stream per chain, in the same order.
+
+    Raises
+    ------
+    ValueError
+        When there is no chain, a chain index is negative, or ``seed`` is outside torch's range.
+    TypeError
+        When ``seed`` is not an int.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import ChainStreams
+    >>> streams = ChainStreams(0, 3)
+    >>> streams.rand((3, 2)).shape
+    torch.Size([3, 2])
+    >>> alone = ChainStreams(0, [2])  # chain 2 on its own draws what it drew beside chains 0 and 1
+    >>> bool(ChainStreams(0, 3).rand((3,))[2] == alone.rand((1,))[0])
+    True
     """
 
     def __init__(self, seed: int, chains: int | Sequence[int]) -> None:
@@ -61,8 +119,31 @@ class ChainStreams:
             raise ValueError(f"{what} has {n} chains in its leading dimension; these streams have {len(self)}")
 
     def subset(self, rows: Sequence[int]) -> ChainStreams:
-        """The streams of rows ``rows`` of these, shared (drawing from the subset advances them here):
-        for work only some chains do, each still from its own stream."""
+        """The streams of rows ``rows`` of these, shared: drawing from the subset advances them here.
+
+        For work only some chains do, each still from its own stream.
+
+        Parameters
+        ----------
+        rows : sequence of int
+            Rows of these streams (positions in :attr:`chains`, not chain indices).
+
+        Returns
+        -------
+        ChainStreams
+            The streams of those rows, in the order given, sharing their generators with these.
+
+        Raises
+        ------
+        ValueError
+            When ``rows`` is empty.
+
+        Examples
+        --------
+        >>> from mlm_ppl.inference import ChainStreams
+        >>> ChainStreams(0, [4, 5, 6]).subset([0, 2])
+        ChainStreams(seed=0, chains=[4, 6])
+        """
         out = object.__new__(ChainStreams)
         out.seed = self.seed
         out.chains = tuple(self.chains[int(r)] for r in rows)
@@ -72,13 +153,45 @@ class ChainStreams:
         return out
 
     def rand(self, shape: Sequence[int]) -> Tensor:
-        """``U[0, 1)`` numbers of ``shape`` ``(C, ...)``: row ``c`` from chain ``c``'s stream."""
+        """Uniform numbers on ``[0, 1)``, row ``c`` from chain ``c``'s stream.
+
+        Parameters
+        ----------
+        shape : sequence of int
+            The shape ``(C, ...)`` drawn, its first entry the number of chains.
+
+        Returns
+        -------
+        torch.Tensor
+            The numbers, of shape ``shape``.
+
+        Raises
+        ------
+        ValueError
+            When ``shape[0]`` is not the number of chains.
+        """
         shape = tuple(shape)
         self._check(shape[0], f"shape {shape}")
         return torch.stack([torch.rand(shape[1:], generator=g) for g in self.generators])
 
     def categorical(self, probs: Tensor) -> Tensor:
-        """One draw per row of ``probs`` ``(C, ..., K)`` (unnormalised, >= 0) -> ``(C, ...)`` long."""
+        """One categorical draw per row of ``probs``, chain ``c``'s from its own stream.
+
+        Parameters
+        ----------
+        probs : torch.Tensor
+            Unnormalised probabilities (``>= 0``), shape ``(C, ..., K)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The categories drawn, long, shape ``(C, ...)``.
+
+        Raises
+        ------
+        ValueError
+            When the leading dimension of ``probs`` is not the number of chains.
+        """
         self._check(probs.shape[0], f"probabilities of shape {tuple(probs.shape)}")
         out = [
             torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=g).reshape(p.shape[:-1])
@@ -87,15 +200,43 @@ class ChainStreams:
         return torch.stack(out)
 
     def randint(self, high: int) -> Tensor:
-        """One integer in ``[0, high)`` per chain, ``(C,)``."""
+        """One integer in ``[0, high)`` per chain, uniformly.
+
+        Parameters
+        ----------
+        high : int
+            One more than the largest integer drawn.
+
+        Returns
+        -------
+        torch.Tensor
+            The integers, long, shape ``(C,)``.
+        """
         return torch.stack([torch.randint(0, high, (), generator=g) for g in self.generators])
 
     def get_state(self) -> Tensor:
-        """``(C, S)`` uint8: every stream's state, for a checkpoint."""
+        """Every stream's state, for a checkpoint.
+
+        Returns
+        -------
+        torch.Tensor
+            One row per chain, uint8, shape ``(C, S)``.
+        """
         return torch.stack([g.get_state() for g in self.generators])
 
     def set_state(self, state: Tensor) -> None:
-        """Restore :meth:`get_state`'s states; a clear error for states of another run."""
+        """Restore :meth:`get_state`'s states; a clear error for states of another run.
+
+        Parameters
+        ----------
+        state : torch.Tensor
+            The states :meth:`get_state` gave, shape ``(C, S)``.
+
+        Raises
+        ------
+        ValueError
+            When ``state`` is not a 2-D tensor with one row per chain.
+        """
         if not isinstance(state, Tensor) or state.dim() != 2 or state.shape[0] != len(self):
             shape = tuple(state.shape) if isinstance(state, Tensor) else type(state).__name__
             raise ValueError(f"random states {shape} do not fit {len(self)} chains (one row per chain expected)")

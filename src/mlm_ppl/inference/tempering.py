@@ -55,8 +55,68 @@ def _check_spacing(value: Any, name: str) -> float:
 
 @dataclass(frozen=True)
 class TemperingOptions(ProposalOptions):
-    """MH's proposals (:class:`~mlm_ppl.inference.mh.ProposalOptions`) and the replicas, declared
-    once: :class:`ReplicaMH`'s options and surrogate-MH's inner chain's."""
+    """Options of MH's proposals and of the replicas: :class:`ReplicaMH`'s and surrogate-MH's inner chain's.
+
+    MH's proposals (``mlm_ppl.inference.mh.ProposalOptions``, as
+    :class:`~mlm_ppl.MetropolisHastings` reads them) and the replicas, declared once.
+
+    Parameters
+    ----------
+    block_size : int, optional
+        Free positions proposed together (default 1).
+    proposal_temperature : float or None, optional
+        Temperature of the MLM proposals (default None: the target's temperature where above 1,
+        else 1).
+    top_k : int or None, optional
+        Truncate proposals to the ``k`` most likely tokens.
+    top_p : float or None, optional
+        Nucleus truncation of proposals, in (0, 1].
+    p_unmask : float, optional
+        Probability that a step proposes a run of ``unmask_size`` free positions by unmasking them
+        one by one in a random order (default 0).
+    unmask_size : int or None, optional
+        Free positions an unmask proposal redraws, a run of neighbours (default None: all).
+    library : str or None, optional
+        Deep states an unmask proposal may propose (a fixed library, found before sampling): loops
+        of the free positions separated by commas, recorded with the run.
+    library_weight : float, optional
+        Share of unmask proposals that put a library loop, drawn uniformly, on their run (default
+        0.5).
+    temperature_schedule : callable or None, optional
+        ``step -> tau``, an annealing temperature (mode seeking; Python only). Refused with
+        ``replicas > 1``: replica exchange samples its target.
+    anneal_terms : {"all", "mlm", "constraints"}, optional
+        What the schedule anneals: the whole log density, ``-E/T`` alone, or the log-factor alone
+        (default ``"all"``).
+    replicas : int, optional
+        Replicas of each chain, at temperatures ``T * replica_spacing**k``, ``k = 0 .. replicas - 1``,
+        exchanging states (default 1: none).
+    replica_spacing : float, optional
+        Ratio of neighbouring replicas' temperatures, in (1, 100] (default 1.5); the hottest
+        replica's factor ``replica_spacing**(replicas - 1)`` is at most 1000.
+    p_swap : float, optional
+        Probability that a step proposes to exchange the states of a random pair of neighbouring
+        replicas, else every replica takes an MH step (default 0.2; in (0, 1) with ``replicas > 1``).
+
+    Raises
+    ------
+    TypeError
+        When an option has the wrong type.
+    ValueError
+        When an option is out of range; when ``replica_spacing`` or ``p_swap`` is given without
+        ``replicas > 1``; when ``p_swap`` is not in (0, 1) with replicas; when the hottest
+        replica's temperature factor exceeds 1000; or when a ``temperature_schedule`` is given
+        with replicas.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import TemperingOptions
+    >>> options = TemperingOptions(replicas=3)
+    >>> options.factors()
+    [1.0, 1.5, 2.25]
+    >>> round(options.local_steps(), 2)
+    2.4
+    """
 
     replicas: int = option(
         1,
@@ -98,18 +158,52 @@ class TemperingOptions(ProposalOptions):
             )
 
     def local_steps(self) -> float:
-        """Replica MH steps per step, on average: ``replicas (1 - p_swap)`` (an exchange takes none);
-        1 without replicas. What one step's evaluations and proposal reads scale with."""
+        """Replica MH steps per step, on average: what one step's evaluations and proposal reads scale with.
+
+        Returns
+        -------
+        float
+            ``replicas (1 - p_swap)`` (an exchange takes none); 1 without replicas.
+        """
         return self.replicas * (1 - self.p_swap) if self.replicas > 1 else 1.0
 
     def factors(self) -> list[float]:
-        """Each replica's temperature factor ``replica_spacing**k``: 1 first (the target's)."""
+        """Each replica's temperature factor ``replica_spacing**k``: 1 first (the target's).
+
+        Returns
+        -------
+        list of float
+            One factor per replica, ``k = 0 .. replicas - 1``.
+        """
         return [self.replica_spacing**k for k in range(self.replicas)]
 
 
 class ReplicaState(NamedTuple):
-    """State of C chains of K replicas each; ``tokens``, ``energy`` and ``log_factor`` are replica
-    0's (the target's temperature): what a run records and surrogate-MH corrects."""
+    """State of C chains of K replicas each, replica 0 (the target's temperature) first.
+
+    ``tokens``, ``energy`` and ``log_factor`` are replica 0's: what a run records and
+    surrogate-MH corrects.
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        Replica 0's tokens, shape ``(C, L)``.
+    energy : torch.Tensor
+        Replica 0's energy, shape ``(C,)``.
+    log_factor : torch.Tensor
+        Replica 0's log-factor, shape ``(C,)``.
+    replica_tokens : torch.Tensor
+        Every replica's tokens, shape ``(C, K, L)``.
+    replica_energy : torch.Tensor
+        Every replica's energy, shape ``(C, K)``.
+    replica_log_factor : torch.Tensor
+        Every replica's log-factor, shape ``(C, K)``.
+    cond_logits : torch.Tensor
+        Each replica's conditionals at the free positions (its next single-site proposals),
+        shape ``(C, K, F, V)``.
+    step : int
+        Steps taken.
+    """
 
     tokens: Tensor  # (C, L) replica 0's
     energy: Tensor  # (C,)
@@ -122,7 +216,23 @@ class ReplicaState(NamedTuple):
 
 
 class ReplicaInfo(NamedTuple):
-    """Per-step statistics of C chains."""
+    """Per-step statistics of C replica-exchange chains.
+
+    Parameters
+    ----------
+    lp : torch.Tensor
+        Log target density of replica 0 after the step, shape ``(C,)``.
+    is_accepted : torch.Tensor
+        Replica 0's MH step accepted, or (an exchange step) the exchange, bool, shape ``(C,)``.
+    acceptance_rate : torch.Tensor
+        Its ``min(1, exp(log a))``, shape ``(C,)``.
+    n_changed : torch.Tensor
+        Positions of replica 0 that changed, shape ``(C,)``.
+    evaluated : torch.Tensor
+        Replicas whose proposal ran its masked copies, long, shape ``(C,)``.
+    is_swap : torch.Tensor
+        Whether the step proposed an exchange, bool, shape ``(C,)``.
+    """
 
     lp: Tensor  # (C,) log target density of replica 0 after the step
     is_accepted: Tensor  # (C,) replica 0's MH step accepted, or (an exchange step) the exchange
@@ -133,22 +243,60 @@ class ReplicaInfo(NamedTuple):
 
 
 class ReplicaMH(KernelBase[TemperingOptions]):
-    """Replica exchange of random-scan MH chains (see the module docstring): exact for the target,
-    which replica 0 samples.
+    """Replica exchange of random-scan MH chains (``replica-mh``): exact for the target, which replica 0 samples.
+
+    See the module docstring of :mod:`mlm_ppl.inference.tempering` for the argument (Swendsen &
+    Wang 1986; Geyer 1991). Replica ``k`` is a random-scan :class:`~mlm_ppl.MetropolisHastings`
+    chain on the target at temperature factor ``t_k = replica_spacing**k``
+    (:class:`~mlm_ppl.models.TemperedTarget`).
 
     Parameters
     ----------
     target : Target
-    replicas : int
-        Replicas per chain, at temperatures ``T * replica_spacing**k`` (1: plain MH).
-    replica_spacing : float
-        Ratio of neighbouring replicas' temperatures, in (1, 100].
-    p_swap : float
-        Probability that a step proposes an exchange (in (0, 1) with replicas > 1).
-    block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p
-        Each replica's MH proposals (:class:`~mlm_ppl.inference.MetropolisHastings`), at
-        ``proposal_temperature`` times the replica's temperature factor (by default the
-        default of the replica's own temperature: ``max(T t, 1)``).
+        What replica 0 samples.
+    **options
+        The options of :class:`TemperingOptions`:
+
+        * ``replicas`` (int): replicas per chain, at temperatures ``T * replica_spacing**k``
+          (default 1: plain MH);
+        * ``replica_spacing`` (float): ratio of neighbouring replicas' temperatures, in (1, 100];
+        * ``p_swap`` (float): probability that a step proposes an exchange (in (0, 1) with
+          replicas > 1);
+        * ``block_size``, ``p_unmask``, ``unmask_size``, ``proposal_temperature``, ``top_k``,
+          ``top_p``, ``library``, ``library_weight``, ``anneal_terms``: each replica's MH
+          proposals (:class:`~mlm_ppl.MetropolisHastings`), at ``proposal_temperature`` times the
+          replica's temperature factor (by default the default of the replica's own temperature:
+          ``max(T t, 1)``);
+        * ``temperature_schedule``: refused with replicas > 1; with one replica it is not passed
+          to the replica's MH.
+
+    Attributes
+    ----------
+    factors : list of float
+        Each replica's temperature factor, 1 first.
+    kernels : list of MetropolisHastings
+        Each replica's MH kernel.
+
+    Raises
+    ------
+    TypeError
+        When an option is unknown or has the wrong type.
+    ValueError
+        When an option is out of range (see :class:`TemperingOptions`), a replica's MH refuses its
+        options for the target, or the target is a variable gap.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference import ChainStreams, ReplicaMH, initial_tokens
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK][MASK]C")
+    >>> kernel = ReplicaMH(target, replicas=3)
+    >>> streams = ChainStreams(0, 2)
+    >>> state = kernel.init(initial_tokens(kernel, 2, streams, "uniform"))
+    >>> state, info = kernel.step(state, streams)
+    >>> state.replica_tokens.shape, info.is_swap.shape
+    (torch.Size([2, 3, 6]), torch.Size([2]))
     """
 
     name = "replica-mh"
@@ -161,10 +309,29 @@ class ReplicaMH(KernelBase[TemperingOptions]):
 
     @classmethod
     def anneals(cls) -> bool:
-        """Never: its options declare a schedule (MH's proposals), which it refuses."""
+        """Never: its options declare a schedule (MH's proposals), which it refuses.
+
+        Returns
+        -------
+        bool
+            False.
+        """
         return False
 
     def bind_target(self, target: Target) -> None:
+        """Build each replica's MH kernel: random scan on the target tempered by the replica's factor.
+
+        Parameters
+        ----------
+        target : Target
+            The kernel's target (replica 0's; replica ``k``'s is its
+            :class:`~mlm_ppl.models.TemperedTarget` at factor ``replica_spacing**k``).
+
+        Raises
+        ------
+        ValueError
+            When a replica's MH refuses its options for the target.
+        """
         o = self.options
         self.factors = o.factors()
         self.kernels = [
@@ -186,17 +353,51 @@ class ReplicaMH(KernelBase[TemperingOptions]):
         self.proposal_copies = torch.zeros(0, dtype=torch.long)  # (C,) of the last step, all replicas'
 
     def evaluations_per_step(self) -> float:
-        """A local step evaluates every replica's proposal; an exchange evaluates nothing."""
+        """At most how much work one step does for one chain, in full evaluations of the target.
+
+        A local step evaluates every replica's proposal; an exchange evaluates nothing.
+
+        Returns
+        -------
+        float
+            :meth:`TemperingOptions.local_steps` times one evaluation plus the proposal's masked
+            copies (in evaluations of the target).
+        """
         return self.options.local_steps() * (1 + self.kernels[0].proposal_cost() / max(1, self.target.num_free))
 
     def proposal_cost(self) -> float:
-        """Masked copies one step's proposals read per chain, on average, over its replicas."""
+        """Masked copies one step's proposals read per chain, on average, over its replicas.
+
+        Returns
+        -------
+        float
+            :meth:`TemperingOptions.local_steps` times one replica's MH proposal cost.
+        """
         return self.options.local_steps() * self.kernels[0].proposal_cost()
 
     # -- state
     def init(self, tokens: Tensor) -> ReplicaState:
-        """Every replica of a chain starts at its tokens ``(C, L)`` (one evaluation: the energy does
-        not depend on the temperature)."""
+        """The state of chains starting at ``tokens``, every replica of a chain at that chain's tokens.
+
+        One evaluation: the energy does not depend on the temperature.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Complete starting states, shape ``(C, L)``.
+
+        Returns
+        -------
+        ReplicaState
+            The ``C`` chains, each with ``K`` replicas at its tokens, at step 0.
+
+        Raises
+        ------
+        TypeError
+            When ``tokens`` is not a tensor.
+        ValueError
+            When ``tokens`` are not ``(C, L)`` states of the target.
+        """
         tokens = check_states(self.target, tokens)
         ev = self.target.evaluate(tokens)
         K = len(self.kernels)
@@ -212,6 +413,23 @@ class ReplicaMH(KernelBase[TemperingOptions]):
         )
 
     def with_log_factor(self, state: ReplicaState, log_factor: Tensor) -> ReplicaState:
+        """Refused: replica exchange does not sample a log-factor inside :class:`~mlm_ppl.MLMGibbs`.
+
+        Its replicas at higher temperatures hold states whose log-factor a Gibbs update does not
+        give.
+
+        Parameters
+        ----------
+        state : ReplicaState
+            The chains' state.
+        log_factor : torch.Tensor
+            New log-factors, shape ``(C,)``.
+
+        Raises
+        ------
+        TypeError
+            Always.
+        """
         raise TypeError(
             "replica exchange holds states at higher temperatures whose log-factor a Gibbs update does not give; "
             "inside MLMGibbs leave out replicas (kernel 'mh' or 'surrogate-mh' without replicas)"
@@ -230,8 +448,26 @@ class ReplicaMH(KernelBase[TemperingOptions]):
 
     # -- one step
     def step(self, state: ReplicaState, streams: ChainStreams) -> tuple[ReplicaState, ReplicaInfo]:
-        """Per chain, with probability ``p_swap`` an exchange of a random pair of neighbouring
-        replicas, otherwise one MH step of every replica."""
+        """One step of every chain: an exchange of neighbouring replicas, or one MH step of every replica.
+
+        Per chain, with probability ``p_swap`` an exchange of a uniformly chosen pair of
+        neighbouring replicas, otherwise one MH step of every replica; chain ``c`` draws from
+        ``streams`` row ``c`` only.
+
+        Parameters
+        ----------
+        state : ReplicaState
+            The chains' state.
+        streams : ChainStreams
+            One random stream per chain.
+
+        Returns
+        -------
+        state : ReplicaState
+            The new state.
+        info : ReplicaInfo
+            The step's statistics.
+        """
         C, K = state.replica_tokens.shape[:2]
         tokens, energy = state.replica_tokens.clone(), state.replica_energy.clone()
         factor, cond = state.replica_log_factor.clone(), state.cond_logits.clone()
@@ -293,10 +529,21 @@ class ReplicaMH(KernelBase[TemperingOptions]):
 
     # -- exact transition matrix over the joint states (tiny targets)
     def replica_matrix(self) -> tuple[Tensor, Tensor]:
-        """``(S**K, S**K)`` exact matrix of one step over every joint state ``(x_0, .., x_{K-1})`` of
-        the target's ``S`` states (row-major, ``x_0`` slowest: index ``sum_k i_k S**(K-1-k)``), from
-        the kernels' own code, and ``(S**K,)`` the joint law's log probabilities, whose marginal over
-        ``x_0`` is the target."""
+        """The exact matrix of one step over every joint state of a tiny target, and the joint law.
+
+        The joint states ``(x_0, .., x_{K-1})`` run over the target's ``S`` states each
+        (row-major, ``x_0`` slowest: index ``sum_k i_k S**(K-1-k)``, :func:`joint_index`); the
+        matrix is built from the kernels' own code.
+
+        Returns
+        -------
+        matrix : torch.Tensor
+            Shape ``(S**K, S**K)``, float64: one step's exact transition matrix.
+        log_probs : torch.Tensor
+            Shape ``(S**K,)``: the joint law's log probabilities, whose marginal over ``x_0`` is
+            the target; normalised with ``replicas > 1``, and with one replica the target's
+            unnormalised log density.
+        """
         states = enumerate_states(self.target)
         S, K = states.shape[0], len(self.kernels)
         local = transition_matrix(self.kernels[0], states)
@@ -325,8 +572,20 @@ class ReplicaMH(KernelBase[TemperingOptions]):
         return (1 - p) * local + p * exchange, torch.log_softmax(joint_lp, 0)
 
     def hot_log_probs(self, states: Tensor) -> Tensor:
-        """``(S**(K-1),)`` the hot replicas' joint unnormalised log density over every joint state of
-        replicas 1 .. K-1 (``[0.]`` without them), ordered as :meth:`replica_matrix` orders them."""
+        """The hot replicas' joint unnormalised log density over every joint state of replicas 1 .. K-1.
+
+        Parameters
+        ----------
+        states : torch.Tensor
+            Every state of the target, shape ``(S, L)`` (as
+            :func:`~mlm_ppl.inference.exact.enumerate_states` gives them).
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(S**(K-1),)``, float64 (``[0.]`` without hot replicas), ordered as
+            :meth:`replica_matrix` orders them.
+        """
         hot = torch.zeros(1, dtype=torch.float64)
         for k in range(1, len(self.kernels)):
             hot = (hot[:, None] + self._log_probs(states, k)[None, :]).flatten()
@@ -339,7 +598,22 @@ class ReplicaMH(KernelBase[TemperingOptions]):
 
 
 def joint_index(states: Tensor, target: Target, replicas: int) -> Any:
-    """The row of joint states ``(N, K, L)`` in :meth:`ReplicaMH.replica_matrix`."""
+    """The row of joint states in :meth:`ReplicaMH.replica_matrix`.
+
+    Parameters
+    ----------
+    states : torch.Tensor
+        Joint states, shape ``(N, K, L)``.
+    target : Target
+        The target the replicas sample.
+    replicas : int
+        ``K``.
+
+    Returns
+    -------
+    torch.Tensor
+        Each joint state's row, long, shape ``(N,)``.
+    """
     index = state_index(target)
     S = enumerate_states(target).shape[0]
     weights = S ** torch.arange(replicas - 1, -1, -1)
