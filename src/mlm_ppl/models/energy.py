@@ -57,15 +57,27 @@ def token_scores(logits: Tensor, targets: Tensor) -> Tensor:
 class EnergyTerms:
     """Per-position energy terms of a batch; both energies from one set of forward passes.
 
-    Attributes
+    What :func:`energy_terms` returns.
+
+    Parameters
     ----------
     encoding : Encoding
         The encoded batch the terms belong to.
-    norm : Tensor
-        ``(B, T)`` ``-log p(x_t | x_\\t)`` at scored positions, 0 elsewhere; float32 (float64 for a
-        float64 model).
-    raw : Tensor
-        ``(B, T)`` ``-logit_t(x_t | x_\\t)`` at scored positions, 0 elsewhere; same dtype.
+    norm : torch.Tensor
+        Shape ``(B, T)``, ``-log p(x_t | x_\\t)`` at scored positions, 0 elsewhere; float32 (float64
+        for a float64 model).
+    raw : torch.Tensor
+        Shape ``(B, T)``, ``-logit_t(x_t | x_\\t)`` at scored positions, 0 elsewhere; same dtype.
+
+    Examples
+    --------
+    >>> from mlm_ppl import energy_terms
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> terms = energy_terms(tiny_residue_bert("ACDE", seed=1), ["ACD", "CE"])  # an EnergyTerms
+    >>> terms.norm.shape, terms.n_positions.tolist()  # [CLS] ACD [SEP] and [CLS] CE [SEP] [PAD]
+    (torch.Size([2, 5]), [3, 2])
+    >>> terms.total("norm").shape
+    torch.Size([2])
     """
 
     encoding: Encoding
@@ -83,7 +95,23 @@ class EnergyTerms:
         return self.scored.sum(-1)
 
     def total(self, energy: str = "norm") -> Tensor:
-        """``(B,)`` energy of each sequence in nats: the sum of its terms."""
+        """The energy of each sequence in nats: the sum of its terms.
+
+        Parameters
+        ----------
+        energy : {"norm", "raw"}, optional
+            Which terms to sum: :attr:`norm` (the default) or :attr:`raw`.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(B,)``, the energies.
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``energy``.
+        """
         terms = self.norm if check_energy(energy) == "norm" else self.raw
         return terms.sum(-1)
 
@@ -97,20 +125,49 @@ def energy_terms(
 ) -> EnergyTerms:
     """Per-position ``E_norm`` and ``E_raw`` terms of each sequence.
 
+    Both energies come from the same forward passes: one masked copy per scorable position of
+    each sequence.
+
     Parameters
     ----------
     mlm : MaskedLM
+        The masked language model that reads the terms.
     sequences : str, sequence of str, or Encoding
-        Complete sequences (no mask tokens).
-    variant : {"pll", "within_word_l2r"}
-        Which positions are masked when reading the term of position ``t``: ``t`` alone,
-        or ``t`` and the later tokens of its word (Kauf & Ivanova 2023).
-    progress : bool
-        Show a progress bar over masked copies.
+        Complete sequences (no mask tokens), as text or encoded.
+    variant : {"pll", "within_word_l2r"}, optional
+        Which positions are masked when reading the term of position ``t``: ``t`` alone
+        (``"pll"``, the default), or ``t`` and the later tokens of its word (Kauf & Ivanova 2023).
+    progress : bool, optional
+        Show a progress bar over masked copies (default False).
 
     Returns
     -------
     EnergyTerms
+        The ``E_norm`` and ``E_raw`` terms of every position of each sequence, and its encoding.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``variant``, a sequence holding the mask token, or a sequence the model's
+        codec refuses (:meth:`~mlm_ppl.MaskedLM.encode`).
+    TypeError
+        If ``sequences`` are not strings or an :class:`~mlm_ppl.Encoding`.
+    NonFiniteLogitsError
+        If the model returns nan or inf logits.
+
+    Examples
+    --------
+    >>> from mlm_ppl import energy_terms
+    >>> from mlm_ppl.testing import tiny_bert
+    >>> mlm = tiny_bert()
+    >>> terms = energy_terms(mlm, ["the cats jumped", "a dog ran"])
+    >>> terms.scored.sum(-1).tolist()  # "cats" and "jumped" are two word pieces each
+    [5, 3]
+    >>> bool((terms.total("norm") == mlm.score(["the cats jumped", "a dog ran"])).all())
+    True
+    >>> l2r = energy_terms(mlm, "the cats jumped", variant="within_word_l2r")  # masks "##s" with "cat"
+    >>> l2r.total().shape
+    torch.Size([1])
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(map(repr, VARIANTS))}")

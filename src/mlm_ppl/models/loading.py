@@ -30,12 +30,24 @@ _DTYPES = {
 
 
 def antiberty_paths() -> tuple[Path, Path]:
-    """``(weights_dir, vocab_file)`` of AntiBERTy as shipped in ``antiberty==0.1.3``.
+    """The weights directory and vocabulary file of AntiBERTy as shipped in ``antiberty==0.1.3``.
+
+    Nothing is loaded: :func:`~mlm_ppl.load_mlm` reads these paths for ``"antiberty"``.
+
+    Returns
+    -------
+    weights_dir : pathlib.Path
+        The directory holding the model's ``config.json`` and weights.
+    vocab_file : pathlib.Path
+        The tokenizer's ``vocab.txt``.
 
     Raises
     ------
     ModuleNotFoundError
         If the package is not installed, saying how to install it.
+    FileNotFoundError
+        If the installed package has no weights inside it (only ``antiberty==0.1.3`` ships them
+        in the wheel).
     """
     spec = importlib.util.find_spec("antiberty")
     if spec is None or not spec.submodule_search_locations:

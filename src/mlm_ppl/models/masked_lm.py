@@ -32,17 +32,28 @@ __all__ = ["Encoding", "MaskedConditionals", "MaskedLM", "NonFiniteLogitsError"]
 
 @dataclass(frozen=True)
 class MaskedConditionals:
-    """MLM conditionals at a set of (sequence, position) pairs, each read with only that
-    position masked.
+    """MLM conditionals at a set of (sequence, position) pairs, each read with only that position masked.
 
-    Attributes
+    What :meth:`MaskedLM.masked_log_probs` returns.
+
+    Parameters
     ----------
-    batch_index : Tensor
-        ``(N,)`` long, which sequence of the batch each row belongs to.
-    position : Tensor
-        ``(N,)`` long, the token position (in the encoded sequence) that was masked.
-    logits : Tensor
-        ``(N, V)`` logits over the whole vocabulary (:attr:`MaskedLM.logits_dtype`).
+    batch_index : torch.Tensor
+        Shape ``(N,)``, long, which sequence of the batch each row belongs to.
+    position : torch.Tensor
+        Shape ``(N,)``, long, the token position (in the encoded sequence) that was masked.
+    logits : torch.Tensor
+        Shape ``(N, V)``, logits over the whole vocabulary (:attr:`MaskedLM.logits_dtype`).
+
+    Examples
+    --------
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> cond = mlm.masked_log_probs(["ACD", "CE"])  # every scorable position of each sequence
+    >>> cond.batch_index.tolist(), cond.position.tolist()
+    ([0, 0, 0, 1, 1], [1, 2, 3, 1, 2])
+    >>> cond.logits.shape
+    torch.Size([5, 9])
     """
 
     batch_index: Tensor
@@ -67,19 +78,19 @@ class MaskedLM(TokenCodec):
         Any ``AutoModelForMaskedLM`` model, in eval mode.
     tokenizer : transformers.PreTrainedTokenizerBase
         Its tokenizer.
-    name : str
-        A label recorded in outputs (the name or path it was loaded from).
-    residue_level : bool, optional
+    name : str, optional
+        A label recorded in outputs (the name or path it was loaded from); default ``"<model>"``.
+    residue_level : bool or None, optional
         Treat each non-space character of an input string as one token (protein and
         antibody models: AntiBERTy, ESM). Default: detected, True when every ordinary
         vocabulary entry is a single character.
-    memory_budget_mb : float
-        Approximate activation memory for one chunk of masked copies; sets how many
-        copies go through the encoder together. The default suits CPUs (about 28 copies of
-        a 100-residue sequence on AntiBERTy); raise it on a GPU.
-    compile : bool
+    memory_budget_mb : float, optional
+        Approximate activation memory (in MiB, ``> 0``) for one chunk of masked copies; sets
+        how many copies go through the encoder together. The default, 64, suits CPUs (about 28
+        copies of a 100-residue sequence on AntiBERTy); raise it on a GPU.
+    compile : bool, optional
         Wrap the encoder in ``torch.compile`` (dynamic shapes). Approximate to float
-        rounding; the first calls are slow while it compiles.
+        rounding; the first calls are slow while it compiles. Default False.
 
     Attributes
     ----------
@@ -88,10 +99,27 @@ class MaskedLM(TokenCodec):
     head : torch.nn.Module or None
         The LM head, run only at the positions that are read.
 
+    Raises
+    ------
+    ValueError
+        If ``memory_budget_mb`` is not positive, or the tokenizer has no mask token or only
+        special tokens.
+
     Notes
     -----
     Logits come out in float32, or float64 for a float64 model (exact enumeration checks
     run tiny models in float64 so that rounding does not blur them).
+
+    Examples
+    --------
+    >>> from mlm_ppl.testing import tiny_esm
+    >>> mlm = tiny_esm()  # a tiny random ESM; load_mlm("antiberty") gives the real antibody model
+    >>> mlm.residue_level, mlm.vocab_size
+    (True, 25)
+    >>> mlm.score(["ACDEF", "KLMNPQ"]).shape  # one energy per sequence, in nats
+    torch.Size([2])
+    >>> mlm.decode(mlm.encode(["ACDEF"]).input_ids)
+    ['ACDEF']
     """
 
     def __init__(
@@ -145,9 +173,11 @@ class MaskedLM(TokenCodec):
 
     @property
     def reads_position_ids(self) -> bool:
-        """Whether the model places tokens by the ``position_ids`` it is given, what a cropped copy
-        (:meth:`position_ids`) needs to keep its columns' places
-        (:func:`~mlm_ppl.models.hf.reads_position_ids`); probed once."""
+        """Whether the model places tokens by the ``position_ids`` it is given; probed once.
+
+        What a cropped copy (:meth:`position_ids`) needs to keep its columns' places (the probe:
+        ``mlm_ppl.models.hf.reads_position_ids``).
+        """
         if self._reads_position_ids is None:
             self._reads_position_ids = reads_position_ids(
                 self.model if self.head is None else self.encoder,
@@ -159,32 +189,107 @@ class MaskedLM(TokenCodec):
         return self._reads_position_ids
 
     def position_ids(self, columns: Tensor) -> Tensor:
-        """``(K,)`` the position ids the model gives ``columns`` (ascending token indices of one
-        unpadded sequence, ``[CLS]`` at 0) when it reads the whole sequence: the columns
-        themselves, or shifted past the padding index for models that number positions from it
-        (RoBERTa, ESM: ``padding_idx + 1 + column``). A copy cropped to ``columns`` and read at
-        these ids sees every kept token where the whole sequence has it."""
+        """The position ids the model gives ``columns`` when it reads the whole sequence.
+
+        The columns themselves, or shifted past the padding index for models that number
+        positions from it (RoBERTa, ESM: ``padding_idx + 1 + column``). A copy cropped to
+        ``columns`` and read at these ids sees every kept token where the whole sequence has it.
+
+        Parameters
+        ----------
+        columns : torch.Tensor
+            Shape ``(K,)``, ascending token indices of one unpadded sequence, ``[CLS]`` at 0.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(K,)``, long, the position ids.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from mlm_ppl.testing import tiny_esm
+        >>> tiny_esm().position_ids(torch.tensor([0, 3, 4]))  # ESM numbers positions past its padding index, 1
+        tensor([2, 5, 6])
+        """
         return position_ids(self.encoder, columns)
 
     def frozen_layers(self) -> list:
-        """The encoder's layers when a frozen frame can be computed for them
-        (:func:`~mlm_ppl.models.frozen.frozen_layers`: a ValueError naming what to use instead
-        otherwise); checked once."""
+        """The encoder's layers when a frozen frame can be computed for them; checked once.
+
+        A post-LayerNorm BERT or RoBERTa encoder with absolute positions (the check:
+        ``mlm_ppl.models.frozen.frozen_layers``).
+
+        Returns
+        -------
+        list
+            The encoder's layer modules.
+
+        Raises
+        ------
+        ValueError
+            For any other architecture, naming what to use instead.
+        """
         if self._frozen is None:
             self._frozen = frozen_layers(self.encoder, self.model.config, self.head, self.name)
         return self._frozen
 
     @torch.inference_mode()
     def frozen_frame(self, reference: Tensor, live: Tensor) -> FrozenFrame:
-        """The frame of ``reference`` (one complete sequence ``(L,)``) outside the ``live`` columns
-        ``(K,)``, frozen (:func:`~mlm_ppl.models.frozen.frame_of`): copies of the live columns read
-        beside it (``Encoding(frame=...)``) attend to it as to the rest of their sequence."""
+        """The frame of ``reference`` outside the ``live`` columns, frozen.
+
+        Copies of the live columns read beside it (``Encoding(frame=...)``) attend to it as to
+        the rest of their sequence (computed by ``mlm_ppl.models.frozen.frame_of``).
+
+        Parameters
+        ----------
+        reference : torch.Tensor
+            Shape ``(L,)``, long token ids of one complete sequence.
+        live : torch.Tensor
+            Shape ``(K,)``, long, the columns that the copies hold.
+
+        Returns
+        -------
+        FrozenFrame
+            Per layer, the keys and values of the reference's other columns.
+
+        Raises
+        ------
+        ValueError
+            For a model whose layers have no frozen forward (:meth:`frozen_layers`).
+        """
         return frame_of(self.encoder, self.frozen_layers(), self.position_ids, reference, live, self.device)
 
     def cast(self, dtype: torch.dtype) -> "MaskedLM":
-        """This masked LM with its weights in ``dtype``: ``self`` when they already are, else a
-        copy made once and cached (e.g. a bfloat16 surrogate beside a float32 target). Logits
-        still come out in float32."""
+        """This masked LM with its weights in ``dtype``.
+
+        Logits still come out in float32 (float64 for a float64 copy).
+
+        Parameters
+        ----------
+        dtype : torch.dtype
+            A floating dtype.
+
+        Returns
+        -------
+        MaskedLM
+            ``self`` when its weights already are in ``dtype``, else a copy made once and cached
+            (e.g. a bfloat16 surrogate beside a float32 target).
+
+        Raises
+        ------
+        TypeError
+            If ``dtype`` is not a floating :class:`torch.dtype`.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from mlm_ppl.testing import tiny_esm
+        >>> mlm = tiny_esm()
+        >>> half = mlm.cast(torch.bfloat16)
+        >>> half.dtype, half.logits_dtype, mlm.cast(torch.bfloat16) is half
+        (torch.bfloat16, torch.float32, True)
+        """
         if dtype == self.dtype:
             return self
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
@@ -216,12 +321,31 @@ class MaskedLM(TokenCodec):
             ``(N, L)`` complete token ids.
         positions : Tensor
             ``(N, k)`` long, distinct positions per row to mask together and read.
+        progress : bool, optional
+            Show a progress bar over the copies on stderr (default False).
 
         Returns
         -------
         Tensor
             ``(N, k, V)`` logits (:attr:`logits_dtype`): row ``n``, slot ``j`` is the MLM's prediction at
             ``positions[n, j]`` given ``input_ids[n]`` with all of ``positions[n]`` masked.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Where ``input_ids`` are not long ids of shape ``(N, L)`` within the vocabulary
+            (:meth:`encoding_from_ids`).
+        NonFiniteLogitsError
+            If the model returns nan or inf logits.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from mlm_ppl.testing import tiny_residue_bert
+        >>> mlm = tiny_residue_bert("ACDE", seed=1)
+        >>> ids = mlm.encode(["ACDE", "CCDE"]).input_ids  # (2, 6): [CLS], four residues, [SEP]
+        >>> mlm.block_logits(ids, torch.tensor([[2, 3], [2, 3]])).shape
+        torch.Size([2, 2, 9])
         """
         pos = torch.as_tensor(positions, dtype=torch.long).cpu()
         masks = torch.zeros(torch.as_tensor(input_ids).shape, dtype=torch.bool)
@@ -239,12 +363,24 @@ class MaskedLM(TokenCodec):
             ``(N, L)`` bool, the positions of each row replaced by the mask token.
         positions : Tensor
             ``(N, k)`` long, the positions of each row to read (masked or not).
+        progress : bool, optional
+            Show a progress bar over the copies on stderr (default False).
 
         Returns
         -------
         Tensor
             ``(N, k, V)`` logits (:attr:`logits_dtype`); the copies go through the model in chunks sized
             by ``memory_budget_mb``, and the LM head runs only at the read positions.
+
+        Raises
+        ------
+        ValueError
+            If ``masks`` does not have the shape of ``input_ids`` or ``positions`` is not ``(N, k)``;
+            also where :meth:`encoding_from_ids` refuses ``input_ids``.
+        TypeError
+            Where ``input_ids`` are not long ids.
+        NonFiniteLogitsError
+            If the model returns nan or inf logits.
         """
         enc = self.encoding_from_ids(input_ids)
         masks = torch.as_tensor(masks, dtype=torch.bool).cpu()
@@ -271,16 +407,36 @@ class MaskedLM(TokenCodec):
         Parameters
         ----------
         sequences : str, sequence of str, or Encoding
+            The sequences (text, encoded with :meth:`encode`) or their encoding.
         positions : sequence of int, optional
             Token positions (in the encoded sequence, ``[CLS]`` is 0) to read in every
             sequence. Default: every scorable position of every sequence.
-        progress : bool
-            Show a progress bar over masked copies on stderr.
+        progress : bool, optional
+            Show a progress bar over masked copies on stderr (default False).
 
         Returns
         -------
         MaskedConditionals
             One row per (sequence, position) pair, sequences in order, positions ascending.
+
+        Raises
+        ------
+        ValueError
+            If ``positions`` is empty, lies outside the encoded length, or holds a position that
+            is not scorable (a special token or padding) in some sequence; also where
+            :meth:`encode` refuses ``sequences``.
+        TypeError
+            If a position is not an int, or ``sequences`` are not strings.
+        NonFiniteLogitsError
+            If the model returns nan or inf logits.
+
+        Examples
+        --------
+        >>> from mlm_ppl.testing import tiny_residue_bert
+        >>> mlm = tiny_residue_bert("ACDE", seed=1)
+        >>> cond = mlm.masked_log_probs("ACDE", positions=[2, 3])
+        >>> cond.position.tolist(), cond.log_probs.shape
+        ([2, 3], torch.Size([2, 9]))
         """
         enc = sequences if isinstance(sequences, Encoding) else self.encode(sequences)
         select = enc.scorable.clone()
@@ -330,8 +486,19 @@ class MaskedLM(TokenCodec):
             ``reduce(logits, target_ids) -> Tensor`` applied to each chunk, with the original
             tokens at the read positions as targets; its outputs are concatenated in the
             original copy order.
-        progress : bool
-            Progress bar over the copies.
+        progress : bool, optional
+            Progress bar over the copies (default False).
+
+        Returns
+        -------
+        torch.Tensor
+            The outputs of ``reduce`` over all chunks, concatenated in the original copy order;
+            with no copies, an empty ``(0, V)`` tensor (:attr:`logits_dtype`).
+
+        Raises
+        ------
+        NonFiniteLogitsError
+            If the model returns nan or inf logits for a copy (nothing is computed from them).
 
         Notes
         -----
@@ -393,9 +560,26 @@ class MaskedLM(TokenCodec):
     def chunks(self, sorted_lengths: list[int], frame_length: int = 0) -> Iterator[slice]:
         """Greedy chunks of consecutive copies whose padded activations fit ``memory_budget_mb``.
 
-        ``sorted_lengths`` are the copies' lengths in ascending order; yields slices into them.
-        ``frame_length``: the frozen frame's columns each copy also attends to (its keys and
-        values, expanded per copy, and the longer attention rows).
+        A chunk holds at least one copy, however long.
+
+        Parameters
+        ----------
+        sorted_lengths : list of int
+            The copies' lengths, in ascending order.
+        frame_length : int, optional
+            The frozen frame's columns each copy also attends to (its keys and values, expanded
+            per copy, and the longer attention rows); default 0, no frame.
+
+        Yields
+        ------
+        slice
+            The next chunk, a slice into ``sorted_lengths``.
+
+        Examples
+        --------
+        >>> from mlm_ppl.testing import tiny_residue_bert
+        >>> list(tiny_residue_bert("ACDE", seed=1).chunks([5, 5, 6, 6]))
+        [slice(0, 4, None)]
         """
         budget = self.memory_budget_mb * 2**20
         elem = torch.finfo(self.dtype).bits // 8
@@ -423,13 +607,36 @@ class MaskedLM(TokenCodec):
         position_ids: Tensor | None = None,
         frame: FrozenFrame | None = None,
     ) -> Tensor:
-        """One forward pass: logits at positions ``query[i]`` (n, k) of row ``i`` of ``input_ids`` (n, T).
+        """One forward pass: logits at positions ``query[i]`` of row ``i`` of ``input_ids``.
 
-        Returns ``(n, k, V)`` logits, float32 (float64 for a float64 model). Inputs are already
-        masked and on the model's device; :meth:`masked_reduce` calls this once per chunk.
-        ``position_ids`` (n, T): the ids the model reads the tokens at (a cropped copy's,
-        :meth:`position_ids`); None: the model's own. ``frame``: the rows are the live columns
-        of a longer sequence whose other columns are frozen (:meth:`frozen_frame`).
+        Inputs are already masked and on the model's device; :meth:`masked_reduce` calls this
+        once per chunk.
+
+        Parameters
+        ----------
+        input_ids : torch.Tensor
+            Shape ``(n, T)``, long token ids, masked where they are to be predicted.
+        attention_mask : torch.Tensor
+            Shape ``(n, T)``, 1 on real tokens, 0 on padding.
+        query : torch.Tensor
+            Shape ``(n, k)``, long, the positions of each row to read.
+        position_ids : torch.Tensor or None, optional
+            Shape ``(n, T)``, the ids the model reads the tokens at (a cropped copy's,
+            :meth:`position_ids`); None (the default): the model's own.
+        frame : FrozenFrame or None, optional
+            The rows are the live columns of a longer sequence whose other columns are frozen
+            (:meth:`frozen_frame`); None (the default): the rows are whole.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(n, k, V)``, logits in float32 (float64 for a float64 model).
+
+        Raises
+        ------
+        ValueError
+            If ``frame`` is given without ``position_ids`` or with padded rows; also for a model
+            whose layers have no frozen forward (:meth:`frozen_layers`).
         """
         out_dtype = self.logits_dtype
         rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]  # (n, 1)
@@ -449,7 +656,31 @@ class MaskedLM(TokenCodec):
     def energy_terms(
         self, sequences: str | Sequence[str] | Encoding, *, variant: str = "pll", progress: bool = False
     ) -> EnergyTerms:
-        """Per-position energy terms of each sequence (see :func:`mlm_ppl.models.energy.energy_terms`)."""
+        """Per-position energy terms of each sequence (see :func:`~mlm_ppl.energy_terms`).
+
+        Parameters
+        ----------
+        sequences : str, sequence of str, or Encoding
+            Complete sequences (no mask tokens), as text or encoded.
+        variant : {"pll", "within_word_l2r"}, optional
+            Which positions are masked when reading the term of position ``t``: ``t`` alone
+            (``"pll"``, the default), or ``t`` and the later tokens of its word.
+        progress : bool, optional
+            Show a progress bar over masked copies (default False).
+
+        Returns
+        -------
+        EnergyTerms
+            The ``E_norm`` and ``E_raw`` terms of every position, and the encoding.
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``variant``, a sequence holding the mask token, or one that
+            :meth:`encode` refuses.
+        TypeError
+            If ``sequences`` are not strings or an :class:`Encoding`.
+        """
         return energy_terms(self, sequences, variant=variant, progress=progress)
 
     def score(
@@ -462,11 +693,42 @@ class MaskedLM(TokenCodec):
     ) -> Tensor:
         """Energy of each sequence in nats, shape ``(B,)``; lower is more likely.
 
-        ``energy="norm"`` is the negative pseudo-log-likelihood
-        ``E_norm(x) = -sum_t log p(x_t | x_\\t)``; ``energy="raw"`` is
-        ``E_raw(x) = -sum_t logit_t(x_t | x_\\t)`` (Goyal et al. 2021). ``variant`` is
-        ``"pll"`` (mask one token at a time; Salazar et al. 2020) or ``"within_word_l2r"``
-        (also mask the later tokens of the same word; Kauf & Ivanova 2023).
+        Parameters
+        ----------
+        sequences : str, sequence of str, or Encoding
+            Complete sequences (no mask tokens), as text or encoded.
+        energy : {"norm", "raw"}, optional
+            ``"norm"`` (the default) is the negative pseudo-log-likelihood
+            ``E_norm(x) = -sum_t log p(x_t | x_\\t)``; ``"raw"`` is
+            ``E_raw(x) = -sum_t logit_t(x_t | x_\\t)`` (Goyal et al. 2021).
+        variant : {"pll", "within_word_l2r"}, optional
+            ``"pll"`` (the default: mask one token at a time; Salazar et al. 2020) or
+            ``"within_word_l2r"`` (also mask the later tokens of the same word; Kauf & Ivanova 2023).
+        progress : bool, optional
+            Show a progress bar over masked copies (default False).
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(B,)``, the energy of each sequence in nats (:attr:`logits_dtype`).
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``energy`` or ``variant``, a sequence holding the mask token, or one
+            that :meth:`encode` refuses.
+        TypeError
+            If ``sequences`` are not strings or an :class:`Encoding`.
+
+        Examples
+        --------
+        >>> from mlm_ppl.testing import tiny_bert
+        >>> mlm = tiny_bert()
+        >>> norm = mlm.score(["the cat sat", "a dog ran"])
+        >>> norm.shape, bool((norm > 0).all())  # a negative log-probability per position: positive
+        (torch.Size([2]), True)
+        >>> mlm.score("the cat sat", energy="raw").shape
+        torch.Size([1])
         """
         check_energy(energy)
         return self.energy_terms(sequences, variant=variant, progress=progress).total(energy)

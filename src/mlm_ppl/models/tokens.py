@@ -23,28 +23,41 @@ __all__ = ["Encoding", "TokenCodec", "loop_tokens"]
 class Encoding:
     """A padded batch of encoded sequences.
 
-    Attributes
+    What :meth:`TokenCodec.encode` and :meth:`TokenCodec.encoding_from_ids` return.
+
+    Parameters
     ----------
-    input_ids : Tensor
-        ``(B, T)`` long, right-padded with the pad id; includes the model's special
+    input_ids : torch.Tensor
+        Shape ``(B, T)``, long, right-padded with the pad id; includes the model's special
         tokens (``[CLS]``/``[SEP]``, ``<s>``/``</s>`` ...).
-    attention_mask : Tensor
-        ``(B, T)`` long, 1 on real tokens, 0 on padding.
-    scorable : Tensor
-        ``(B, T)`` bool, True on ordinary tokens: the positions that are scored and may be
+    attention_mask : torch.Tensor
+        Shape ``(B, T)``, long, 1 on real tokens, 0 on padding.
+    scorable : torch.Tensor
+        Shape ``(B, T)``, bool, True on ordinary tokens: the positions that are scored and may be
         sampled. Special tokens (``[CLS]``, ``[SEP]``, ``[PAD]``, ``[MASK]`` ...) are never
         scorable.
-    word_ids : Tensor
-        ``(B, T)`` long, index of the word each token belongs to, -1 on special tokens and
+    word_ids : torch.Tensor
+        Shape ``(B, T)``, long, index of the word each token belongs to, -1 on special tokens and
         padding. For residue-level models (AntiBERTy, ESM) every residue is a word.
-    position_ids : Tensor, optional
-        ``(B, T)`` long, the position ids the model reads the tokens at; None (the default): the
-        model's own, as for a whole sequence. A cropped copy of a longer sequence keeps the
-        columns' original ids (:meth:`~mlm_ppl.models.MaskedLM.position_ids`).
-    frame : FrozenFrame, optional
+    position_ids : torch.Tensor or None, optional
+        Shape ``(B, T)``, long, the position ids the model reads the tokens at; None (the
+        default): the model's own, as for a whole sequence. A cropped copy of a longer sequence
+        keeps the columns' original ids (:meth:`~mlm_ppl.MaskedLM.position_ids`).
+    frame : FrozenFrame or None, optional
         The rest of a longer sequence, frozen: every row's tokens also attend, at every layer,
         to these keys and values of a fixed reference's other columns
-        (:meth:`~mlm_ppl.models.MaskedLM.frozen_frame`). None (the default): the rows are whole.
+        (:meth:`~mlm_ppl.MaskedLM.frozen_frame`). None (the default): the rows are whole.
+
+    Examples
+    --------
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> enc = mlm.encode(["ACD", "CE"])  # an Encoding
+    >>> enc.input_ids  # [CLS] is 2, [SEP] 3, [PAD] 0
+    tensor([[2, 5, 6, 7, 3],
+            [2, 6, 8, 3, 0]])
+    >>> len(enc), enc.lengths.tolist(), enc.scorable.sum(-1).tolist()
+    (2, [5, 4], [3, 2])
     """
 
     input_ids: Tensor
@@ -88,6 +101,39 @@ class TokenCodec:
     residue_level : bool, optional
         Treat each non-space character of an input string as one token (protein and
         antibody models). Default: True when every ordinary vocabulary entry is one character.
+
+    Attributes
+    ----------
+    vocab : tuple of str
+        The token of each id, ``""`` for ids the tokenizer never produces.
+    ordinary_mask : torch.Tensor
+        Shape ``(V,)``, bool, the ordinary tokens: the ones that may be scored and sampled
+        (never special tokens, nor ids the tokenizer never produces).
+    mask_id : int
+        The mask token's id.
+    special_ids : frozenset of int
+        The tokenizer's special token ids.
+    unk_id : int or None
+        The unknown token's id, None where the tokenizer has none.
+
+    Raises
+    ------
+    ValueError
+        If the tokenizer has no mask token, or only special tokens (its vocabulary files are
+        missing or empty).
+
+    Examples
+    --------
+    A :class:`~mlm_ppl.MaskedLM` is a codec; one can be made from its tokenizer alone:
+
+    >>> from mlm_ppl.models import TokenCodec
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> tokenizer = tiny_residue_bert("ACDE", seed=1).tokenizer
+    >>> codec = TokenCodec(tokenizer, vocab_size=9, max_length=16)
+    >>> codec.residue_level, codec.vocab[codec.mask_id]
+    (True, '[MASK]')
+    >>> codec.decode(codec.encode(["ACD", "C E"]).input_ids)  # spaces between residues are optional
+    ['ACD', 'CE']
     """
 
     def __init__(
@@ -145,9 +191,14 @@ class TokenCodec:
         sequences : str or sequence of str
             Text (subword models) or residues (residue-level models; spaces between
             residues are optional). A single string is a batch of one.
-        allow_mask : bool
+        allow_mask : bool, optional
             Accept the mask token inside sequences (templates for sampling). Masked
-            positions are not scorable.
+            positions are not scorable. Default False.
+
+        Returns
+        -------
+        Encoding
+            The batch, right-padded to its longest sequence, special tokens included.
 
         Raises
         ------
@@ -262,7 +313,18 @@ class TokenCodec:
     def decode(self, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]]) -> list[str]:
         """Decode token ids back to strings, dropping special tokens and padding.
 
-        Residue-level models give residues without separators (``"EVQL..."``).
+        Residue-level models give residues without separators (``"EVQL..."``). Ids outside the
+        vocabulary are dropped too.
+
+        Parameters
+        ----------
+        input_ids : torch.Tensor, sequence of int, or sequence of sequence of int
+            Shape ``(L,)`` (one sequence) or ``(N, L)``, token ids.
+
+        Returns
+        -------
+        list of str
+            One string per sequence (a list of one for a single sequence).
         """
         ids = torch.as_tensor(input_ids, dtype=torch.long)
         if ids.dim() == 1:
@@ -277,9 +339,36 @@ class TokenCodec:
         return out
 
     def encoding_from_ids(self, input_ids: Tensor) -> Encoding:
-        """An :class:`Encoding` of complete, unpadded token-id sequences ``(N, L)``.
+        """An :class:`Encoding` of complete, unpadded token-id sequences.
 
-        Every position is attended; ordinary tokens are scorable; each token is its own word.
+        Every position is attended; ordinary tokens are scorable, and each ordinary token is its
+        own word (special tokens, the mask token included, have word id -1).
+
+        Parameters
+        ----------
+        input_ids : torch.Tensor
+            Shape ``(N, L)``, long token ids within the vocabulary.
+
+        Returns
+        -------
+        Encoding
+            The encoding, on the CPU.
+
+        Raises
+        ------
+        TypeError
+            If ``input_ids`` are not ``torch.long``.
+        ValueError
+            If ``input_ids`` are not 2-D, or hold an id outside ``[0, vocab_size)``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from mlm_ppl.testing import tiny_residue_bert
+        >>> mlm = tiny_residue_bert("ACDE", seed=1)
+        >>> enc = mlm.encoding_from_ids(torch.tensor([[2, 5, 4, 7, 3]]))  # [CLS] A [MASK] D [SEP]
+        >>> enc.scorable.tolist(), enc.word_ids.tolist()
+        ([[False, True, False, True, False]], [[-1, 0, -1, 1, -1]])
         """
         ids = torch.as_tensor(input_ids)
         if ids.dtype != torch.long:
