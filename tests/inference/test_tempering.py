@@ -179,6 +179,8 @@ def test_bad_options_are_one_line_errors_before_any_work(tiny4):
             assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match="annealing schedule seeks modes"):
         make_kernel("replica-mh", dist, replicas=2, temperature_schedule=lambda step: 1.0)
+    with pytest.raises(ValueError, match="'replica-mh' samples its target and never anneals"):
+        ReplicaMH(dist, temperature_schedule=lambda step: 0.5)  # one replica: used to run as MH, schedule dropped
     gap = GapTarget(tiny4, "AD[MASK]{1,3}CE", LengthPrior({1: 0.2, 2: 0.3, 3: 0.5}, "test"))
     with pytest.raises(ValueError, match="take no replicas"):
         SurrogateMH(gap, replicas=2)

@@ -267,8 +267,8 @@ class ReplicaMH(KernelBase[TemperingOptions]):
           proposals (:class:`~mlm_ppl.MetropolisHastings`), at ``proposal_temperature`` times the
           replica's temperature factor (by default the default of the replica's own temperature:
           ``max(T t, 1)``);
-        * ``temperature_schedule``: refused with replicas > 1; with one replica it is not passed
-          to the replica's MH.
+        * ``temperature_schedule``: refused (with any number of replicas: this kernel never
+          anneals).
 
     Attributes
     ----------
@@ -330,9 +330,15 @@ class ReplicaMH(KernelBase[TemperingOptions]):
         Raises
         ------
         ValueError
-            When a replica's MH refuses its options for the target.
+            When a ``temperature_schedule`` is given, or a replica's MH refuses its options for
+            the target.
         """
         o = self.options
+        if o.temperature_schedule is not None:  # one replica is MH, but this kernel never anneals: it would drop it
+            raise ValueError(
+                "kernel 'replica-mh' samples its target and never anneals; for an annealing schedule use kernel "
+                "'mh' or 'surrogate-mh'"
+            )
         self.factors = o.factors()
         self.kernels = [
             MetropolisHastings(
