@@ -348,3 +348,14 @@ def test_the_frozen_surrogate_reads_the_reference_fill(tiny4):
     import pickle
 
     pickle.loads(pickle.dumps(dist))  # making the frame leaves no hook on the model (Ray workers pickle it)
+
+
+def test_a_surrogate_target_refuses_an_unknown_frame(tiny4):
+    """Built directly (SurrogateMH checks its own option), a frame other than 'crop' or 'frozen'
+    is refused instead of being read as 'frozen'."""
+    from mlm_ppl.models import SurrogateTarget
+
+    dist = MaskedLMDistribution(tiny4, LONG)
+    with pytest.raises(ValueError, match="frame must be 'crop' or 'frozen', got 'frozn'"):
+        SurrogateTarget(dist, 0, None, context=2, frame="frozn")
+    assert SurrogateTarget(dist, 0, None, context=2, frame="crop").frame is None

@@ -60,8 +60,9 @@ class SurrogateTarget(DerivedTarget):
     Raises
     ------
     ValueError
-        Where the base's model cannot read a crop at its columns' positions (with ``context``),
-        or has no frozen forward (with ``frame="frozen"``).
+        Where ``frame`` is neither ``"crop"`` nor ``"frozen"``, or the base's model cannot read a
+        crop at its columns' positions (with ``context``), or has no frozen forward (with
+        ``frame="frozen"``).
     AttributeError
         For a base that is not a :class:`~mlm_ppl.models.WindowedTarget`.
 
@@ -88,6 +89,8 @@ class SurrogateTarget(DerivedTarget):
         context: int | None = None,
         frame: str = "crop",
     ) -> None:
+        if frame not in ("crop", "frozen"):  # any other word used to build a frozen frame
+            raise ValueError(f"frame must be 'crop' or 'frozen', got {frame!r}")
         super().__init__(base)
         self.window = window
         self.dtype = dtype
