@@ -87,14 +87,58 @@ class MLMGibbs(MCMCKernel):
         ``block_size``, ``top_k`` ...; :class:`~mlm_ppl.inference.SurrogateMH`: ``inner_steps``,
         ``surrogate_window`` ...), checked here.
 
+    Attributes
+    ----------
+    mlm_sites, discrete_sites, continuous_sites : list of str
+        The model's latent token sites, discrete sites with enumerable support, and continuous
+        sites, as :meth:`setup` found them (empty before).
+
+    Raises
+    ------
+    TypeError
+        Where ``inner_kernel`` is neither an ``HMC``/``NUTS`` kernel nor callable, ``seed`` or
+        ``token_steps`` is not an integer, or a token kernel option is unknown or of the wrong type.
+    ValueError
+        Where the inner kernel was built with ``jit_compile=True``, ``kernel`` cannot move a token
+        site (no ``capabilities.gibbs``) or is unknown, ``token_steps`` is below 1, ``seed`` is out
+        of range, ``init`` is unknown, or a token kernel option is out of range.
+
     Notes
     -----
     Every latent :class:`~mlm_ppl.MaskedLMDistribution` site is updated in turn; under one
     ``pyro.plate`` it is a batch of independent sequences, each updated in turn given the others
     (so factors coupling them stay exact). Its template and temperature must not depend on
     another latent site (that would need the intractable normaliser of the MLM distribution).
-    :attr:`draw_stats` holds, per Pyro chain and token site, ``lp`` (the MH target:
-    MLM term plus every other term), ``is_accepted``, ``acceptance_rate``, ``n_changed``.
+    :attr:`draw_stats` holds, per Pyro chain and token site, the token kernel's per-draw
+    statistics (:func:`~mlm_ppl.inference.step_stats`): ``lp`` (the MH target: MLM term plus
+    every other term), ``is_accepted``, ``acceptance_rate``, ``n_changed``, ``n_moves`` and the
+    other fields of its Info.
+
+    Examples
+    --------
+    >>> import pyro
+    >>> import pyro.distributions as dist
+    >>> import torch
+    >>> from pyro.infer import MCMC, NUTS
+    >>> from mlm_ppl import MaskedLMDistribution, MLMGibbs
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> seqs = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> A = seqs.mlm.vocab.index("A")
+    >>> def model():
+    ...     w = pyro.sample("w", dist.Normal(0.0, 1.0))
+    ...     x = pyro.sample("x", seqs)
+    ...     pyro.sample("y", dist.Normal(w * (x == A).sum(), 1.0), obs=torch.tensor(1.0))
+    >>> kernel = MLMGibbs(NUTS(model), seed=0)  # a model without continuous sites: MLMGibbs(model)
+    >>> mcmc = MCMC(kernel, num_samples=5, warmup_steps=2, disable_progbar=True)
+    >>> mcmc.run()
+    >>> samples = mcmc.get_samples()
+    >>> samples["x"].shape, samples["x"].dtype, samples["w"].shape
+    (torch.Size([5, 7]), torch.int64, torch.Size([5]))
+    >>> kernel.mlm_sites, kernel.continuous_sites
+    (['x'], ['w'])
+    >>> rate = kernel.draw_stats[0]["x"]["acceptance_rate"]  # Pyro chain 0, token site x
+    >>> rate.shape, bool(((rate >= 0) & (rate <= 1)).all())
+    (torch.Size([5]), True)
     """
 
     def __init__(
@@ -165,8 +209,27 @@ class MLMGibbs(MCMCKernel):
             return self.model(*args, **kwargs)
 
     def log_joint(self, values: dict[str, Tensor]) -> Tensor:
-        """Log density of every site but the MLM terms, at ``values`` (latent sites) and the data:
-        the full conditionals of the discrete sites, and the token sites' log-factors, read it."""
+        """Compute the log density of every site but the MLM terms, at ``values`` and the data.
+
+        The full conditionals of the discrete sites, and the token sites' log-factors, read it.
+        The model runs with the arguments :meth:`setup` was given.
+
+        Parameters
+        ----------
+        values : dict of str to torch.Tensor
+            Values of the latent sites, substituted for them (continuous sites constrained).
+
+        Returns
+        -------
+        torch.Tensor
+            A scalar: the summed log probabilities of every sample site but the token sites.
+
+        Raises
+        ------
+        ValueError
+            Where a token site's distribution differs from the one set up (its template or
+            temperature depends on another latent site).
+        """
         return other_sites_log_prob(self.model, self._setup_args, self._setup_kwargs, values, self._mlm_fns)
 
     def _continuous_values(self) -> dict[str, Tensor]:
@@ -193,11 +256,31 @@ class MLMGibbs(MCMCKernel):
 
     # ------------------------------------------------------------------ setup
     def setup(self, warmup_steps: int, *args: Any, **kwargs: Any) -> None:
-        """Find the sites, fill the token sites, set up the inner kernel once (adaptation then
-        carries on across iterations), and evaluate the starting tokens.
+        """Find the sites, fill the token sites, set up the inner kernel and evaluate the starting tokens.
 
-        Called by ``MCMC`` only to find :attr:`transforms` (after chains in worker processes), it
-        builds the sites' targets but starts no chain."""
+        The inner kernel is set up once (adaptation then carries on across iterations). Discrete
+        sites start uniformly over their support, token sites filled by ``init`` (seeded). Called
+        by ``MCMC`` only to find :attr:`transforms` (after chains in worker processes), it builds
+        the sites' targets but starts no chain.
+
+        Parameters
+        ----------
+        warmup_steps : int
+            Iterations of warm-up: neither recorded in :attr:`draw_stats` nor returned as draws.
+        *args
+            The model's positional arguments.
+        **kwargs
+            The model's keyword arguments.
+
+        Raises
+        ------
+        ValueError
+            Where the model has no latent :class:`~mlm_ppl.MaskedLMDistribution` site, a discrete
+            latent site without enumerable support (e.g. ``Poisson``), continuous latent sites but
+            no inner kernel, a token site under more than one ``pyro.plate`` or a discrete site
+            under any; or where the token kernel refuses a site's target (e.g. a ``block_size``
+            larger than its free positions).
+        """
         probe = called_for_transforms()
         self._setup_args, self._setup_kwargs = args, kwargs
         self._warmup_steps = int(warmup_steps)
@@ -282,6 +365,11 @@ class MLMGibbs(MCMCKernel):
     # ------------------------------------------------------------------ params
     @property
     def initial_params(self) -> dict[str, Tensor]:
+        """The starting values of every latent site: the inner kernel's continuous ones, token and discrete ones.
+
+        Set by :meth:`setup`; setting it is a ValueError (the kernel fills the token sites itself,
+        and the inner kernel's ``init_strategy`` starts the continuous sites).
+        """
         return {**self._z, **{k: v.clone() for k, v in self._values.items()}}
 
     @initial_params.setter
@@ -293,14 +381,16 @@ class MLMGibbs(MCMCKernel):
 
     @property
     def transforms(self) -> dict | None:
-        """The inner kernel's transforms, and one per token site that ``MCMC`` applies to its
-        samples after a run (:data:`~mlm_ppl.inference.pyro_sites.AS_TOKEN_DRAWS`): Pyro packs
-        each draw's sites into one tensor, so ids beside continuous sites travel as floats; they
-        come out of ``get_samples`` as ``torch.long``
+        """The transforms ``MCMC`` applies to the samples: the inner kernel's, one per token and discrete site.
+
+        The token sites' (:data:`~mlm_ppl.inference.pyro_sites.AS_TOKEN_DRAWS`) apply after a run:
+        Pyro packs each draw's sites into one tensor, so ids beside continuous sites travel as
+        floats; they come out of ``get_samples`` as ``torch.long``
         :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`, and discrete sites in their support's
-        dtype (:class:`~mlm_ppl.inference.pyro_sites.AsSupportDtype`). None until the kernel was set up in
-        this process (chains in worker processes set up copies of it): MCMC then sets it up to
-        find them."""
+        dtype (:class:`~mlm_ppl.inference.pyro_sites.AsSupportDtype`). None until the kernel was
+        set up in this process (chains in worker processes set up copies of it): MCMC then sets it
+        up to find them. Setting it sets the inner kernel's.
+        """
         if not self.mlm_sites:
             return None
         inner = getattr(self.inner, "transforms", None) or {}
@@ -314,7 +404,20 @@ class MLMGibbs(MCMCKernel):
 
     # ------------------------------------------------------------------ sampling
     def sample(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One Gibbs iteration: continuous sites, then discrete sites, then every token site."""
+        """Make one Gibbs iteration: continuous sites, then discrete sites, then every token site.
+
+        Parameters
+        ----------
+        params : dict of str to torch.Tensor
+            The current values ``MCMC`` passes; the continuous sites' (the inner kernel's
+            unconstrained values) are read, the token and discrete sites are the kernel's own.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The new values of every latent site: the continuous sites' (unconstrained), and the
+            token and discrete sites'.
+        """
         if self.continuous_sites:
             self._z = self.inner.sample({k: params[k] for k in self._z})
         changed = False
@@ -366,15 +469,48 @@ class MLMGibbs(MCMCKernel):
 
     # ------------------------------------------------------------------ the conditionals, for exact checks
     def discrete_support(self, name: str) -> Tensor:
-        """The support of a latent discrete site, in the order its full conditional is drawn from."""
+        """Give the support of a latent discrete site, in the order its full conditional is drawn from.
+
+        Parameters
+        ----------
+        name : str
+            A latent discrete site of the model (one of :attr:`discrete_sites`).
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(K,) + event_shape``: the site's values.
+
+        Raises
+        ------
+        ValueError
+            Where ``name`` is not a discrete site of the model (as set up).
+        """
         if name not in self._supports:
             raise ValueError(f"{name!r} is not a discrete site of the model; they are {self.discrete_sites}")
         return self._supports[name]
 
     def hold(self, name: str, value: Tensor, element: int | None = None) -> None:
-        """Hold a token or discrete site (or sequence ``element`` of a plated token site) at
-        ``value``: the next updates of the other sites condition on it (exact checks build the
-        Gibbs sweep's transition matrix from them)."""
+        """Hold a token or discrete site (or sequence ``element`` of a plated token site) at ``value``.
+
+        The next updates of the other sites condition on it (exact checks build the Gibbs sweep's
+        transition matrix from them).
+
+        Parameters
+        ----------
+        name : str
+            A token or discrete site of the model.
+        value : torch.Tensor
+            Its value: token ids ``(L,)`` (``(B, L)`` for a whole plated site), or a value of the
+            discrete site's support.
+        element : int, optional
+            The sequence of a plated token site to hold (default None: the whole site).
+
+        Raises
+        ------
+        ValueError
+            Where ``name`` is not a token or discrete site of the model (as set up).
+        """
         if name not in self._values:
             raise ValueError(f"{name!r} is not a token or discrete site of the model")
         if element is None:
@@ -383,21 +519,78 @@ class MLMGibbs(MCMCKernel):
             self._values[name][element] = value
 
     def site_kernel(self, site: str, element: int | None = None) -> Any:
-        """The token kernel that moves ``site`` (or its sequence ``element`` under a plate), on
-        :meth:`site_target`: its ``transition_matrix`` is the site's exact conditional update."""
+        """Give the token kernel that moves ``site`` (or its sequence ``element`` under a plate).
+
+        It runs on :meth:`site_target`: its ``transition_matrix`` is the site's exact conditional
+        update.
+
+        Parameters
+        ----------
+        site : str
+            A token site of the model.
+        element : int, optional
+            The sequence of a plated site (default None: the site, or its first sequence).
+
+        Returns
+        -------
+        Kernel
+            The token kernel (a :class:`~mlm_ppl.inference.MetropolisHastings` by default).
+
+        Raises
+        ------
+        ValueError
+            Where ``site`` is not a token site of the model, or has no sequence ``element``.
+        """
         self.site_target(site, element)  # a clear error for an unknown site or element
         return self._kernels[site, element]
 
     def site_state(self, site: str, element: int | None = None) -> Any:
-        """The current state of the token kernel of ``site`` (or of its sequence ``element``):
-        tokens, energy, the log-factor of the rest of the model, cached conditionals."""
+        """Give the current state of the token kernel of ``site`` (or of its sequence ``element``).
+
+        Parameters
+        ----------
+        site : str
+            A token site of the model.
+        element : int, optional
+            The sequence of a plated site (default None: the site, or its first sequence).
+
+        Returns
+        -------
+        NamedTuple
+            The kernel's state (an :class:`~mlm_ppl.inference.MHState` for MH): tokens, energy,
+            the log-factor of the rest of the model, cached conditionals.
+
+        Raises
+        ------
+        ValueError
+            Where ``site`` is not a token site of the model, or has no sequence ``element``.
+        """
         self.site_target(site, element)
         return self._states[site, element]
 
     # ------------------------------------------------------------------ reporting
     def site_target(self, site: str, element: int | None = None) -> ConstrainedTarget:
-        """The MH target of a token site (or of its sequence ``element`` under a plate): its MLM
-        distribution plus the rest of the model."""
+        """Give the MH target of a token site (or of its sequence ``element`` under a plate).
+
+        Parameters
+        ----------
+        site : str
+            A token site of the model.
+        element : int, optional
+            The sequence of a plated site (default None: the site, or its first sequence, since
+            every sequence of a plated site has the same MLM distribution).
+
+        Returns
+        -------
+        ConstrainedTarget
+            Its MLM distribution plus the rest of the model (the log-factor, read at the other
+            sites' current values).
+
+        Raises
+        ------
+        ValueError
+            Where ``site`` is not a token site of the model, or has no sequence ``element``.
+        """
         if site not in self.mlm_sites:
             raise ValueError(f"{site!r} is not a token site of the model; they are {self.mlm_sites}")
         plated = (site, 0) in self._targets
@@ -408,19 +601,33 @@ class MLMGibbs(MCMCKernel):
         return self._targets[site, element]
 
     def is_plated(self, site: str) -> bool:
-        """Whether a token site is a batch of sequences under a ``pyro.plate``."""
+        """Say whether a token site is a batch of sequences under a ``pyro.plate``.
+
+        Parameters
+        ----------
+        site : str
+            A token site of the model.
+
+        Returns
+        -------
+        bool
+            True for a plated site (False too for a name that is no token site).
+        """
         return (site, 0) in self._targets
 
     @property
     def initial_states(self) -> list[dict[str, Tensor]]:
-        """Per Pyro chain run so far: the starting tokens of each token site, ``(L,)`` (or
-        ``(B, L)`` under a plate)."""
+        """Per Pyro chain run so far: the starting tokens of each token site, ``(L,)`` (``(B, L)`` under a plate)."""
         return list(self._initials)
 
     @property
     def draw_stats(self) -> list[dict[str, dict[str, Tensor]]]:
-        """Per Pyro chain and token site: ``lp``, ``is_accepted``, ``acceptance_rate``,
-        ``n_changed``, each ``(D,)`` (``(D, B)`` for a site of B sequences under a plate)."""
+        """Per Pyro chain and token site: the token kernel's per-draw statistics, each ``(D,)``.
+
+        ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed``, ``n_moves`` and the other
+        fields of the kernel's Info (:func:`~mlm_ppl.inference.step_stats`), each ``(D,)``
+        (``(D, B)`` for a site of B sequences under a plate), for the draws after warm-up.
+        """
         return [self._stacked(chain) for chain in self._chains]
 
     def _stacked(self, chain: dict[str, dict[str, list[Tensor]]]) -> dict[str, dict[str, Tensor]]:
@@ -432,15 +639,31 @@ class MLMGibbs(MCMCKernel):
         return sites
 
     def logging(self) -> dict[str, Any]:
+        """Give what Pyro's progress bar shows of the chain so far.
+
+        Returns
+        -------
+        dict of str to object
+            The inner kernel's (with continuous sites), ``"token acc."`` (the token steps'
+            acceptance rate) and ``"token moved"`` (the share of token steps that changed a
+            sequence), each rounded to 3 decimals.
+        """
         out = dict(self.inner.logging()) if self.continuous_sites else {}
         out["token acc."] = round(self._accepted / max(self._t, 1), 3)
         out["token moved"] = round(self._moved / max(self._t, 1), 3)
         return out
 
     def diagnostics(self) -> dict[str, Any]:
-        """The inner kernel's diagnostics, the token acceptance rate and the chain's
-        :class:`~mlm_ppl.inference.pyro_chains.ChainRecord` (``MCMC`` collects them at the chain's
-        end, from worker processes too)."""
+        """Give the chain's diagnostics, which ``MCMC`` collects at its end (from worker processes too).
+
+        Returns
+        -------
+        dict of str to object
+            The inner kernel's diagnostics (with continuous sites), ``"token acceptance rate"``,
+            ``"token moved"`` (the share of token steps that changed a sequence) and the chain's
+            :class:`~mlm_ppl.inference.pyro_chains.ChainRecord` (starting tokens and per-draw
+            statistics).
+        """
         out = dict(self.inner.diagnostics()) if self.continuous_sites else {}
         out["token acceptance rate"] = self._accepted / max(self._t, 1)
         out["token moved"] = self._moved / max(self._t, 1)

@@ -121,7 +121,50 @@ class ProposalOptions(Options):
 
 @dataclass(frozen=True)
 class MHOptions(ProposalOptions):
-    """Options of :class:`MetropolisHastings`: its proposals' (:class:`ProposalOptions`) and the scan."""
+    """Options of :class:`MetropolisHastings`: its proposals' (:class:`ProposalOptions`) and the scan.
+
+    Each is checked when the options are made; :class:`MetropolisHastings` says what each does in
+    full, and checks them against its target.
+
+    Parameters
+    ----------
+    block_size : int, optional
+        Free positions proposed together (default 1).
+    proposal_temperature : float, optional
+        Temperature of the MLM proposals (default None: the target's temperature where above 1,
+        else 1).
+    top_k : int, optional
+        Truncate the proposals to the ``k`` most likely tokens (default None: no truncation).
+    top_p : float, optional
+        Nucleus truncation of the proposals, in ``(0, 1]`` (default None: none).
+    p_unmask : float, optional
+        Probability in ``[0, 1]`` that a step proposes a run of ``unmask_size`` free positions by
+        unmasking them one by one in a random order (default 0; needs ``scan="random"``).
+    unmask_size : int, optional
+        Free positions an unmask proposal redraws, a run of neighbours (default None: all).
+    library : str, optional
+        Deep states an unmask proposal may propose (a fixed library, found before sampling):
+        loops of the free positions separated by commas, recorded with the run (default None).
+    library_weight : float, optional
+        Share of unmask proposals that put a library loop, drawn uniformly, on their run
+        (default 0.5).
+    temperature_schedule : callable, optional
+        ``step -> tau``, the annealing temperature of each step (mode seeking; Python only, never
+        recorded in a run's ``config.json``; default None: no annealing).
+    anneal_terms : str, optional
+        What the schedule anneals: ``"all"`` (the whole log density, the default), ``"mlm"``
+        (``-E/T`` alone) or ``"constraints"`` (the log-factor alone).
+    scan : str, optional
+        Which free positions each step proposes: ``"random"`` (the default), ``"random_sweep"``
+        or ``"left_to_right"`` (:data:`~mlm_ppl.inference.SCANS`).
+
+    Raises
+    ------
+    TypeError
+        Where an option has the wrong type.
+    ValueError
+        Where an option is out of range or not one of its choices.
+    """
 
     scan: str = option("random", "which free positions each step proposes (random, random_sweep, left_to_right)",
                        choices=SCANS)  # fmt: skip
@@ -133,6 +176,21 @@ class MHState(NamedTuple):
     ``cond_logits`` are the MLM conditionals of the current tokens at every free position
     (each with only that position masked); they are the next single-site proposals, so an MH
     step costs one pass over the proposed state's masked copies and nothing for the current one.
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        Shape ``(C, L)`` long token ids, the chains' current states.
+    energy : torch.Tensor
+        Shape ``(C,)``: the target's energy ``E(x)`` of each.
+    log_factor : torch.Tensor
+        Shape ``(C,)``: the extra log terms of each (constraints, the rest of a Pyro model).
+    cond_logits : torch.Tensor
+        Shape ``(C, F, V)``: the MLM conditionals of the current tokens at each free position.
+    step : int
+        Steps taken (the scan position, and the annealing schedule's argument).
+    order : torch.Tensor
+        Shape ``(C, F)``: the current sweep order of ``scan="random_sweep"`` (empty otherwise).
     """
 
     tokens: Tensor  # (C, L) long
@@ -144,7 +202,24 @@ class MHState(NamedTuple):
 
 
 class MHInfo(NamedTuple):
-    """Per-step statistics of C chains (ArviZ names)."""
+    """Per-step statistics of C chains (ArviZ names).
+
+    Parameters
+    ----------
+    lp : torch.Tensor
+        Shape ``(C,)``: the log target density after the step (at the target temperature, also in
+        an annealed run).
+    is_accepted : torch.Tensor
+        Shape ``(C,)`` bool: whether the proposal was accepted.
+    acceptance_rate : torch.Tensor
+        Shape ``(C,)``: ``min(1, exp(log ratio))``; 1 for a proposal equal to a state of
+        density > 0.
+    n_changed : torch.Tensor
+        Shape ``(C,)``: the positions that changed in this step.
+    evaluated : torch.Tensor
+        Shape ``(C,)`` bool: whether the proposal's masked copies ran (it changed the state and
+        broke no hard rule).
+    """
 
     lp: Tensor  # (C,) log target density after the step (at the target temperature)
     is_accepted: Tensor  # (C,) bool
@@ -194,39 +269,90 @@ class MetropolisHastings(KernelBase[MHOptions]):
     Parameters
     ----------
     target : Target
-    scan : {"random", "random_sweep", "left_to_right"}
-    block_size : int
-    proposal_temperature : float, optional
-        Temperature of the proposals; None (the default) is the target's temperature where it
-        is above 1, else 1 (:func:`default_proposal_temperature`). Any value leaves the target
-        exact: it changes how fast the chain mixes, not where it goes.
-    top_k : int, optional
-    top_p : float in (0, 1], optional
-    p_unmask : float in [0, 1]
-        Probability that a step proposes by sequential unmasking instead of a block: a run of
-        ``unmask_size`` neighbouring free positions (default all), starting uniformly at random, is
-        masked and redrawn one position at a time in a uniformly random order, each from the MLM's
-        conditional given those already drawn; ``log q`` is the sum along the order, and its
-        reverse reads the current tokens along the same order (:meth:`unmask`). Run and order are
-        drawn independently of the state, so each is an MH kernel of its own and the mixture is
-        exact and reversible (surrogate-MH's inner chain needs the latter). Needs ``scan="random"``.
-        Cost: ``2b - 1`` masked copies for a run of ``b`` (in ``b`` passes), then the proposal's evaluation.
-    unmask_size : int, optional
-    library : str, optional
-        A fixed library of deep states, loops of the free positions separated by commas (found
-        before sampling: an earlier run's :func:`~mlm_ppl.diagnostics.deep_states`, an annealed
-        run's ends). An unmask proposal then draws its run from the mixture ``(1 - w) q_U + w
-        n(y_R) / K``: with probability ``library_weight`` a library loop drawn uniformly is put on
-        the run. Exact for any fixed library (:mod:`~mlm_ppl.inference.library`); needs ``p_unmask``.
-    library_weight : float in (0, 1)
-        ``w`` above (default 0.5).
-    temperature_schedule : callable, optional
-        ``step -> tau``: anneal for mode seeking (Goyal et al. section 7): the step's acceptance
-        uses the log density divided by ``tau`` (``anneal_terms="all"``: the MLM term and the
-        constraints' experts together, so the chain seeks the mode of the product; ``"mlm"`` or
-        ``"constraints"``: that term alone). The chain then no longer samples ``p``; the recorded
-        ``lp`` is the target's. See :func:`~mlm_ppl.inference.geometric_annealing`.
-    anneal_terms : {"all", "mlm", "constraints"}
+        What is sampled: a :class:`~mlm_ppl.MaskedLMDistribution`, optionally a
+        :class:`~mlm_ppl.models.ConstrainedTarget` (any :class:`~mlm_ppl.models.Target` of a
+        fixed template).
+    **options
+        The fields of :class:`~mlm_ppl.inference.MHOptions`:
+
+        scan : {"random", "random_sweep", "left_to_right"}
+            Which free positions each step proposes (default ``"random"``).
+        block_size : int
+            Free positions proposed together (default 1; at most the template's free positions).
+        proposal_temperature : float, optional
+            Temperature of the proposals; None (the default) is the target's temperature where it
+            is above 1, else 1 (:func:`default_proposal_temperature`). Any value leaves the target
+            exact: it changes how fast the chain mixes, not where it goes.
+        top_k : int, optional
+            Truncate the proposals to the ``k`` most likely tokens (a warning says what it costs).
+        top_p : float in (0, 1], optional
+            Nucleus truncation of the proposals (a warning too).
+        p_unmask : float in [0, 1]
+            Probability that a step proposes by sequential unmasking instead of a block: a run of
+            ``unmask_size`` neighbouring free positions (default all), starting uniformly at random, is
+            masked and redrawn one position at a time in a uniformly random order, each from the MLM's
+            conditional given those already drawn; ``log q`` is the sum along the order, and its
+            reverse reads the current tokens along the same order (:meth:`unmask`). Run and order are
+            drawn independently of the state, so each is an MH kernel of its own and the mixture is
+            exact and reversible (surrogate-MH's inner chain needs the latter). Needs ``scan="random"``.
+            Cost: ``2b - 1`` masked copies for a run of ``b`` (in ``b`` passes), then the proposal's
+            evaluation.
+        unmask_size : int, optional
+            Free positions an unmask proposal redraws (default all; needs ``p_unmask``).
+        library : str, optional
+            A fixed library of deep states, loops of the free positions separated by commas (found
+            before sampling: an earlier run's :func:`~mlm_ppl.diagnostics.deep_states`, an annealed
+            run's ends). An unmask proposal then draws its run from the mixture ``(1 - w) q_U + w
+            n(y_R) / K``: with probability ``library_weight`` a library loop drawn uniformly is put on
+            the run. Exact for any fixed library (:mod:`~mlm_ppl.inference.library`); needs ``p_unmask``.
+        library_weight : float in (0, 1)
+            ``w`` above (default 0.5).
+        temperature_schedule : callable, optional
+            ``step -> tau``: anneal for mode seeking (Goyal et al. section 7): the step's acceptance
+            uses the log density divided by ``tau`` (``anneal_terms="all"``: the MLM term and the
+            constraints' experts together, so the chain seeks the mode of the product; ``"mlm"`` or
+            ``"constraints"``: that term alone). The chain then no longer samples ``p``; the recorded
+            ``lp`` is the target's. See :func:`~mlm_ppl.inference.geometric_annealing`.
+        anneal_terms : {"all", "mlm", "constraints"}
+            What the schedule anneals (default ``"all"``).
+
+    Raises
+    ------
+    TypeError
+        Where an option is unknown or of the wrong type.
+    ValueError
+        Where an option is out of range or does not fit the target (:meth:`bind_target`), or the
+        target is a variable gap (``MASK{a,b}``: :class:`~mlm_ppl.inference.GapJump` and
+        :class:`~mlm_ppl.SurrogateMH` sample one).
+
+    Warns
+    -----
+    TruncatedProposalWarning
+        With ``top_k`` or ``top_p``: the chain may then never reach parts of the target.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution, MetropolisHastings, run_chains
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> kernel = MetropolisHastings(target, block_size=2, p_unmask=0.3)
+    >>> run = run_chains(kernel, num_chains=4, num_samples=10, seed=0)
+    >>> run.tokens.shape  # (chains, draws, L)
+    torch.Size([4, 10, 7])
+    >>> rate = run.stats["acceptance_rate"]
+    >>> bool(((rate >= 0) & (rate <= 1)).all())
+    True
+
+    One step by hand, from filled templates:
+
+    >>> from mlm_ppl.inference import ChainStreams, fill_template
+    >>> streams = ChainStreams(0, 3)
+    >>> state = kernel.init(fill_template(target, 3, streams))
+    >>> state.cond_logits.shape  # (C, F, V): the cached single-site proposals
+    torch.Size([3, 3, 9])
+    >>> state, info = kernel.step(state, streams)
+    >>> state.tokens.shape, info.is_accepted.shape
+    (torch.Size([3, 7]), torch.Size([3]))
     """
 
     name = "mh"
@@ -238,6 +364,27 @@ class MetropolisHastings(KernelBase[MHOptions]):
     options: MHOptions
 
     def bind_target(self, target: Target) -> None:
+        """Check the options against the target and derive what the kernel reads of it (called by ``__init__``).
+
+        Parameters
+        ----------
+        target : Target
+            The kernel's target.
+
+        Raises
+        ------
+        ValueError
+            Where ``block_size`` or ``unmask_size`` is larger than the target's free positions,
+            ``p_unmask`` is given with a scan other than ``"random"``, ``unmask_size`` without
+            ``p_unmask``, or a library that could do nothing (``library_weight`` without a library,
+            a library without ``p_unmask`` or with ``library_weight`` outside ``(0, 1)``) or whose
+            loops do not fit the target.
+
+        Warns
+        -----
+        TruncatedProposalWarning
+            With ``top_k`` or ``top_p``.
+        """
         if self.options.block_size > target.num_free:
             raise ValueError(
                 f"block_size={self.options.block_size} is larger than the {target.num_free} free positions "
@@ -263,18 +410,70 @@ class MetropolisHastings(KernelBase[MHOptions]):
 
     # -- state
     def init(self, tokens: Tensor) -> MHState:
-        """Evaluate complete starting states ``(C, L)`` (see :func:`~mlm_ppl.inference.fill_template`)."""
+        """Evaluate complete starting states (see :func:`~mlm_ppl.inference.fill_template`).
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Shape ``(C, L)`` long token ids, one complete state of the target per chain.
+
+        Returns
+        -------
+        MHState
+            The chains' state at step 0: energies, log-factors and cached conditionals.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Where ``tokens`` is not a ``(C, L)`` tensor of complete states of the target.
+        """
         tokens = check_states(self.target, tokens)
         ev = self.target.evaluate(tokens)
         return MHState(tokens, ev.energy, ev.log_factor, ev.cond_logits, 0, torch.empty(0, dtype=torch.long))
 
     def with_log_factor(self, state: MHState, log_factor: Tensor) -> MHState:
-        """The state with new extra log terms (the rest of a model moved; the MLM terms did not)."""
+        """Give a state new extra log terms (the rest of a model moved; the MLM terms did not).
+
+        Parameters
+        ----------
+        state : MHState
+            The chains' state.
+        log_factor : torch.Tensor
+            Shape ``(C,)``: the new extra log terms.
+
+        Returns
+        -------
+        MHState
+            ``state`` with ``log_factor`` replaced (no forward pass).
+        """
         return state._replace(log_factor=log_factor)
 
     def log_density(self, energy: Tensor, log_factor: Tensor, step: int | None = None) -> Tensor:
-        """The target's log density; at ``step`` of an annealed run, its annealed form
-        (:func:`~mlm_ppl.inference.base.annealed_log_density` at ``temperature_schedule(step)``)."""
+        """Compute the target's log density, or at ``step`` of an annealed run its annealed form.
+
+        The annealed form is :func:`~mlm_ppl.inference.base.annealed_log_density` at
+        ``tau = temperature_schedule(step)``.
+
+        Parameters
+        ----------
+        energy : torch.Tensor
+            Shape ``(C,)``: the energies ``E(x)``.
+        log_factor : torch.Tensor
+            Shape ``(C,)``: the extra log terms.
+        step : int, optional
+            The step of an annealed run; None (the default), or no schedule: the target's own
+            ``-E/T + log_factor``.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(C,)``.
+
+        Raises
+        ------
+        ValueError
+            Where the schedule gives a ``tau`` that is not a finite temperature.
+        """
         o = self.options
         return scheduled_log_density(
             energy, log_factor, self.target.temperature, o.temperature_schedule, o.anneal_terms, step
@@ -288,8 +487,10 @@ class MetropolisHastings(KernelBase[MHOptions]):
 
     @property
     def proposal_temperature(self) -> float:
-        """The proposals' temperature: the ``proposal_temperature`` option, or
-        :func:`default_proposal_temperature` of the target's."""
+        """The proposals' temperature: the ``proposal_temperature`` option, else ``max(T, 1)`` of the target's ``T``.
+
+        The default is :func:`default_proposal_temperature` of the target's temperature.
+        """
         given = self.options.proposal_temperature
         return default_proposal_temperature(self.target.temperature) if given is None else given
 
@@ -300,11 +501,18 @@ class MetropolisHastings(KernelBase[MHOptions]):
         return self.target.site_logits(tokens, self.target.free_positions[sites])
 
     def proposal_cost(self) -> float:
-        """Masked copies one step's proposal reads per chain, on average (its evaluation aside): one
-        for a block of several positions (single sites read the cached conditionals), ``2b - 1`` for
-        an unmask proposal of ``b`` positions (``2b`` where it puts a library loop). After a step,
-        ``proposal_copies`` ``(C,)`` holds what each chain's proposal read (surrogate-MH counts its
-        inner chain's copies from it)."""
+        """Count the masked copies one step's proposal reads per chain, on average (its evaluation aside).
+
+        One for a block of several positions (single sites read the cached conditionals),
+        ``2b - 1`` for an unmask proposal of ``b`` positions (``2b`` where it puts a library
+        loop). After a step, ``proposal_copies`` ``(C,)`` holds what each chain's proposal read
+        (surrogate-MH counts its inner chain's copies from it).
+
+        Returns
+        -------
+        float
+            The expected copies, over the choice between a block and an unmask proposal.
+        """
         o = self.options
         unmask = 2 * self.unmask_size - (1 if self.library is None else 1 - o.library_weight)
         return (1 - o.p_unmask) * int(o.block_size > 1) + o.p_unmask * unmask
@@ -324,25 +532,57 @@ class MetropolisHastings(KernelBase[MHOptions]):
         return tokens.scatter(1, pos, new), log_rev - log_fwd, order
 
     def unmask_orders(self, streams: ChainStreams) -> Tensor:
-        """``(C, b)`` free indices, in the order an unmask proposal draws them: a run of ``b =
-        unmask_size`` neighbouring free positions starting uniformly at random, in a uniformly random
-        order (both independent of the state, so each step is a random choice among MH kernels, each
-        reversible)."""
+        """Draw the free indices an unmask proposal redraws, in the order it draws them.
+
+        A run of ``b = unmask_size`` neighbouring free positions starting uniformly at random, in
+        a uniformly random order (both independent of the state, so each step is a random choice
+        among MH kernels, each reversible).
+
+        Parameters
+        ----------
+        streams : ChainStreams
+            One random stream per chain.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(C, b)`` long free indices.
+        """
         C, F, b = len(streams), self.target.num_free, self.unmask_size
         first = streams.randint(F - b + 1) if b < F else torch.zeros(C, dtype=torch.long)
         return first[:, None] + streams.rand((C, b)).argsort(-1)
 
     def unmask(self, tokens: Tensor, order: Tensor, streams: ChainStreams | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Sequential unmasking of the free indices ``order`` ``(N, b)`` of states ``tokens`` ``(N, L)``:
-        step ``i`` masks ``order[:, i:]`` and draws ``order[:, i]`` from the proposal there (the MLM's
-        conditional, within the alphabet, at :attr:`proposal_temperature`, ``top_k``, ``top_p``).
+        """Propose by sequential unmasking of the free indices ``order`` of states ``tokens``.
 
-        Returns the proposed states (``tokens`` when ``streams`` is None), ``log q(proposed)`` and
-        ``log q(tokens)`` ``(N,)``: each the sum of its tokens' proposal log-probabilities along the
-        same order, the reverse read with the current tokens in place of the drawn ones (one batched
-        pass for both per step, one copy at the first: ``b`` passes, ``2b - 1`` copies in all). The
-        proposal is normalised in float64, so the product of its ``b`` factors sums to 1 over the
-        run's fills to rounding whatever the model's dtype (the exact matrix relies on it)."""
+        Step ``i`` masks ``order[:, i:]`` and draws ``order[:, i]`` from the proposal there (the
+        MLM's conditional, within the alphabet, at :attr:`proposal_temperature`, ``top_k``,
+        ``top_p``). ``log q`` of a state is the sum of its tokens' proposal log-probabilities
+        along the order, the reverse read with the current tokens in place of the drawn ones (one
+        batched pass for both per step, one copy at the first: ``b`` passes, ``2b - 1`` copies
+        in all). The proposal is normalised in float64, so the product of its ``b`` factors sums
+        to 1 over the run's fills to rounding whatever the model's dtype (the exact matrix relies
+        on it).
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Shape ``(N, L)``: the current states.
+        order : torch.Tensor
+            Shape ``(N, b)``: the free indices to redraw, in the order they are drawn
+            (:meth:`unmask_orders`).
+        streams : ChainStreams or None
+            One random stream per row; None draws nothing and scores ``tokens`` alone.
+
+        Returns
+        -------
+        proposed : torch.Tensor
+            Shape ``(N, L)``: the proposed states (``tokens`` when ``streams`` is None).
+        log_q_proposed : torch.Tensor
+            Shape ``(N,)`` float64: ``log q(proposed)`` (``log q(tokens)`` when ``streams`` is None).
+        log_q_tokens : torch.Tensor
+            Shape ``(N,)`` float64: ``log q(tokens)``, the reverse proposal's.
+        """
         N, b = order.shape
         pos = self.target.free_positions[order]  # (N, b)
         new = tokens.clone()
@@ -392,7 +632,27 @@ class MetropolisHastings(KernelBase[MHOptions]):
 
     # -- one step
     def step(self, state: MHState, streams: ChainStreams) -> tuple[MHState, MHInfo]:
-        """One MH update of every chain: a block, or (``p_unmask``) a run of free positions unmasked one by one."""
+        """Make one MH update of every chain: a block, or (``p_unmask``) a run of positions unmasked one by one.
+
+        Parameters
+        ----------
+        state : MHState
+            The chains' current state.
+        streams : ChainStreams
+            One random stream per chain: chain ``c`` draws only from row ``c``.
+
+        Returns
+        -------
+        state : MHState
+            The chains' new state.
+        info : MHInfo
+            The step's statistics.
+
+        Raises
+        ------
+        ValueError
+            Where an annealing schedule gives a ``tau`` that is not a finite temperature.
+        """
         tokens = state.tokens
         C = tokens.shape[0]
         proposed, correction, order = self._propose(state, streams)
@@ -427,10 +687,27 @@ class MetropolisHastings(KernelBase[MHOptions]):
 
     # -- exact transition matrix of one block update (for exact enumeration)
     def block_matrix(self, states: Tensor, evaluation: Evaluation, sites: tuple[int, ...], index) -> Tensor:
-        """``(S, S)`` transition matrix of updating the free-position block ``sites``.
+        """Compute the exact transition matrix of updating the free-position block ``sites``.
 
-        ``states`` ``(S, L)`` are all states, ``evaluation`` their evaluation, ``index`` maps
-        states to rows. Uses the same proposal code as :meth:`step`.
+        Uses the same proposal code as :meth:`step`.
+
+        Parameters
+        ----------
+        states : torch.Tensor
+            Shape ``(S, L)``: every state of the target
+            (:func:`~mlm_ppl.inference.exact.enumerate_states`).
+        evaluation : Evaluation
+            The target's evaluation of ``states``.
+        sites : tuple of int
+            The free indices (``0 .. F-1``) of the block.
+        index : callable
+            Maps states ``(N, L)`` to their rows in ``states`` ``(N,)``
+            (:func:`~mlm_ppl.inference.exact.state_index`).
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(S, S)`` float64, row ``s`` the law of the next state from state ``s``.
         """
         S = states.shape[0]
         site_t = torch.tensor(sites).expand(S, -1)
@@ -450,10 +727,28 @@ class MetropolisHastings(KernelBase[MHOptions]):
         return P
 
     def unmask_matrix(self, states: Tensor, evaluation: Evaluation, order: tuple[int, ...], index) -> Tensor:
-        """``(S, S)`` transition matrix of an unmask proposal along the free indices ``order``: the
-        proposal of a state ``y`` that agrees with ``x`` off the run is ``q(y)`` of :meth:`unmask` (it
-        depends on ``x`` only through the tokens it keeps), so one pass over the states scores every
-        move. Uses the same proposal code as :meth:`step`."""
+        """Compute the exact transition matrix of an unmask proposal along the free indices ``order``.
+
+        The proposal of a state ``y`` that agrees with ``x`` off the run is ``q(y)`` of
+        :meth:`unmask` (it depends on ``x`` only through the tokens it keeps), so one pass over
+        the states scores every move. Uses the same proposal code as :meth:`step`.
+
+        Parameters
+        ----------
+        states : torch.Tensor
+            Shape ``(S, L)``: every state of the target.
+        evaluation : Evaluation
+            The target's evaluation of ``states``.
+        order : tuple of int
+            The free indices of the run, in the order they are drawn.
+        index : callable
+            Maps states ``(N, L)`` to their rows in ``states`` ``(N,)``.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(S, S)`` float64.
+        """
         S = states.shape[0]
         order_t = torch.tensor(order).expand(S, -1)
         _, logq, _ = self.unmask(states, order_t, None)  # (S,) log q(z_run | z off the run) of every state z
@@ -473,8 +768,26 @@ class MetropolisHastings(KernelBase[MHOptions]):
         return P
 
     def transition_matrix(self, states: Tensor, evaluation: Evaluation, index) -> Tensor:
-        """``(S, S)``: one step (``scan="random"``) or one sweep (the other scans) of :meth:`block_matrix`;
-        with ``p_unmask``, the mixture with :meth:`unmask_matrix` over every run and order."""
+        """Compute the exact transition matrix of one step (``scan="random"``) or one sweep (the other scans).
+
+        Built from :meth:`block_matrix`; with ``p_unmask``, the mixture with :meth:`unmask_matrix`
+        over every run and order. What :func:`~mlm_ppl.inference.exact.transition_matrix` returns
+        for this kernel.
+
+        Parameters
+        ----------
+        states : torch.Tensor
+            Shape ``(S, L)``: every state of the target.
+        evaluation : Evaluation
+            The target's evaluation of ``states``.
+        index : callable
+            Maps states ``(N, L)`` to their rows in ``states`` ``(N,)``.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(S, S)`` float64.
+        """
         o = self.options
         P = scan_matrix(
             o.scan,

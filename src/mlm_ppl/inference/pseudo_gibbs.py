@@ -28,7 +28,29 @@ PSEUDO_GIBBS_SCANS = SCANS + PARALLEL_SCANS
 
 @dataclass(frozen=True)
 class PseudoGibbsOptions(Options):
-    """Options of :class:`PseudoGibbs`."""
+    """Options of :class:`PseudoGibbs`, each checked when they are made.
+
+    Parameters
+    ----------
+    scan : str, optional
+        Which free positions each step redraws: one of :data:`~mlm_ppl.inference.PSEUDO_GIBBS_SCANS`
+        (default ``"random"``; see :class:`PseudoGibbs` and docs/sampling.md).
+    top_k : int, optional
+        Truncate the conditionals to the ``k`` most likely tokens (default None: no truncation).
+    proposal_temperature : float, optional
+        Temperature of the MLM conditionals (default 1).
+    burnin : int, optional
+        Steps before ``top_k`` applies (default 0).
+    compute_lp : bool, optional
+        Also evaluate each new state's log density (costs an MH step's copies; default False).
+
+    Raises
+    ------
+    TypeError
+        Where an option has the wrong type.
+    ValueError
+        Where an option is out of range or not one of its choices.
+    """
 
     scan: str = option(
         "random",
@@ -43,7 +65,17 @@ class PseudoGibbsOptions(Options):
 
 
 class PseudoGibbsState(NamedTuple):
-    """State of C pseudo-Gibbs chains."""
+    """State of C pseudo-Gibbs chains.
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        Shape ``(C, L)`` long token ids, the chains' current states.
+    step : int
+        Steps taken (the scan position; ``top_k`` applies from ``burnin`` on).
+    order : torch.Tensor
+        Shape ``(C, F)``: the current sweep order of ``scan="random_sweep"`` (empty otherwise).
+    """
 
     tokens: Tensor  # (C, L)
     step: int
@@ -51,7 +83,15 @@ class PseudoGibbsState(NamedTuple):
 
 
 class PseudoGibbsInfo(NamedTuple):
-    """Per-step statistics of C chains. Every update is taken: there is no acceptance."""
+    """Per-step statistics of C chains; every update is taken: there is no acceptance.
+
+    Parameters
+    ----------
+    lp : torch.Tensor
+        Shape ``(C,)``: the target's log density after the step with ``compute_lp``, else NaN.
+    n_changed : torch.Tensor
+        Shape ``(C,)``: the positions whose token changed.
+    """
 
     lp: Tensor  # (C,) log density of the energy after the step if compute_lp, else NaN
     n_changed: Tensor  # (C,) positions whose token changed
@@ -104,17 +144,43 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
         silently ignore its factor; but a constraint spec of alphabets alone
         (:attr:`~mlm_ppl.models.constraints.BoundConstraints.alphabets_only`) is honoured in
         full by the restricted draws, so it is accepted.
-    scan : str
-        One of :data:`PSEUDO_GIBBS_SCANS`.
-    top_k : int, optional
-    proposal_temperature : float
-        Temperature of the MLM conditionals that positions are redrawn from. (The target's own
-        temperature plays no part: pseudo-Gibbs does not sample ``exp(-E/T)``.)
-    burnin : int
-        Steps before ``top_k`` applies.
-    compute_lp : bool
-        Also evaluate the target's log density of each new state for ``info.lp`` (costs the L
-        masked copies that an MH step costs); otherwise ``info.lp`` is NaN.
+    **options
+        The fields of :class:`~mlm_ppl.inference.PseudoGibbsOptions`:
+
+        scan : str
+            One of :data:`~mlm_ppl.inference.PSEUDO_GIBBS_SCANS` (default ``"random"``).
+        top_k : int, optional
+            Truncate the conditionals to the ``k`` most likely tokens (default None).
+        proposal_temperature : float
+            Temperature of the MLM conditionals that positions are redrawn from (default 1).
+            (The target's own temperature plays no part: pseudo-Gibbs does not sample ``exp(-E/T)``.)
+        burnin : int
+            Steps before ``top_k`` applies (default 0).
+        compute_lp : bool
+            Also evaluate the target's log density of each new state for ``info.lp`` (costs the L
+            masked copies that an MH step costs); otherwise ``info.lp`` is NaN.
+
+    Raises
+    ------
+    TypeError
+        Where an option is unknown or of the wrong type.
+    ValueError
+        Where an option is out of range, the target has terms the draws would ignore (a
+        log-factor, a scaled energy), or it is a variable gap (``MASK{a,b}``).
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution, PseudoGibbs, run_chains
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> kernel = PseudoGibbs(target, scan="left_to_right", compute_lp=True)
+    >>> run = run_chains(kernel, num_chains=2, num_samples=5, seed=0)
+    >>> run.tokens.shape
+    torch.Size([2, 5, 7])
+    >>> bool(run.stats["lp"].isfinite().all())  # compute_lp: each draw's log density (else NaN)
+    True
+    >>> run.attrs["stationary_law"]  # the chain's own law, not exp(-E/T)
+    'own'
     """
 
     name = "pseudo-gibbs"
@@ -127,12 +193,34 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
     options: PseudoGibbsOptions
 
     def evaluations_per_step(self) -> float:
-        """The conditionals' pass (at most one evaluation's copies), and with ``compute_lp`` one
-        evaluation of the new state."""
+        """Say at most how much work one step does for one chain, in full evaluations of the target.
+
+        Returns
+        -------
+        float
+            1 for the conditionals' pass (at most one evaluation's copies), 2 with ``compute_lp``
+            (one evaluation of the new state besides).
+        """
         return 2.0 if self.options.compute_lp else 1.0
 
     def init(self, tokens: Tensor) -> PseudoGibbsState:
-        """Chains starting at complete states ``(C, L)``."""
+        """Start chains at complete states.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Shape ``(C, L)`` long token ids, one complete state of the target per chain.
+
+        Returns
+        -------
+        PseudoGibbsState
+            The chains' state at step 0.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Where ``tokens`` is not a ``(C, L)`` tensor of complete states of the target.
+        """
         return PseudoGibbsState(check_states(self.target, tokens), 0, torch.empty(0, dtype=torch.long))
 
     def _proposal(self, logits: Tensor, sites: Tensor, step: int) -> Tensor:
@@ -159,7 +247,22 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
         return select_sites(self.options.scan, state.step, state.order, C, F, 1, streams)
 
     def step(self, state: PseudoGibbsState, streams: ChainStreams) -> tuple[PseudoGibbsState, PseudoGibbsInfo]:
-        """Redraw the scan's positions in every chain from their MLM conditionals."""
+        """Redraw the scan's positions in every chain from their MLM conditionals.
+
+        Parameters
+        ----------
+        state : PseudoGibbsState
+            The chains' current state.
+        streams : ChainStreams
+            One random stream per chain: chain ``c`` draws only from row ``c``.
+
+        Returns
+        -------
+        state : PseudoGibbsState
+            The chains' new state (every draw taken).
+        info : PseudoGibbsInfo
+            The step's statistics.
+        """
         tokens = state.tokens
         C = tokens.shape[0]
         sites, order = self._sites(state, C, streams)
@@ -176,9 +279,30 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
         return PseudoGibbsState(new_tokens, state.step + 1, order), PseudoGibbsInfo(lp, (new != old).sum(-1))
 
     def block_matrix(self, states: Tensor, evaluation: Evaluation | None, sites: tuple[int, ...], index) -> Tensor:
-        """``(S, S)`` transition matrix of resampling the free positions ``sites`` (each from its
-        single-site conditional given the current state, or for ``"parallel_unmasked"`` from the
-        unmasked state's logits; all at once when there are several)."""
+        """Compute the exact transition matrix of resampling the free positions ``sites``.
+
+        Each is drawn from its single-site conditional given the current state, or for
+        ``"parallel_unmasked"`` from the unmasked state's logits; all at once when there are
+        several. ``top_k`` applies (as after ``burnin``).
+
+        Parameters
+        ----------
+        states : torch.Tensor
+            Shape ``(S, L)``: every state of the target
+            (:func:`~mlm_ppl.inference.exact.enumerate_states`).
+        evaluation : Evaluation or None
+            Unused (no acceptance step reads the target's density); taken to share the signature.
+        sites : tuple of int
+            The free indices (``0 .. F-1``) resampled.
+        index : callable
+            Maps states ``(N, L)`` to their rows in ``states`` ``(N,)``
+            (:func:`~mlm_ppl.inference.exact.state_index`).
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(S, S)`` float64, row ``s`` the law of the next state from state ``s``.
+        """
         S = states.shape[0]
         site_t = torch.tensor(sites).expand(S, -1)
         pos = self.target.free_positions[site_t]
@@ -190,7 +314,26 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
         return P
 
     def transition_matrix(self, states: Tensor, evaluation: Evaluation, index) -> Tensor:
-        """``(S, S)``: one step of a parallel scan, one step (``"random"``) or one sweep of the others."""
+        """Compute the exact ``(S, S)`` transition matrix of one step or one sweep of the scan.
+
+        One step of a parallel scan or of ``"random"``; one sweep of ``"left_to_right"`` and of
+        ``"random_sweep"`` (averaged over its orders); built from :meth:`block_matrix`: what
+        :func:`~mlm_ppl.inference.exact.transition_matrix` returns for this kernel.
+
+        Parameters
+        ----------
+        states : torch.Tensor
+            Shape ``(S, L)``: every state of the target.
+        evaluation : Evaluation
+            The target's evaluation of ``states`` (unused: no acceptance step reads it).
+        index : callable
+            Maps states ``(N, L)`` to their rows in ``states`` ``(N,)``.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(S, S)`` float64.
+        """
         F = self.target.num_free
         if self.options.scan in PARALLEL_SCANS:
             return self.block_matrix(states, evaluation, tuple(range(F)), index)

@@ -85,7 +85,82 @@ _UPDATE, _INSERT, _DELETE, _INSERT_RUN, _DELETE_RUN, _MAX_RUN = move_options()  
 
 @dataclass(frozen=True)
 class SurrogateOptions(TemperingOptions):
-    """Options of :class:`SurrogateMH`."""
+    """Options of :class:`SurrogateMH`, each checked when they are made.
+
+    :class:`SurrogateMH` says what each does in full, and checks them against its target.
+
+    Parameters
+    ----------
+    block_size : int, optional
+        Free positions an inner proposal redraws together (default 1).
+    proposal_temperature : float, optional
+        Temperature of the inner MLM proposals (default None: the target's temperature where above
+        1, else 1).
+    top_k : int, optional
+        Truncate the inner proposals to the ``k`` most likely tokens (default None: no truncation).
+    top_p : float, optional
+        Nucleus truncation of the inner proposals, in ``(0, 1]`` (default None: none).
+    p_unmask : float, optional
+        Probability in ``[0, 1]`` that an inner step proposes a run of ``unmask_size`` free positions
+        by unmasking them one by one in a random order (default 0).
+    unmask_size : int, optional
+        Free positions an unmask proposal redraws, a run of neighbours (default None: all).
+    library : str, optional
+        Deep states an unmask proposal may propose: loops of the free positions separated by
+        commas (default None).
+    library_weight : float, optional
+        Share of unmask proposals that put a library loop, drawn uniformly, on their run
+        (default 0.5).
+    temperature_schedule : callable, optional
+        ``outer step -> tau``, the annealing temperature (mode seeking; Python only; default None).
+    anneal_terms : str, optional
+        What the schedule anneals: ``"all"`` (the default), ``"mlm"`` or ``"constraints"``.
+    replicas : int, optional
+        Replicas of the inner chain at temperatures ``T * replica_spacing**k``,
+        ``k = 0 .. replicas - 1``, exchanging states (default 1: none).
+    replica_spacing : float, optional
+        Ratio of neighbouring replicas' temperatures (default 1.5; needs ``replicas``).
+    p_swap : float, optional
+        Probability that an inner step proposes to exchange the states of a random pair of
+        neighbouring replicas (default 0.2; needs ``replicas``).
+    inner_steps : int, optional
+        Surrogate steps per exact correction (default None: 4 x the free positions).
+    surrogate_window : int, optional
+        The surrogate scores the positions within this many columns of a free position
+        (default 0).
+    surrogate_dtype : str, optional
+        The surrogate model's dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``
+        (:data:`SURROGATE_DTYPES`; default None: the target model's own).
+    surrogate_context : int, optional
+        The surrogate's copies run only the tokens within this many columns of a free position,
+        at least ``surrogate_window`` (default None: all; with ``surrogate_frame="frozen"``, the
+        window).
+    surrogate_frame : str, optional
+        What those copies see of the other tokens: nothing (``"crop"``, the default), or a fixed
+        reference's, frozen (``"frozen"``).
+    anneal_floor : float, optional
+        Annealing stops cooling at this ``tau`` (default None: each chain where its outer
+        acceptance falls below 0.2; 0: the whole schedule).
+    p_update, p_insert, p_delete : float, optional
+        On a variable gap, the probabilities of the inner gap-jump chain's update, insert and
+        delete moves (defaults 0.5, 0.25, 0.25).
+    p_insert_run, p_delete_run : float, optional
+        On a variable gap, the probabilities of its moves adding or removing a run of
+        ``2 .. max_run`` gap positions (default 0; both 0 or both > 0).
+    max_run : int, optional
+        The longest run a run move adds or removes (default 2).
+
+    Raises
+    ------
+    TypeError
+        Where an option has the wrong type.
+    ValueError
+        Where an option is out of range or not one of its choices, ``surrogate_context`` is below
+        ``surrogate_window``, the move probabilities do not sum to 1, one run move is on without
+        the other, ``max_run`` is given without them, or the replicas' options do not fit together
+        (``replica_spacing`` or ``p_swap`` without replicas, the hottest replica too hot, replicas
+        with an annealing schedule).
+    """
 
     inner_steps: int | None = option(
         None, "surrogate steps per exact correction (default 4 x free positions)", check=count_at_least(1)
@@ -132,8 +207,29 @@ class SurrogateOptions(TemperingOptions):
 
 
 class SurrogateState(NamedTuple):
-    """State of C surrogate-MH chains: the target's energy of the current tokens, and the inner
-    chain's state there (the surrogate energy and the conditionals the next proposals use)."""
+    """State of C surrogate-MH chains: the target's energy of the current tokens, and the inner chain's state there.
+
+    The inner chain's state holds the surrogate energy and the conditionals the next proposals use.
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        Shape ``(C, L)`` long token ids, the chains' current states.
+    energy : torch.Tensor
+        Shape ``(C,)``: the target's energy ``E(x)`` of each.
+    log_factor : torch.Tensor
+        Shape ``(C,)``: the extra log terms of each.
+    inner : MHState or ReplicaState
+        The surrogate chain at ``tokens`` (a ``GapJumpState`` on a variable gap).
+    step : int
+        Outer steps taken.
+    hold : torch.Tensor or None, optional
+        Annealed: shape ``(C,)``, the ``tau`` each chain stopped cooling at (0: none yet); None
+        without the annealing thermostat.
+    recent : torch.Tensor or None, optional
+        Annealed: shape ``(C,)``, each chain's moving average of outer acceptance; None without
+        the thermostat.
+    """
 
     tokens: Tensor  # (C, L) long
     energy: Tensor  # (C,) E(x), the target's
@@ -145,7 +241,27 @@ class SurrogateState(NamedTuple):
 
 
 class SurrogateInfo(NamedTuple):
-    """Per-step statistics of C chains."""
+    """Per-step statistics of C chains.
+
+    Parameters
+    ----------
+    lp : torch.Tensor
+        Shape ``(C,)``: the log target density after the step.
+    is_accepted : torch.Tensor
+        Shape ``(C,)`` bool, the outer (exact) acceptance: True for a move that changed nothing
+        from a state of density > 0, False for every move but one to density > 0 from a state of
+        density 0.
+    acceptance_rate : torch.Tensor
+        Shape ``(C,)``: ``min(1, exp(log a))`` of the outer correction.
+    n_changed : torch.Tensor
+        Shape ``(C,)``: the positions that differ before and after the step.
+    n_moves : torch.Tensor
+        Shape ``(C,)``: the accepted single-site changes along an accepted move's path, else 0.
+    inner_acceptance : torch.Tensor
+        Shape ``(C,)``: the fraction of the inner proposals accepted (on the surrogate).
+    masked_copies : torch.Tensor
+        Shape ``(C,)``: the masked copies run by the step, inner proposals and the correction.
+    """
 
     lp: Tensor  # (C,) log target density after the step
     is_accepted: Tensor  # (C,) bool, the outer (exact) acceptance; True for a move that changed nothing from a
@@ -182,7 +298,8 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
     length's surrogate, each calibrated once at a fixed state of its length
     (:meth:`SurrogateTarget.calibrate`); its chains step one at a time; one exact evaluation per
     outer step corrects whatever it did to the length (:meth:`gap_matrix` is its exact matrix).
-    ``block_size``, ``proposal_temperature``, ``top_k``, ``top_p`` and annealing are refused there.
+    ``block_size``, ``proposal_temperature``, ``top_k``, ``top_p``, ``replicas``, a library and annealing
+    are refused there.
 
     **Cost**: each inner proposal that changes the state runs the window's masked copies,
     unless it breaks a hard rule (``target.forbidden``: rejected unrun, as in MH), plus what the
@@ -194,33 +311,71 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
     Parameters
     ----------
     target : WindowedTarget
-    inner_steps : int, optional
-        Surrogate steps per move; default ``4 * num_free`` (four sweeps' worth).
-    surrogate_window : int
-        ``E~`` sums the energy terms of the scored positions within this many columns of a free
-        position (default 0: the free positions' own terms).
-    surrogate_dtype : {"float32", "bfloat16", "float16"}, optional
-        Run the surrogate's model in this dtype (a cached copy; the target keeps its own).
-    surrogate_context : int, optional
-        Crop the surrogate's copies to the tokens within this many columns of a free position
-        (and the special tokens), each read at its own position id: shorter copies, a rougher
-        surrogate (at least ``surrogate_window``; the model must take ``position_ids``).
-        Default: the whole sequence (with ``surrogate_frame="frozen"``: ``surrogate_window``).
-    surrogate_frame : {"crop", "frozen"}
-        What the cropped copies see of the other tokens: nothing (``"crop"``), or, at every
-        layer, the keys and values of a fixed reference sequence's other tokens
-        (``"frozen"``; :meth:`~mlm_ppl.MaskedLMDistribution.frozen_reference`, BERT-like models):
-        nearly the whole copy's conditionals at the crop's cost.
-    block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p, library, library_weight
-        The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings` (random scan).
-    temperature_schedule, anneal_terms
-        Annealing (mode seeking), as for MH: the inner chain runs at its outer step's ``tau``.
-    anneal_floor : float, optional
-        A fixed ``tau`` below which no chain cools (0: the whole schedule). Default: each chain
-        stops cooling where its own outer acceptance falls below 0.2
-        (:mod:`~mlm_ppl.inference.anneal_floor`); the run records where.
-    p_update, p_insert, p_delete, p_insert_run, p_delete_run, max_run
-        On a variable gap, the inner gap-jump chain's moves (refused on a fixed template).
+        What is sampled: a :class:`~mlm_ppl.MaskedLMDistribution`, or a
+        :class:`~mlm_ppl.models.ConstrainedTarget` over one (a target whose energy is a sum of
+        per-position terms: :class:`~mlm_ppl.models.WindowedTarget`), of a fixed template or a
+        variable gap.
+    **options
+        The fields of :class:`~mlm_ppl.inference.SurrogateOptions`:
+
+        inner_steps : int, optional
+            Surrogate steps per move; default ``4 * num_free`` (four sweeps' worth).
+        surrogate_window : int
+            ``E~`` sums the energy terms of the scored positions within this many columns of a free
+            position (default 0: the free positions' own terms).
+        surrogate_dtype : {"float32", "bfloat16", "float16"}, optional
+            Run the surrogate's model in this dtype (a cached copy; the target keeps its own).
+        surrogate_context : int, optional
+            Crop the surrogate's copies to the tokens within this many columns of a free position
+            (and the special tokens), each read at its own position id: shorter copies, a rougher
+            surrogate (at least ``surrogate_window``; the model must take ``position_ids``).
+            Default: the whole sequence (with ``surrogate_frame="frozen"``: ``surrogate_window``).
+        surrogate_frame : {"crop", "frozen"}
+            What the cropped copies see of the other tokens: nothing (``"crop"``), or, at every
+            layer, the keys and values of a fixed reference sequence's other tokens
+            (``"frozen"``; :meth:`~mlm_ppl.MaskedLMDistribution.frozen_reference`, BERT-like models):
+            nearly the whole copy's conditionals at the crop's cost.
+        block_size, p_unmask, unmask_size, proposal_temperature, top_k, top_p, library, library_weight
+            The inner proposals, as for :class:`~mlm_ppl.inference.MetropolisHastings` (random scan).
+        replicas, replica_spacing, p_swap
+            Replica exchange of the inner chain at higher temperatures of the surrogate, as for
+            :class:`~mlm_ppl.inference.ReplicaMH` (refused with annealing and on a variable gap).
+        temperature_schedule, anneal_terms
+            Annealing (mode seeking), as for MH: the inner chain runs at its outer step's ``tau``.
+        anneal_floor : float, optional
+            A fixed ``tau`` below which no chain cools (0: the whole schedule). Default: each chain
+            stops cooling where its own outer acceptance falls below 0.2
+            (:mod:`~mlm_ppl.inference.anneal_floor`); the run records where.
+        p_update, p_insert, p_delete, p_insert_run, p_delete_run, max_run
+            On a variable gap, the inner gap-jump chain's moves (refused on a fixed template).
+
+    Raises
+    ------
+    TypeError
+        Where an option is unknown or of the wrong type, or the target's energy is not a sum of
+        per-position terms.
+    ValueError
+        Where an option is out of range or does not fit the target (:meth:`bind_target`).
+
+    Warns
+    -----
+    TruncatedProposalWarning
+        With ``top_k`` or ``top_p``: the inner chain's proposals are truncated.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution, SurrogateMH, run_chains
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> kernel = SurrogateMH(target, inner_steps=3, surrogate_window=1)
+    >>> kernel.inner  # the inner chain, on the surrogate
+    MetropolisHastings()
+    >>> run = run_chains(kernel, num_chains=4, num_samples=10, seed=0)
+    >>> run.tokens.shape
+    torch.Size([4, 10, 7])
+    >>> rate, inner = run.stats["acceptance_rate"], run.stats["inner_acceptance"]
+    >>> bool(((rate >= 0) & (rate <= 1) & (inner >= 0) & (inner <= 1)).all())
+    True
     """
 
     name = "surrogate-mh"
@@ -249,6 +404,29 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
     inner: Any  # MetropolisHastings, or GapJump (a variable gap)
 
     def bind_target(self, target: Target) -> None:
+        """Build the surrogate and the inner chain on the target, checking the options against it.
+
+        Called by ``__init__``. On a fixed template the inner chain is a
+        :class:`~mlm_ppl.inference.MetropolisHastings` (a :class:`~mlm_ppl.inference.ReplicaMH`
+        with ``replicas``) on the :class:`~mlm_ppl.models.SurrogateTarget`; on a variable gap, a
+        :class:`~mlm_ppl.inference.GapJump` on each length's surrogate.
+
+        Parameters
+        ----------
+        target : Target
+            The kernel's target.
+
+        Raises
+        ------
+        TypeError
+            Where the target's energy is not a sum of per-position terms (no ``scored_positions``).
+        ValueError
+            Where a nonzero ``anneal_floor`` is given without a schedule; on a fixed template,
+            where a gap-jump move option is given; on a variable gap, where an option its moves do
+            not take is (``block_size``, ``proposal_temperature`` other than 1, ``top_k``,
+            ``top_p``, ``replicas``, ``library``, ``library_weight``, a schedule); or where the
+            inner chain refuses its options.
+        """
         if not hasattr(target, "scored_positions"):  # a WindowedTarget (a Protocol check may not evaluate properties)
             raise TypeError(
                 "SurrogateMH needs a target whose energy is a sum of per-position terms that it can restrict "
@@ -337,14 +515,27 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
         return copies
 
     def chains_batched(self) -> bool:
-        """On a variable gap the inner gap-jump chain steps one chain at a time (its time estimate
-        says so); otherwise the chains advance together."""
+        """Say whether the chains advance in one batched forward pass.
+
+        Returns
+        -------
+        bool
+            False on a variable gap, where the inner gap-jump chain steps one chain at a time (its
+            time estimate says so); True otherwise.
+        """
         return not self.inner.capabilities.lengths
 
     def evaluations_per_step(self) -> float:
-        """``inner_steps`` inner steps, each a pass over the window's copies (as long as the cropped
-        context) and what its proposal reads, and one pass over the whole sequence's, in full
-        evaluations (of the longest length, for a variable gap)."""
+        """Say at most how much work one step does for one chain, in full evaluations of the target.
+
+        ``inner_steps`` inner steps, each a pass over the window's copies (as long as the cropped
+        context) and what its proposal reads, and one pass over the whole sequence's.
+
+        Returns
+        -------
+        float
+            The work in full evaluations (of the longest length, for a variable gap).
+        """
         surrogate = self._surrogates()[-1]
         full = int(surrogate.base.scored_positions.numel())  # type: ignore[attr-defined]
         crop = surrogate.columns.numel() / surrogate.template.numel()
@@ -358,27 +549,91 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
 
     # -- state
     def init(self, tokens: Tensor) -> SurrogateState:
-        """Evaluate complete starting states ``(C, L)`` under the target and the surrogate."""
+        """Evaluate complete starting states under the target and the surrogate.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Shape ``(C, L)`` long token ids, one complete state of the target per chain.
+
+        Returns
+        -------
+        SurrogateState
+            The chains' state at step 0, the inner chain's included.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Where ``tokens`` is not a ``(C, L)`` tensor of complete states of the target.
+        """
         tokens = check_states(self.target, tokens)
         ev = self.target.evaluate(tokens)
         hold, recent = start_thermostat(tokens.shape[0]) if self.thermostat else (None, None)
         return SurrogateState(tokens, ev.energy, ev.log_factor, self.inner.init(tokens), 0, hold, recent)
 
     def with_log_factor(self, state: SurrogateState, log_factor: Tensor) -> SurrogateState:
-        """The state with new extra log terms, in the target's and the surrogate's part alike."""
+        """Give a state new extra log terms, in the target's and the surrogate's part alike.
+
+        Parameters
+        ----------
+        state : SurrogateState
+            The chains' state.
+        log_factor : torch.Tensor
+            Shape ``(C,)``: the new extra log terms.
+
+        Returns
+        -------
+        SurrogateState
+            ``state`` with ``log_factor`` replaced, in its inner chain's state too (no forward pass).
+        """
         return state._replace(log_factor=log_factor, inner=self.inner.with_log_factor(state.inner, log_factor))
 
     def log_density(self, energy: Tensor, log_factor: Tensor, tau: Tensor | None = None) -> Tensor:
-        """The log density at the target's temperature (the same form for the target and the
-        surrogate); annealed at each chain's ``tau`` (``(N,)``, :meth:`taus`) where given."""
+        """Compute the log density at the target's temperature, annealed at each chain's ``tau`` where given.
+
+        The same form serves the target and the surrogate.
+
+        Parameters
+        ----------
+        energy : torch.Tensor
+            Shape ``(N,)``: the energies (the target's or the surrogate's).
+        log_factor : torch.Tensor
+            Shape ``(N,)``: the extra log terms.
+        tau : torch.Tensor, optional
+            Shape ``(N,)``: each state's annealing temperature (:meth:`taus`); None (the default):
+            not annealed.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape ``(N,)``.
+
+        Raises
+        ------
+        ValueError
+            Where a ``tau`` is not a finite temperature.
+        """
         temperature, terms = self.target.temperature, self.options.anneal_terms
         if tau is None:
             return scheduled_log_density(energy, log_factor, temperature, None, terms, None)
         return annealed_log_density(energy, log_factor, temperature, tau.to(energy.dtype), terms)
 
     def taus(self, state: SurrogateState) -> Tensor | None:
-        """``(C,)`` the ``tau`` each chain's next step runs at (None: not annealed): the schedule's,
-        never below a given ``anneal_floor``, nor below where the chain stopped cooling."""
+        """Give the ``tau`` each chain's next step runs at.
+
+        The schedule's, never below a given ``anneal_floor`` (or the schedule's first ``tau``,
+        where that is lower), nor below where the chain stopped cooling (its hold).
+
+        Parameters
+        ----------
+        state : SurrogateState
+            The chains' current state (its step, and each chain's hold).
+
+        Returns
+        -------
+        torch.Tensor or None
+            Shape ``(C,)``; None where the kernel does not anneal.
+        """
         o = self.options
         if o.temperature_schedule is None:
             return None
@@ -389,17 +644,35 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
         return chain_taus(tau, hold)
 
     def annealing(self) -> dict[str, Any] | None:
-        """What a run records of its annealing: the schedule, and where it stops cooling (``floor``:
-        ``"chains"``, each chain where its outer acceptance falls, :mod:`~mlm_ppl.inference.anneal_floor`;
-        or a fixed ``tau``, 0 for none)."""
+        """Describe what a run records of its annealing: the schedule, and where it stops cooling.
+
+        Returns
+        -------
+        dict or None
+            The schedule's record (:func:`~mlm_ppl.inference.annealing.annealing_record`) with
+            ``floor``: ``"chains"`` (each chain where its outer acceptance falls,
+            :mod:`~mlm_ppl.inference.anneal_floor`) or a fixed ``tau`` (0 for none); None when the
+            kernel samples its target.
+        """
         record = super().annealing()
         if record is None:
             return None
         return {**record, "floor": "chains" if self.thermostat else (self.options.anneal_floor or 0.0)}
 
     def annealing_end(self, state: SurrogateState) -> dict[str, Any]:
-        """What a run adds to its annealing record at its end: the ``tau`` each chain stopped cooling
-        at (``stopped_at``; None for a chain that followed the whole schedule)."""
+        """Describe what a run adds to its annealing record at its end, from its last state.
+
+        Parameters
+        ----------
+        state : SurrogateState
+            The run's last state.
+
+        Returns
+        -------
+        dict
+            ``stopped_at``: the ``tau`` each chain stopped cooling at (None for a chain that
+            followed the whole schedule); empty without the annealing thermostat.
+        """
         if state.hold is None:
             return {}
         return {"stopped_at": [round(float(h), 6) if h > 0 else None for h in state.hold]}
@@ -450,7 +723,27 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
 
     # -- one step
     def step(self, state: SurrogateState, streams: ChainStreams) -> tuple[SurrogateState, SurrogateInfo]:
-        """``inner_steps`` surrogate steps, then one exact accept/reject of the whole move."""
+        """Make ``inner_steps`` surrogate steps, then one exact accept/reject of the whole move.
+
+        Parameters
+        ----------
+        state : SurrogateState
+            The chains' current state.
+        streams : ChainStreams
+            One random stream per chain: chain ``c`` draws only from row ``c``.
+
+        Returns
+        -------
+        state : SurrogateState
+            The chains' new state.
+        info : SurrogateInfo
+            The step's statistics.
+
+        Raises
+        ------
+        ValueError
+            Where an annealing schedule gives a ``tau`` that is not a finite temperature.
+        """
         start, taus = state.inner, self.taus(state)
         inner, moves, inner_acceptance, copies = self._run_inner(start, streams, taus)
         moved = (inner.tokens != state.tokens).any(-1)  # (C,)
