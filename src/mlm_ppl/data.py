@@ -16,20 +16,39 @@ def germline_sequences(
 
     Parameters
     ----------
-    species : str
-        ``"human"``, ``"mouse"``, ``"rat"``, ``"rabbit"``, ``"rhesus"``, ``"pig"``,
+    species : str, optional
+        ``"human"`` (the default), ``"mouse"``, ``"rat"``, ``"rabbit"``, ``"rhesus"``, ``"pig"``,
         ``"alpaca"`` or ``"cow"`` (whichever the table has for the chain).
-    chain : str
-        ``"H"`` (heavy), ``"K"`` (kappa), ``"L"`` (lambda), or a T-cell receptor chain.
-    segment : {"V", "J"}
-    alleles : {"first", "all"}
-        ``"first"``: one sequence per gene (its first listed allele, e.g. ``IGHV1-18*01``),
-        keyed by gene name; ``"all"``: every allele, keyed by allele name.
+    chain : str, optional
+        ``"H"`` (heavy, the default), ``"K"`` (kappa), ``"L"`` (lambda), or a T-cell receptor
+        chain.
+    segment : {"V", "J"}, optional
+        The gene segment (default ``"V"``).
+    alleles : {"first", "all"}, optional
+        ``"first"`` (the default): one sequence per gene (its first listed allele, e.g.
+        ``IGHV1-18*01``), keyed by gene name; ``"all"``: every allele, keyed by allele name.
 
     Returns
     -------
-    dict
+    dict of str to str
         Name to sequence, in the table's order.
+
+    Raises
+    ------
+    ModuleNotFoundError
+        When the optional ``anarci`` package is not installed (``pip install 'mlm-ppl[antibody]'``).
+    ValueError
+        When ``segment`` or ``alleles`` is not one of the values above, or the table has no such
+        chain, or no genes of ``species`` for the chain.
+
+    Examples
+    --------
+    >>> from mlm_ppl.data import germline_sequences
+    >>> genes = germline_sequences("human", "H", "J")
+    >>> genes["IGHJ4"]
+    'FDYWGQGTLVTVSS'
+    >>> germline_sequences()["IGHV3-23"].endswith("YYCAK")
+    True
     """
     try:
         from anarci.germlines import all_germlines
@@ -55,7 +74,29 @@ def germline_sequences(
 
 
 def shuffled(sequence: str, seed: int) -> str:
-    """A random permutation of the residues of ``sequence`` (same composition), seeded."""
+    """Permute the residues of a sequence at random (same composition), seeded.
+
+    Parameters
+    ----------
+    sequence : str
+        The sequence, one residue per character.
+    seed : int
+        Seed of the permutation (a private :class:`random.Random`; the global RNG is untouched).
+
+    Returns
+    -------
+    str
+        The residues of ``sequence`` in a random order: the same seed gives the same order.
+
+    Examples
+    --------
+    >>> from mlm_ppl.data import shuffled
+    >>> decoy = shuffled("EVQLVESGGG", seed=0)
+    >>> sorted(decoy) == sorted("EVQLVESGGG")
+    True
+    >>> decoy == shuffled("EVQLVESGGG", seed=0)
+    True
+    """
     residues = list(sequence)
     random.Random(seed).shuffle(residues)
     return "".join(residues)
@@ -72,10 +113,47 @@ HEAVY_CHAINS = (
 
 
 def heavy_chain(v_gene: str = "IGHV3-23", cdr3_body: str = "DRGYSSGW", j_gene: str = "IGHJ4") -> tuple[str, slice]:
-    """A human heavy-chain variable domain ``V + body + J`` and the slice of its CDR-H3.
+    """Assemble a human heavy-chain variable domain ``V + body + J`` and the slice of its CDR-H3.
 
     The CDR-H3 (IMGT 105-117) runs from after the V gene's conserved Cys104 to before the J
     gene's Trp118 (``WG.G``): the V-encoded ``AR``/``AK``, the body, and the J-encoded start.
+    The genes are the first alleles of ``anarci``'s human heavy-chain tables
+    (:func:`germline_sequences`).
+
+    Parameters
+    ----------
+    v_gene : str, optional
+        Name of a human IGHV gene (default ``"IGHV3-23"``).
+    cdr3_body : str, optional
+        The residues between the V and J genes, upper-case one-letter codes (default
+        ``"DRGYSSGW"``).
+    j_gene : str, optional
+        Name of a human IGHJ gene (default ``"IGHJ4"``).
+
+    Returns
+    -------
+    sequence : str
+        The variable domain.
+    cdr3 : slice
+        The CDR-H3's positions in ``sequence``.
+
+    Raises
+    ------
+    ValueError
+        When a gene is not in the table, or ``cdr3_body`` is not upper-case letters.
+    ModuleNotFoundError
+        When the optional ``anarci`` package is not installed.
+
+    See Also
+    --------
+    HEAVY_CHAINS : Four such (V gene, CDR-H3 body, J gene) triples.
+
+    Examples
+    --------
+    >>> from mlm_ppl.data import heavy_chain
+    >>> sequence, cdr3 = heavy_chain("IGHV1-69", "GGYYGSGSYY", "IGHJ6")
+    >>> sequence[cdr3]
+    'ARGGYYGSGSYYMDV'
     """
     vs, js = germline_sequences("human", "H", "V"), germline_sequences("human", "H", "J")
     for name, table in ((v_gene, vs), (j_gene, js)):
@@ -95,6 +173,26 @@ def example_heavy_chain() -> tuple[str, slice]:
 
     Built from real germline segments: IGHV3-23*01 (98 residues, ending ``...YYCAK``), a
     CDR-H3 body ``DRGYSSGW``, and IGHJ4 as anarci's table has it (``FDYWGQGTLVTVSS``). The
-    CDR-H3 (IMGT 105-117, between Cys104 and Trp118) is ``AKDRGYSSGWFDY``: 13 residues.
+    CDR-H3 (IMGT 105-117, between Cys104 and Trp118) is ``AKDRGYSSGWFDY``: 13 residues. It is
+    :func:`heavy_chain` of the first entry of :data:`HEAVY_CHAINS`.
+
+    Returns
+    -------
+    sequence : str
+        The 120-residue variable domain.
+    cdr3 : slice
+        The CDR-H3's positions in ``sequence``.
+
+    Raises
+    ------
+    ModuleNotFoundError
+        When the optional ``anarci`` package is not installed.
+
+    Examples
+    --------
+    >>> from mlm_ppl.data import example_heavy_chain
+    >>> sequence, cdr3 = example_heavy_chain()
+    >>> len(sequence), sequence[cdr3]
+    (120, 'AKDRGYSSGWFDY')
     """
     return heavy_chain(*HEAVY_CHAINS[0])

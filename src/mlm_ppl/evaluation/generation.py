@@ -83,14 +83,86 @@ def _nltk_corpus_bleu(references: list[list[list[str]]], hypotheses: list[list[s
 
 
 def corpus_bleu(samples: Sequence[str], references: Sequence[str], *, unit: str = "residue", max_n: int = 4) -> float:
-    """Corpus BLEU (0..1) of ``samples`` with all of ``references`` as references of each sample."""
+    """Corpus BLEU (0..1) of ``samples`` with all of ``references`` as references of each sample.
+
+    nltk's ``corpus_bleu`` with its default settings: n-grams up to ``max_n`` with equal
+    weights, no smoothing (an n-gram order without any match gives a score of about 1e-78,
+    i.e. 0), brevity penalty from the closest reference length.
+
+    Parameters
+    ----------
+    samples : sequence of str
+        The generated sequences.
+    references : sequence of str
+        The reference corpus, every one a reference of every sample.
+    unit : {"residue", "word"}, optional
+        How sequences split into tokens: ``"residue"`` (the default; each non-space character)
+        or ``"word"`` (whitespace-separated words).
+    max_n : int, optional
+        The longest n-grams counted (default 4).
+
+    Returns
+    -------
+    float
+        The BLEU score, 0..1.
+
+    Raises
+    ------
+    ValueError
+        When ``samples`` or ``references`` is empty or a single string, ``unit`` is unknown, or
+        ``max_n`` is below 1.
+    TypeError
+        When a sequence is not a string, or ``max_n`` not an integer.
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import corpus_bleu
+    >>> corpus_bleu(["ACDEFGHIK"], ["ACDEFGHIK", "KLMNPQRST"])
+    1.0
+    >>> corpus_bleu(["the cat sat on the mat"], ["a dog ran"], unit="word") < 1e-6
+    True
+    """
     hyps = _tokens(samples, unit, "samples")
     refs = _tokens(references, unit, "references")
     return _nltk_corpus_bleu([refs] * len(hyps), hyps, _weights(max_n))
 
 
 def self_bleu(samples: Sequence[str], *, unit: str = "residue", max_n: int = 4) -> float:
-    """Self-BLEU (0..1): corpus BLEU of each sample against all the other samples."""
+    """Self-BLEU (0..1): corpus BLEU of each sample against all the other samples.
+
+    Higher means less diverse samples. The BLEU is :func:`corpus_bleu`'s.
+
+    Parameters
+    ----------
+    samples : sequence of str
+        The generated sequences, at least two.
+    unit : {"residue", "word"}, optional
+        How sequences split into tokens: ``"residue"`` (the default; each non-space character)
+        or ``"word"`` (whitespace-separated words).
+    max_n : int, optional
+        The longest n-grams counted (default 4).
+
+    Returns
+    -------
+    float
+        The self-BLEU score, 0..1.
+
+    Raises
+    ------
+    ValueError
+        When there are fewer than two samples (or a single string), ``unit`` is unknown, or
+        ``max_n`` is below 1.
+    TypeError
+        When a sample is not a string, or ``max_n`` not an integer.
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import self_bleu
+    >>> self_bleu(["ACDEFGHIK", "ACDEFGHIK"])  # identical samples: no diversity
+    1.0
+    >>> self_bleu(["ACDEFGHIK", "KLMNPQRST"]) < 1e-6
+    True
+    """
     hyps = _tokens(samples, unit, "samples")
     if len(hyps) < 2:
         raise ValueError("self-BLEU needs at least two samples")
@@ -108,8 +180,44 @@ def unique_ngrams(
 ) -> float:
     """Percentage (0..100) of the samples' n-gram occurrences that do not occur in a corpus.
 
-    With ``references``: the corpus is the references. Without: the corpus of each sample is
-    the other samples (uniqueness within the samples).
+    With ``references``: the corpus is the references ("relative to the data"). Without: the
+    corpus of each sample is the other samples (uniqueness within the samples).
+
+    Parameters
+    ----------
+    samples : sequence of str
+        The generated sequences.
+    references : sequence of str or None, optional
+        The reference corpus; None (the default) for uniqueness within the samples.
+    n : int
+        The n-gram length (keyword-only, required).
+    unit : {"residue", "word"}, optional
+        How sequences split into tokens: ``"residue"`` (the default; each non-space character)
+        or ``"word"`` (whitespace-separated words).
+
+    Returns
+    -------
+    float
+        The percentage of n-gram occurrences of the samples found nowhere in the corpus.
+
+    Raises
+    ------
+    ValueError
+        When ``samples`` (or ``references``) is empty or a single string, no sample has ``n``
+        tokens, ``references`` is None and there are fewer than two samples, ``unit`` is
+        unknown, or ``n`` is below 1.
+    TypeError
+        When a sequence is not a string, or ``n`` not an integer.
+
+    Examples
+    --------
+    Of the bigrams AC, CD, DE, AC, CD, DF, two occur in one sample only:
+
+    >>> from mlm_ppl.evaluation import unique_ngrams
+    >>> round(unique_ngrams(["ACDE", "ACDF"], n=2), 1)
+    33.3
+    >>> unique_ngrams(["ACDE"], ["ACDE", "KLMN"], n=2)
+    0.0
     """
     _weights(n)
     hyps = _tokens(samples, unit, "samples")
@@ -132,8 +240,36 @@ def unique_ngrams(
 
 
 def sample_energies(mlm, samples: Sequence[str]) -> dict[str, float]:
-    """Mean ``E_norm`` and ``E_raw`` (nats) over the samples, repeats counted; each distinct
-    sequence is scored once, both energies from the same forward passes."""
+    """Mean ``E_norm`` and ``E_raw`` (nats) of samples, repeats counted.
+
+    Each distinct sequence is scored once (:meth:`~mlm_ppl.MaskedLM.energy_terms`), both
+    energies from the same forward passes.
+
+    Parameters
+    ----------
+    mlm : MaskedLM
+        The model that scores the samples.
+    samples : sequence of str
+        The sequences, repeats allowed.
+
+    Returns
+    -------
+    dict of str to float
+        ``{"e_norm": ..., "e_raw": ...}``, the means over the samples.
+
+    Raises
+    ------
+    ValueError
+        When ``samples`` is empty, or a sequence cannot be encoded by the model.
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import sample_energies
+    >>> from mlm_ppl.testing import tiny_esm
+    >>> energies = sample_energies(tiny_esm(), ["ACDE", "ACDE", "KLMN"])
+    >>> sorted(energies)
+    ['e_norm', 'e_raw']
+    """
     samples = list(samples)
     if not samples:
         raise ValueError("samples must be a non-empty list of sequences")
@@ -145,8 +281,33 @@ def sample_energies(mlm, samples: Sequence[str]) -> dict[str, float]:
 
 
 def transition_rates(run) -> dict[str, float]:
-    """Acceptance rate and novel-transition rate of a :class:`~mlm_ppl.inference.Run`
-    (the same rates :func:`mlm_ppl.summary` reports)."""
+    """Acceptance rate and novel-transition rate of a run.
+
+    The novel-transition rate counts accepted proposals that change the state (Goyal et al.
+    2021); these are the rates :func:`~mlm_ppl.summary` reports.
+
+    Parameters
+    ----------
+    run : Run
+        A :class:`~mlm_ppl.Run`, with per-draw ``is_accepted`` and ``n_changed`` statistics.
+
+    Returns
+    -------
+    dict of str to float
+        ``{"acceptance_rate": ..., "novel_transition_rate": ...}``, fractions of all draws.
+
+    Examples
+    --------
+    >>> from mlm_ppl import PseudoGibbs, run_chains
+    >>> from mlm_ppl.evaluation import transition_rates
+    >>> from mlm_ppl.testing import goyal_counterexample
+    >>> run = run_chains(PseudoGibbs(goyal_counterexample()), num_chains=2, num_samples=10, init="uniform")
+    >>> rates = transition_rates(run)
+    >>> rates["acceptance_rate"]  # pseudo-Gibbs accepts every draw; not every one changes the state
+    1.0
+    >>> rates["novel_transition_rate"] <= 1.0
+    True
+    """
     acceptance, novel = acceptance_rates(run.stats["is_accepted"], run.stats["n_changed"])
     return {"acceptance_rate": acceptance, "novel_transition_rate": novel}
 
@@ -173,7 +334,37 @@ def identity(a: str, b: str, *, aligner=None) -> float:
 
     Equal lengths: the fraction of positions with the same residue. Otherwise: identical pairs
     of a semi-global alignment (match 1, mismatch 0, gap open -2, extend -1, free end gaps) over
-    the length of the shorter sequence.
+    the length of the shorter sequence. Whitespace is ignored.
+
+    Parameters
+    ----------
+    a, b : str
+        The two sequences.
+    aligner : Bio.Align.PairwiseAligner or None, optional
+        The aligner of sequences of different lengths; None (the default) for the one above.
+
+    Returns
+    -------
+    float
+        The identity, 0..1.
+
+    Raises
+    ------
+    ValueError
+        When either sequence is empty.
+    TypeError
+        When a sequence is not a string.
+    ModuleNotFoundError
+        When the sequences differ in length and Biopython is not installed
+        (``pip install 'mlm-ppl[antibody]'``).
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import identity
+    >>> identity("ACDE", "ACDF")
+    0.75
+    >>> identity("ACDEF", "CDEF")  # aligned: CDEF is all in ACDEF
+    1.0
     """
     x, y = "".join(tokenize(a)), "".join(tokenize(b))
     if not x or not y:
@@ -185,7 +376,37 @@ def identity(a: str, b: str, *, aligner=None) -> float:
 
 
 def nearest_germline(sequence: str, germlines: Mapping[str, str], *, aligner=None) -> tuple[str, float]:
-    """The germline with the highest :func:`identity` to ``sequence``, and that identity."""
+    """Find the germline with the highest :func:`identity` to a sequence.
+
+    Parameters
+    ----------
+    sequence : str
+        The sequence, e.g. a designed variable domain.
+    germlines : mapping of str to str
+        Germline name to sequence, e.g. :func:`~mlm_ppl.data.germline_sequences`.
+    aligner : Bio.Align.PairwiseAligner or None, optional
+        The aligner of sequences of different lengths (see :func:`identity`).
+
+    Returns
+    -------
+    name : str
+        The nearest germline (the first in ``germlines`` on a tie).
+    identity : float
+        Its identity to ``sequence``, 0..1.
+
+    Raises
+    ------
+    ValueError
+        When ``germlines`` is empty, or a sequence is empty.
+    ModuleNotFoundError
+        When Biopython is not installed.
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import nearest_germline
+    >>> nearest_germline("ACDEF", {"g1": "ACDEY", "g2": "KLMNP"})
+    ('g1', 0.8)
+    """
     if not germlines:
         raise ValueError("no germline sequences given")
     aligner = aligner or _aligner()
@@ -195,7 +416,33 @@ def nearest_germline(sequence: str, germlines: Mapping[str, str], *, aligner=Non
 
 
 def mean_pairwise_identity(samples: Sequence[str], *, aligner=None) -> float:
-    """Mean :func:`identity` over all pairs of samples (higher = less diverse)."""
+    """Mean :func:`identity` over all pairs of samples (higher = less diverse).
+
+    Parameters
+    ----------
+    samples : sequence of str
+        The sequences, at least two.
+    aligner : Bio.Align.PairwiseAligner or None, optional
+        The aligner of sequences of different lengths (see :func:`identity`).
+
+    Returns
+    -------
+    float
+        The mean identity over the ``n (n - 1) / 2`` pairs, 0..1.
+
+    Raises
+    ------
+    ValueError
+        When there are fewer than two samples, or a sample is empty.
+    ModuleNotFoundError
+        When Biopython is not installed.
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import mean_pairwise_identity
+    >>> round(mean_pairwise_identity(["ACDE", "ACDF", "ACDE"]), 2)  # (0.75 + 1 + 0.75) / 3
+    0.83
+    """
     if len(samples) < 2:
         raise ValueError("pairwise identity needs at least two samples")
     aligner = aligner or _aligner()

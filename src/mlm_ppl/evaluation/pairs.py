@@ -98,16 +98,64 @@ ROW_FIELDS = (
 
 # ---------------------------------------------------------------------- divergences
 def kl_divergence(log_p: Tensor, log_q: Tensor, dim: int = -1) -> Tensor:
-    """``KL(p || q) = sum p (log p - log q)`` along ``dim`` (``0 log 0 = 0``).
+    """Kullback-Leibler divergence ``KL(p || q) = sum p (log p - log q)`` along ``dim``.
 
-    Clamped at 0: for (nearly) equal distributions the sum can round to about -1e-18.
+    Terms where ``p`` is 0 count 0 (``0 log 0 = 0``). Clamped at 0: for (nearly) equal
+    distributions the sum can round to about -1e-18.
+
+    Parameters
+    ----------
+    log_p, log_q : torch.Tensor
+        Log-probabilities of the two distributions, normalised along ``dim``; shapes that
+        broadcast together.
+    dim : int, optional
+        The dimension the distributions run along (default -1, the last).
+
+    Returns
+    -------
+    torch.Tensor
+        The divergences in nats, ``dim`` reduced.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.evaluation import kl_divergence
+    >>> p, q = torch.tensor([0.5, 0.5]).log(), torch.tensor([0.9, 0.1]).log()
+    >>> kl_divergence(p, p)
+    tensor(0.)
+    >>> bool(kl_divergence(p, q) > 0)
+    True
     """
     p = log_p.exp()
     return torch.where(p > 0, p * (log_p - log_q), torch.zeros_like(p)).sum(dim).clamp(min=0.0)
 
 
 def js_divergence(log_p: Tensor, log_q: Tensor, dim: int = -1) -> Tensor:
-    """Jensen-Shannon divergence ``(KL(p || m) + KL(q || m)) / 2``, ``m = (p + q) / 2``."""
+    """Jensen-Shannon divergence ``(KL(p || m) + KL(q || m)) / 2``, ``m = (p + q) / 2``.
+
+    Symmetric in ``p`` and ``q``, and at most ``log 2``.
+
+    Parameters
+    ----------
+    log_p, log_q : torch.Tensor
+        Log-probabilities of the two distributions, normalised along ``dim``; shapes that
+        broadcast together.
+    dim : int, optional
+        The dimension the distributions run along (default -1, the last).
+
+    Returns
+    -------
+    torch.Tensor
+        The divergences in nats, ``dim`` reduced.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.evaluation import js_divergence
+    >>> p, q = torch.tensor([1.0, 0.0]).log(), torch.tensor([0.0, 1.0]).log()
+    >>> round(float(js_divergence(p, q)), 4)  # disjoint supports: log 2
+    0.6931
+    """
     log_m = torch.logaddexp(log_p, log_q) - math.log(2.0)
     return 0.5 * (kl_divergence(log_p, log_m, dim) + kl_divergence(log_q, log_m, dim))
 
@@ -118,6 +166,33 @@ def compatibility_score(log_cond_a: Tensor, log_cond_b: Tensor) -> Tensor:
     ``A = P(x_a | x_b)`` (columns sum to 1) and ``B = P(x_b | x_a)`` (rows sum to 1) are
     compatible iff ``C = A / B`` factorises as ``u_i v_j``. The score is the mean over cells of
     ``(log C_ij + log C_.. - log C_i. - log C_.j)^2``: zero for compatible families.
+
+    Parameters
+    ----------
+    log_cond_a : torch.Tensor
+        Shape ``(K_a, K_b)``, ``log A``: ``log P(x_a | x_b)``, each column normalised
+        (:attr:`~mlm_ppl.PairConditionals.log_cond_a`).
+    log_cond_b : torch.Tensor
+        Shape ``(K_a, K_b)``, ``log B``: ``log P(x_b | x_a)``, each row normalised
+        (:attr:`~mlm_ppl.PairConditionals.log_cond_b`).
+
+    Returns
+    -------
+    torch.Tensor
+        The score, a scalar ``>= 0``.
+
+    Examples
+    --------
+    Conditionals of one joint are compatible; Goyal et al.'s are not:
+
+    >>> from mlm_ppl.evaluation import compatibility_score
+    >>> from mlm_ppl.testing import goyal_counterexample, table_from_joint, table_pair_conditionals
+    >>> pair = table_pair_conditionals(table_from_joint([[0.4, 0.1], [0.2, 0.3]]))
+    >>> bool(compatibility_score(pair.log_cond_a, pair.log_cond_b) < 1e-12)
+    True
+    >>> pair = table_pair_conditionals(goyal_counterexample())
+    >>> bool(compatibility_score(pair.log_cond_a, pair.log_cond_b) > 1)
+    True
     """
     log_c = log_cond_a - log_cond_b
     total = torch.logsumexp(log_c.reshape(-1), 0)
@@ -153,7 +228,44 @@ def _gold(cond: PairConditionals) -> tuple[int, int]:
 
 
 def pair_metrics(joint: PairJoint, cond: PairConditionals) -> dict[str, float]:
-    """Perplexity terms and faithfulness of ``joint`` to the MLM conditionals ``cond``."""
+    """Perplexity terms and faithfulness of a derived joint to the MLM conditionals it came from.
+
+    The metrics are those of the module's table (Torroba Hennigen & Kim 2023, section 4): the
+    pair and unary NLLs of the observed tokens, and the forward and reverse KL and the
+    Jensen-Shannon divergence between the MLM's conditionals and the joint's, in nats.
+
+    Parameters
+    ----------
+    joint : PairJoint
+        A joint derived from ``cond`` (:meth:`~mlm_ppl.PairConditionals.joint`), over the same
+        candidates.
+    cond : PairConditionals
+        The MLM's conditionals at the pair, its observed tokens among the candidates.
+
+    Returns
+    -------
+    dict of str to float
+        ``pair_nll``, ``unary_nll``, and ``kl_fwd``, ``kl_rev``, ``jsd`` each with the suffix
+        ``_gold`` (given the observed token of the other position) and ``_all`` (averaged over
+        every conditioning value).
+
+    Raises
+    ------
+    ValueError
+        When the joint and the conditionals have different candidates, or the observed tokens
+        are not both among the candidates.
+
+    Examples
+    --------
+    Arnold-Gokhale recovers the joint of compatible conditionals:
+
+    >>> from mlm_ppl.evaluation import pair_metrics
+    >>> from mlm_ppl.testing import table_from_joint, table_pair_conditionals
+    >>> cond = table_pair_conditionals(table_from_joint([[0.4, 0.1], [0.2, 0.3]]))
+    >>> metrics = pair_metrics(cond.joint("ag"), cond)
+    >>> metrics["kl_fwd_all"] < 1e-6
+    True
+    """
     if not (torch.equal(joint.candidates_a, cond.candidates_a) and torch.equal(joint.candidates_b, cond.candidates_b)):
         raise ValueError("the joint and the conditionals have different candidate supports")
     i, j = _gold(cond)
@@ -166,7 +278,32 @@ def pair_metrics(joint: PairJoint, cond: PairConditionals) -> dict[str, float]:
 
 
 def mlm_pair_metrics(cond: PairConditionals) -> dict[str, float]:
-    """The MLM baseline: unary NLL of its own conditionals and their compatibility score."""
+    """The MLM baseline: unary NLL of its own conditionals and their compatibility score.
+
+    Parameters
+    ----------
+    cond : PairConditionals
+        The MLM's conditionals at the pair, its observed tokens among the candidates.
+
+    Returns
+    -------
+    dict of str to float
+        ``unary_nll`` (``-(log P_a(w_a | w_b) + log P_b(w_b | w_a)) / 2``) and ``compatibility``
+        (:func:`compatibility_score`).
+
+    Raises
+    ------
+    ValueError
+        When the observed tokens are not both among the candidates.
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import mlm_pair_metrics
+    >>> from mlm_ppl.testing import goyal_counterexample, table_pair_conditionals
+    >>> metrics = mlm_pair_metrics(table_pair_conditionals(goyal_counterexample()))
+    >>> sorted(metrics), metrics["compatibility"] > 0
+    (['compatibility', 'unary_nll'], True)
+    """
     i, j = _gold(cond)
     la, lb = cond.log_cond_a, cond.log_cond_b
     return {
@@ -201,12 +338,47 @@ def parse_methods(spec: str | Sequence[str]) -> list[tuple[str, str, dict]]:
 def draw_pairs(
     mlm, sequences: Sequence[str], kind: str, n: int, seed: int, *, convention: str = "mlm-ppl"
 ) -> list[tuple[int, int, int]]:
-    """``n`` seeded pairs ``(sequence_index, a, b)``, cycling through the sequences in order.
+    """Draw ``n`` seeded pairs ``(sequence_index, a, b)``, cycling through the sequences in order.
 
     ``kind="contiguous"``: ``b = a + 1``; ``"random"``: two distinct positions, ``a < b``, or
     with ``convention="reference"`` in the order they were drawn (the same positions for the
     same seed). Positions are token positions of the encoded sequences (``[CLS]`` is 0),
-    ordinary tokens only.
+    ordinary tokens only. Every sequence is validated (encoded) before any pair is drawn.
+
+    Parameters
+    ----------
+    mlm : MaskedLM
+        The model whose encoding gives the positions.
+    sequences : sequence of str
+        The held-out sequences.
+    kind : {"contiguous", "random"}
+        Neighbours, or two positions at random (:data:`~mlm_ppl.evaluation.PAIR_KINDS`).
+    n : int
+        Number of pairs; pair ``k`` is from sequence ``k % len(sequences)``.
+    seed : int
+        Seed of the draws (a private :class:`random.Random`).
+    convention : {"mlm-ppl", "reference"}, optional
+        See :data:`~mlm_ppl.evaluation.CONVENTIONS` (default ``"mlm-ppl"``).
+
+    Returns
+    -------
+    list of tuple of int
+        The pairs ``(sequence_index, a, b)``.
+
+    Raises
+    ------
+    ValueError
+        When ``kind`` or ``convention`` is unknown, ``n`` is below 1, there are no sequences, a
+        sequence cannot be encoded, or one has too few ordinary tokens for a pair.
+    TypeError
+        When ``n`` is not an integer.
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import draw_pairs
+    >>> from mlm_ppl.testing import tiny_esm
+    >>> draw_pairs(tiny_esm(), ["ACDEFG", "KLMNP"], "contiguous", 3, seed=0)
+    [(0, 4, 5), (1, 4, 5), (0, 1, 2)]
     """
     if kind not in PAIR_KINDS:
         raise ValueError(f"pairs must be one of {PAIR_KINDS}, got {kind!r}")
@@ -248,11 +420,55 @@ def evaluate_pairs(
 ) -> Iterator[list[dict]]:
     """Evaluate every method on every pair; yield the rows of one pair at a time.
 
-    Each pair's conditionals are read once (:func:`mlm_ppl.models.pairs.pair_conditionals`)
-    and shared by all methods. The first row of each pair is the ``mlm`` baseline. Pairs whose
-    index is in ``skip`` (already done) are not computed. ``convention="reference"`` reads
-    every token id (``support="all"``; a ``support`` of its own is refused) and runs AG as
-    :data:`REFERENCE_AG`; draw its pairs with the same convention.
+    Each pair's conditionals are read once (:func:`~mlm_ppl.pair_conditionals`) and shared by
+    all methods. The first row of each pair is the ``mlm`` baseline. Pairs whose index is in
+    ``skip`` (already done) are not computed. ``convention="reference"`` reads every token id
+    (``support="all"``; a ``support`` of its own is refused) and runs AG as ``REFERENCE_AG``
+    (40 plain steps); draw its pairs with the same convention.
+
+    Parameters
+    ----------
+    mlm : MaskedLM
+        The model.
+    sequences : sequence of str
+        The held-out sequences.
+    pairs : sequence of tuple of int
+        ``(sequence_index, a, b)`` triples, as :func:`draw_pairs` gives.
+    methods : str or sequence of str
+        The joints to derive: ``"naive,mrf,hcb:one,ag"`` or a list of such names; ``hcb``
+        takes its pivot after a colon (``hcb:both``, the default, or ``hcb:one``).
+    support : int, str or None, optional
+        The candidates of each position (see :func:`~mlm_ppl.pair_conditionals`); None (the
+        default) for every ordinary token.
+    skip : set of int, optional
+        Indices of pairs not to compute (empty by default).
+    convention : {"mlm-ppl", "reference"}, optional
+        See :data:`~mlm_ppl.evaluation.CONVENTIONS` (default ``"mlm-ppl"``).
+
+    Yields
+    ------
+    list of dict
+        The rows of one pair: the ``mlm`` baseline (:func:`mlm_pair_metrics`, the masked
+        ``copies`` read, and the ``seconds`` spent on the pair), then one per method
+        (:func:`pair_metrics`, ``converged`` and ``iterations``); each with the pair's index,
+        sequence index, positions and observed tokens.
+
+    Raises
+    ------
+    ValueError
+        When a method is unknown or listed twice, the convention is unknown, or
+        ``convention="reference"`` is given a ``support``; a pair's positions or the support
+        are refused by :func:`~mlm_ppl.pair_conditionals` when its pair is reached.
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import draw_pairs, evaluate_pairs
+    >>> from mlm_ppl.testing import tiny_esm
+    >>> mlm = tiny_esm()
+    >>> pairs = draw_pairs(mlm, ["ACDEFG"], "random", 2, seed=0)
+    >>> rows = [row for pair in evaluate_pairs(mlm, ["ACDEFG"], pairs, "naive,ag", support=4) for row in pair]
+    >>> [row["method"] for row in rows]
+    ['mlm', 'naive', 'ag', 'mlm', 'naive', 'ag']
     """
     parsed = parse_methods(methods)
     if check_choice(convention, "convention", CONVENTIONS) == "reference":
@@ -299,8 +515,28 @@ def summarize_pairs(rows: Sequence[dict]) -> list[dict]:
     """Mean and standard error of every metric per method, over pairs.
 
     Perplexities are ``exp(mean NLL)``, with the delta-method standard error
-    ``PPL * SE(NLL)``. Returns rows ``{method, metric, mean, se, n}`` in method order of
-    first appearance.
+    ``PPL * SE(NLL)``. Missing, empty and NaN values are left out.
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        Per-pair rows, as :func:`evaluate_pairs` yields them or read back from its CSV.
+
+    Returns
+    -------
+    list of dict
+        Rows ``{method, metric, mean, se, n}`` in method order of first appearance, metrics in
+        :data:`~mlm_ppl.evaluation.PAIR_METRICS` order; ``se`` is NaN for a single value.
+
+    Examples
+    --------
+    >>> from mlm_ppl.evaluation import summarize_pairs
+    >>> rows = [{"method": "ag", "pair_nll": 1.0}, {"method": "ag", "pair_nll": 3.0}]
+    >>> summary = summarize_pairs(rows)
+    >>> [(row["metric"], row["n"]) for row in summary]
+    [('pair_ppl', 2)]
+    >>> round(summary[0]["mean"], 3)  # exp(2)
+    7.389
     """
     methods: list[str] = []
     for r in rows:
@@ -393,10 +629,24 @@ def format_summary(summary: Sequence[dict]) -> str:
 
 
 def plot_pairs(summary: Sequence[dict], path: str, *, title: str = "") -> str:
-    """Bar charts (mean ± standard error) of every metric per method; writes a PNG at ``path``.
+    """Draw bar charts (mean ± standard error) of every metric per method as a PNG.
 
     Draws on a standalone ``matplotlib.figure.Figure``: no pyplot state, and the user's backend is
-    left as it is.
+    left as it is. The file is written atomically.
+
+    Parameters
+    ----------
+    summary : sequence of dict
+        Rows of :func:`summarize_pairs`.
+    path : str
+        Where to write the PNG.
+    title : str, optional
+        The figure's title (none by default).
+
+    Returns
+    -------
+    str
+        ``path``.
     """
     import matplotlib
     from matplotlib.figure import Figure

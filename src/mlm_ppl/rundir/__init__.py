@@ -73,10 +73,51 @@ __all__ = [
 
 
 def start_run(directory: str | os.PathLike, settings: RunSettings, *, overwrite: bool = False) -> RunDirectory:
-    """Create and lock ``directory`` for a new sampling run and write its ``config.json``.
+    """Create and lock a directory for a new sampling run and write its ``config.json``.
 
-    ``settings`` must record the model's files (:meth:`RunSettings.with_model_files`): a resume
-    refuses a model whose files changed."""
+    ``settings`` must record the model's files
+    (:meth:`~mlm_ppl.settings.RunSettings.with_model_files`): a resume refuses a model whose files
+    changed. The directory is left as it was if writing the configuration fails.
+
+    Parameters
+    ----------
+    directory : str or path
+        The run directory (made if missing).
+    settings : RunSettings
+        The run's settings, with ``model_files``.
+    overwrite : bool, optional
+        Replace a sampling run already there (default False; see
+        :meth:`RunDirectory.create`).
+
+    Returns
+    -------
+    RunDirectory
+        The run's directory, locked by this process: close it, or use it as a context manager.
+
+    Raises
+    ------
+    ValueError
+        When ``settings`` has no ``model_files``, or a file of the user's there bears the name of
+        an output.
+    RunExistsError
+        When the directory holds anything else, or a run and no ``overwrite``.
+    RunLockedError
+        While another process holds the directory's lock.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from mlm_ppl.settings import RunSettings
+    >>> from mlm_ppl.testing import save_tiny, tiny_residue_bert
+    >>> model = save_tiny(tiny_residue_bert("ACDE", seed=1), tempfile.mkdtemp())
+    >>> settings = RunSettings(model=str(model), template="A[MASK]C", num_chains=2, num_samples=3).with_model_files()
+    >>> directory = Path(tempfile.mkdtemp()) / "run"
+    >>> from mlm_ppl.rundir import start_run
+    >>> with start_run(directory, settings) as run_dir:
+    ...     sorted(path.name for path in directory.iterdir())
+    ['.mlm-ppl', '.mlm-ppl.lock', 'config.json']
+    """
     if settings.model_files is None:
         raise ValueError("a run directory records its model's files: give settings.with_model_files()")
     run_dir = RunDirectory.create(directory, "sample", overwrite=overwrite, names=OUTPUT_NAMES)
@@ -89,12 +130,55 @@ def start_run(directory: str | os.PathLike, settings: RunSettings, *, overwrite:
 
 
 def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings, Checkpoint | None]:
-    """Lock the run in ``directory`` and read it: ``(run directory, settings, checkpoint or None)``.
+    """Lock the sampling run in a directory and read its settings and checkpoint.
 
     The checkpoint is the record of the run: ``config.json`` must hold the settings the checkpoint
     was made with, else a ValueError names every setting that differs.
     A run on Ray workers keeps one checkpoint per group of chains (``checkpoint-g0.pt`` ...):
     each is checked the same way, and the returned checkpoint is None (the workers read theirs).
+    On an error the lock is released.
+
+    Parameters
+    ----------
+    directory : str or path
+        The run directory.
+
+    Returns
+    -------
+    run_dir : RunDirectory
+        The run's directory, locked by this process.
+    settings : RunSettings
+        The settings of ``config.json``.
+    checkpoint : Checkpoint or None
+        The run's :class:`~mlm_ppl.inference.Checkpoint`; None for a run that has written none yet,
+        or a run on Ray workers.
+
+    Raises
+    ------
+    ValueError
+        When the directory is not a sampling run (no directory, no marker, no ``config.json``),
+        its ``config.json`` or a checkpoint is damaged or of an older format, the two disagree, or
+        a file of the user's bears the name of an output.
+    RunExistsError
+        When the directory holds a run of another kind.
+    RunLockedError
+        While another process holds the directory's lock.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from mlm_ppl.settings import RunSettings
+    >>> from mlm_ppl.testing import save_tiny, tiny_residue_bert
+    >>> model = save_tiny(tiny_residue_bert("ACDE", seed=1), tempfile.mkdtemp())
+    >>> settings = RunSettings(model=str(model), template="A[MASK]C", num_chains=2, num_samples=3).with_model_files()
+    >>> directory = Path(tempfile.mkdtemp()) / "run"
+    >>> from mlm_ppl.rundir import resume_run, start_run
+    >>> start_run(directory, settings).close()
+    >>> run_dir, recorded, checkpoint = resume_run(directory)
+    >>> run_dir.close()
+    >>> recorded == settings, checkpoint is None  # stopped before its first checkpoint
+    (True, True)
     """
     run_dir = RunDirectory.open(directory, "sample")
     try:
@@ -113,10 +197,41 @@ def resume_run(directory: str | os.PathLike) -> tuple[RunDirectory, RunSettings,
 
 
 def check_cap(settings: RunSettings, checkpoint: Checkpoint | None, num_samples: int) -> RunSettings:
-    """The settings of the run with its cap set to ``num_samples``, checked (nothing written): more
-    than it has, or, for a run whose cap was raised past what it could ever finish (by a version
-    before the size check ran on resume), lowered back to no fewer than the draws its checkpoint
-    holds. Refused for an annealed run (its schedule spans the run's steps) and a run on Ray workers."""
+    """Check a new cap of draws for a run being resumed; nothing is written.
+
+    The cap may be more than the run has, or, for a run whose cap was raised past what it could
+    ever finish (by a version before the size check ran on resume), lowered back to no fewer than
+    the draws its checkpoint holds. Refused for an annealed run (its schedule spans the run's
+    steps) and a run on Ray workers. :func:`raise_cap` records it.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        The run's settings.
+    checkpoint : Checkpoint or None
+        The run's checkpoint (:class:`~mlm_ppl.inference.Checkpoint`), None if it has none.
+    num_samples : int
+        The new cap of draws per chain: at least 1 and at least the draws the checkpoint has room
+        for.
+
+    Returns
+    -------
+    RunSettings
+        A copy of ``settings`` with ``num_samples``.
+
+    Raises
+    ------
+    ValueError
+        When ``num_samples`` is not an integer or is below the checkpoint's draws (or 1), or the
+        run anneals or ran on Ray workers.
+
+    Examples
+    --------
+    >>> from mlm_ppl.rundir import check_cap
+    >>> from mlm_ppl.settings import RunSettings
+    >>> check_cap(RunSettings(template="A[MASK]C", num_samples=100), None, 500).num_samples
+    500
+    """
     held = 0 if checkpoint is None else int(checkpoint.draws.shape[1])  # the draws its arrays hold
     if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < max(1, held):
         raise ValueError(
@@ -138,9 +253,26 @@ def check_cap(settings: RunSettings, checkpoint: Checkpoint | None, num_samples:
 
 
 def raise_cap(run_dir: RunDirectory, checkpoint: Checkpoint | None, settings: RunSettings) -> RunSettings:
-    """Record the cap of ``settings`` (:func:`check_cap`'s) in the checkpoint of the run in the locked
-    ``run_dir`` (its draws so far unchanged) and then in ``config.json``; the run then continues to
-    the new cap with the draws of an uninterrupted run of that many (:func:`~mlm_ppl.inference.run_chains`)."""
+    """Record a run's new cap of draws in its checkpoint and then in its ``config.json``.
+
+    The checkpoint's draws so far are unchanged; the run then continues to the new cap with the
+    draws of an uninterrupted run of that many (:func:`~mlm_ppl.run_chains`).
+
+    Parameters
+    ----------
+    run_dir : RunDirectory
+        The run's directory, locked by this process (as :func:`resume_run` gives it).
+    checkpoint : Checkpoint or None
+        The run's checkpoint (:class:`~mlm_ppl.inference.Checkpoint`); None if it has none (only
+        ``config.json`` is written).
+    settings : RunSettings
+        The settings with the new cap, as :func:`check_cap` gives them.
+
+    Returns
+    -------
+    RunSettings
+        ``settings``.
+    """
     if checkpoint is not None:
         save_checkpoint(run_dir, checkpoint, settings.to_dict())
     _write_config(run_dir, settings)
@@ -148,11 +280,54 @@ def raise_cap(run_dir: RunDirectory, checkpoint: Checkpoint | None, settings: Ru
 
 
 def chain_states(directory: str | os.PathLike) -> tuple[Tensor, RunSettings]:
-    """Where the chains of the sampling run in ``directory`` are, ``(C, L)`` tokens, and its settings.
+    """Read where the chains of the sampling run in a directory are, and its settings.
 
     Read from its checkpoint (:func:`run_checkpoint`: the state after its last step, finished or
     not; a run still going may be read), or, for a run on Ray workers, from its groups' checkpoints
-    in chain order."""
+    in chain order.
+
+    Parameters
+    ----------
+    directory : str or path
+        The run directory.
+
+    Returns
+    -------
+    tokens : torch.Tensor
+        Shape ``(C, L)``, the chains' current states.
+    settings : RunSettings
+        The run's settings.
+
+    Raises
+    ------
+    ValueError
+        When the directory is not a sampling run or has no checkpoint yet, a run on Ray workers
+        lacks a group's checkpoint, or a checkpoint disagrees with ``config.json`` (as
+        :func:`run_checkpoint`).
+
+    See Also
+    --------
+    run_checkpoint : The whole checkpoint.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from mlm_ppl.settings import RunSettings
+    >>> from mlm_ppl.testing import save_tiny, tiny_residue_bert
+    >>> model = save_tiny(tiny_residue_bert("ACDE", seed=1), tempfile.mkdtemp())
+    >>> settings = RunSettings(model=str(model), template="A[MASK]C", num_chains=2, num_samples=3).with_model_files()
+    >>> directory = Path(tempfile.mkdtemp()) / "run"
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.rundir import chain_states, save_checkpoint, start_run
+    >>> kernel = make_kernel("mh", MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C"))
+    >>> with start_run(directory, settings) as run_dir:
+    ...     run = run_chains(kernel, 2, 3, on_checkpoint=lambda cp: save_checkpoint(run_dir, cp, settings.to_dict()))
+    >>> tokens, _ = chain_states(directory)
+    >>> tokens.equal(run.tokens[:, -1])  # where the chains ended
+    True
+    """
     path = Path(directory)
     groups = sorted((n for n in checkpoint_files(path) if n != CHECKPOINT), key=lambda n: int(n[12:-3]))
     if kind_of(path) == "sample" and groups and not (path / CHECKPOINT).exists():  # a run on Ray workers
@@ -166,11 +341,50 @@ def chain_states(directory: str | os.PathLike) -> tuple[Tensor, RunSettings]:
 
 
 def run_checkpoint(directory: str | os.PathLike) -> tuple[Checkpoint, RunSettings]:
-    """The checkpoint of the sampling run in ``directory`` (``checkpoint.pt``: its draws and state
-    after its last step, finished or not; a run still going may be read, no lock is taken) and its
-    settings; the checkpoint's record must agree with ``config.json`` as on resume. A ValueError
-    says what is missing: a directory that is not a sampling run, a run without a checkpoint yet,
-    a run on Ray workers (one checkpoint per group of chains)."""
+    """Read the checkpoint of the sampling run in a directory, and its settings.
+
+    ``checkpoint.pt`` holds its draws and state after its last step, finished or not; a run still
+    going may be read (no lock is taken). The checkpoint's record must agree with ``config.json``
+    as on resume.
+
+    Parameters
+    ----------
+    directory : str or path
+        The run directory.
+
+    Returns
+    -------
+    checkpoint : Checkpoint
+        The run's :class:`~mlm_ppl.inference.Checkpoint`.
+    settings : RunSettings
+        The run's settings.
+
+    Raises
+    ------
+    ValueError
+        Saying what is missing: a directory that is not a sampling run, a run without a
+        checkpoint yet, a run on Ray workers (one checkpoint per group of chains); or a
+        ``config.json`` or checkpoint that is damaged or disagrees with the other.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from mlm_ppl.settings import RunSettings
+    >>> from mlm_ppl.testing import save_tiny, tiny_residue_bert
+    >>> model = save_tiny(tiny_residue_bert("ACDE", seed=1), tempfile.mkdtemp())
+    >>> settings = RunSettings(model=str(model), template="A[MASK]C", num_chains=2, num_samples=3).with_model_files()
+    >>> directory = Path(tempfile.mkdtemp()) / "run"
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.rundir import run_checkpoint, save_checkpoint, start_run
+    >>> kernel = make_kernel("mh", MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C"))
+    >>> with start_run(directory, settings) as run_dir:
+    ...     run = run_chains(kernel, 2, 3, on_checkpoint=lambda cp: save_checkpoint(run_dir, cp, settings.to_dict()))
+    >>> checkpoint, recorded = run_checkpoint(directory)
+    >>> checkpoint.draws.shape, recorded == settings
+    (torch.Size([2, 3, 5]), True)
+    """
     path = Path(directory)
     if kind_of(path) != "sample":
         raise ValueError(f"{str(path)!r} is not an mlm-ppl sampling run directory (no run started there)")
@@ -198,8 +412,28 @@ def _read_agreeing_checkpoint(path: Path, config: Mapping[str, Any], name: str) 
 
 
 def states_digest(tokens: Tensor) -> str:
-    """The sha256 of chain states ``(C, L)`` (their shape and token ids): what a run started from
-    them records (``RunSettings.starts``)."""
+    """Hash chain states: the sha256 of their shape and token ids.
+
+    It is what a run started from them records (``RunSettings.starts``).
+
+    Parameters
+    ----------
+    tokens : torch.Tensor
+        Shape ``(C, L)``, token ids (any integer dtype and device).
+
+    Returns
+    -------
+    str
+        The hex digest, 64 characters.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.rundir import states_digest
+    >>> states = torch.tensor([[5, 6, 7], [5, 7, 7]])
+    >>> len(states_digest(states)), states_digest(states) == states_digest(states.int())
+    (64, True)
+    """
     ids = tokens.detach().to("cpu", torch.int64).contiguous()
     digest = hashlib.sha256(repr(tuple(ids.shape)).encode())
     digest.update(ids.numpy().tobytes())
@@ -211,8 +445,27 @@ def _write_config(run_dir: RunDirectory, settings: RunSettings) -> None:
 
 
 def flat_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A settings record with nested records as ``KEY.NAME`` keys (the kernel's options as
-    ``kernel_options.scan``, the model's files as ``model_files.model.safetensors``): to name what differs."""
+    """Flatten a settings record: nested records become ``KEY.NAME`` keys.
+
+    The kernel's options become ``kernel_options.scan``, the model's files
+    ``model_files.model.safetensors``: to name what differs. One level is flattened.
+
+    Parameters
+    ----------
+    record : mapping
+        A settings record (:meth:`~mlm_ppl.settings.RunSettings.to_dict`).
+
+    Returns
+    -------
+    dict
+        The record with every mapping value replaced by its entries.
+
+    Examples
+    --------
+    >>> from mlm_ppl.rundir import flat_record
+    >>> flat_record({"seed": 0, "kernel_options": {"scan": "random"}})
+    {'seed': 0, 'kernel_options.scan': 'random'}
+    """
     out: dict[str, Any] = {}
     for key, value in record.items():
         if isinstance(value, Mapping):
@@ -223,8 +476,30 @@ def flat_record(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def differences(mine: Mapping[str, Any], theirs: Mapping[str, Any], where_mine: str, where_theirs: str) -> str:
-    """Every setting that differs between two records, named with both values and where each is:
-    ``seed (8 in config.json, 7 in checkpoint.pt), ...``; empty if they agree."""
+    """Name every setting that differs between two records, with both values and where each is.
+
+    The records are compared flat (:func:`flat_record`); a setting in one record only is
+    ``missing`` in the other.
+
+    Parameters
+    ----------
+    mine, theirs : mapping
+        The two settings records.
+    where_mine, where_theirs : str
+        Where each record is from (a file name).
+
+    Returns
+    -------
+    str
+        ``seed (8 in config.json, 7 in checkpoint.pt), ...``, settings in sorted order; empty if
+        they agree.
+
+    Examples
+    --------
+    >>> from mlm_ppl.rundir import differences
+    >>> differences({"seed": 8, "thin": 1}, {"seed": 7, "thin": 1}, "config.json", "checkpoint.pt")
+    'seed (8 in config.json, 7 in checkpoint.pt)'
+    """
     a, b = flat_record(mine), flat_record(theirs)
 
     def shown(record: dict, key: str) -> str:

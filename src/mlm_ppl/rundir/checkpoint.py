@@ -43,25 +43,119 @@ _OLD_FORMATS = {"mlm-ppl-run-1": "mlm-ppl 0.2 or earlier"}
 
 
 def save_checkpoint(run_dir: RunDirectory, cp: Checkpoint, settings: Mapping[str, Any]) -> None:
-    """Write ``checkpoint.pt`` atomically, with the run's settings (``RunSettings.to_dict()``)."""
+    """Write a run's ``checkpoint.pt`` atomically, with the run's settings.
+
+    Parameters
+    ----------
+    run_dir : RunDirectory
+        The run's directory, locked by this process.
+    cp : Checkpoint
+        The checkpoint (:class:`~mlm_ppl.inference.Checkpoint`), as
+        :func:`~mlm_ppl.run_chains` hands it to ``on_checkpoint``.
+    settings : mapping
+        The run's settings as recorded (:meth:`~mlm_ppl.settings.RunSettings.to_dict`); a resume
+        compares them with ``config.json``.
+
+    Raises
+    ------
+    ValueError
+        When the checkpoint's state is of no registered kernel, or ``run_dir`` is closed or holds
+        a ``checkpoint.pt`` of the user's.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.rundir import RunDirectory, load_checkpoint, save_checkpoint
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> kernel = make_kernel("mh", MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C"))
+    >>> with RunDirectory.create(tempfile.mkdtemp(), "sample") as run_dir:
+    ...     run = run_chains(kernel, 2, 3, on_checkpoint=lambda cp: save_checkpoint(run_dir, cp, {}))
+    >>> load_checkpoint(run_dir.path).draws.equal(run.tokens)
+    True
+    """
     run_dir.write_bytes(CHECKPOINT, _checkpoint_bytes(cp, settings))
 
 
 def group_name(group: int) -> str:
-    """The checkpoint file of group ``group`` of a run on Ray workers."""
+    """Name the checkpoint file of a group of chains of a run on Ray workers.
+
+    Parameters
+    ----------
+    group : int
+        The group's index.
+
+    Returns
+    -------
+    str
+        The file name, in the run directory.
+
+    Examples
+    --------
+    >>> from mlm_ppl.rundir import group_name
+    >>> group_name(3)
+    'checkpoint-g3.pt'
+    """
     return f"checkpoint-g{group}.pt"
 
 
 def checkpoint_files(directory: str | Path) -> list[str]:
-    """The names of the checkpoints in a run directory: ``checkpoint.pt``, or one per group."""
+    """List the names of the checkpoints in a run directory: ``checkpoint.pt``, or one per group.
+
+    Parameters
+    ----------
+    directory : str or path
+        The run directory (it must exist).
+
+    Returns
+    -------
+    list of str
+        The names, sorted as strings (``checkpoint-g10.pt`` before ``checkpoint-g2.pt``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from mlm_ppl.rundir import checkpoint_files
+    >>> directory = Path(tempfile.mkdtemp())
+    >>> for name in ("checkpoint-g1.pt", "checkpoint-g0.pt", "config.json"):
+    ...     _ = (directory / name).write_bytes(b"")
+    >>> checkpoint_files(directory)
+    ['checkpoint-g0.pt', 'checkpoint-g1.pt']
+    """
     return sorted(
         p.name for p in Path(directory).iterdir() if re.fullmatch(r"checkpoint(-g\d+)?\.pt", p.name, re.ASCII)
     )
 
 
 def group_checkpoints(run_dir: RunDirectory, settings: Mapping[str, Any], groups: int) -> GroupCheckpoints:
-    """Checkpoints of the groups of a run on Ray workers, kept in ``run_dir`` (names recorded now;
-    the workers write and read the files themselves, through picklable functions)."""
+    """Keep the checkpoints of the groups of chains of a run on Ray workers in its directory.
+
+    The names (:func:`group_name`) are recorded in the marker now; the workers write and read the
+    files themselves, through picklable functions.
+
+    Parameters
+    ----------
+    run_dir : RunDirectory
+        The run's directory, locked by this process.
+    settings : mapping
+        The run's settings as recorded (:meth:`~mlm_ppl.settings.RunSettings.to_dict`), written
+        into each checkpoint.
+    groups : int
+        Number of groups of chains.
+
+    Returns
+    -------
+    GroupCheckpoints
+        The pair of functions ``save(group, checkpoint)`` and ``load(group)`` the workers call
+        (``load`` gives None for a group without a checkpoint).
+
+    Raises
+    ------
+    ValueError
+        When ``run_dir`` is closed, or a group's file name is taken by a file of the user's.
+    """
     for k in range(groups):
         run_dir.record(group_name(k))
     path = str(run_dir.path)
@@ -140,7 +234,34 @@ def _unpack_state(cls: type, fields: dict[str, Any]) -> Any:
 
 
 def load_checkpoint(directory: str | Path) -> Checkpoint | None:
-    """The checkpoint in ``directory``, or None if the run never wrote one."""
+    """Read the checkpoint in a run directory, or None if the run never wrote one.
+
+    No lock is taken, and the checkpoint is not compared with ``config.json`` (see
+    :func:`run_checkpoint`).
+
+    Parameters
+    ----------
+    directory : str or path
+        The run directory.
+
+    Returns
+    -------
+    Checkpoint or None
+        The :class:`~mlm_ppl.inference.Checkpoint` of ``checkpoint.pt``.
+
+    Raises
+    ------
+    ValueError
+        When ``checkpoint.pt`` is not a regular file, is damaged, is not an mlm-ppl checkpoint,
+        or was written by an older version.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from mlm_ppl.rundir import load_checkpoint
+    >>> load_checkpoint(tempfile.mkdtemp()) is None
+    True
+    """
     return read_checkpoint(Path(directory) / CHECKPOINT)[0]
 
 

@@ -47,16 +47,36 @@ class RunDirectory:
     :meth:`write_bytes`, :meth:`write_text` or :meth:`atomic`, which record the name in the
     marker first: ``overwrite`` and :meth:`discard` remove exactly the recorded files.
 
-    Attributes
+    Parameters
     ----------
-    path : Path
+    path : pathlib.Path
+        The directory.
     kind : str
-        ``"sample"`` or ``"pairs"``: a directory of one kind is never taken for the other.
-    run_id : str
-        Random hex id of the run, written in the marker at creation.
-    made : tuple of Path
+        ``"sample"``, ``"batch"`` or ``"pairs"``: a directory of one kind is never taken for
+        another.
+    lock_fd : int
+        The file descriptor of the lock this process holds on the directory.
+    marker : dict
+        The record of the directory's marker (format, kind, run id, the files written).
+    made : tuple of pathlib.Path
         The folders this process made for the run, outermost first: the directory and any missing
         parents (:meth:`discard` removes them, if empty); none for a directory that was there.
+
+    Attributes
+    ----------
+    run_id : str
+        Random hex id of the run, written in the marker at creation.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from mlm_ppl.rundir import RunDirectory, kind_of
+    >>> directory = Path(tempfile.mkdtemp()) / "run"
+    >>> with RunDirectory.create(directory, "pairs") as run_dir:
+    ...     written = run_dir.write_text("notes.txt", "hello")
+    >>> written.read_text(), kind_of(directory)
+    ('hello', 'pairs')
     """
 
     def __init__(self, path: Path, kind: str, lock_fd: int, marker: dict[str, Any], made: tuple[Path, ...]) -> None:
@@ -68,6 +88,7 @@ class RunDirectory:
 
     @property
     def run_id(self) -> str:
+        """Random hex id of the run, written in the marker at creation."""
         return str(self._marker["run_id"])
 
     # ------------------------------------------------------------------ opening
@@ -75,13 +96,37 @@ class RunDirectory:
     def create(
         cls, directory: str | os.PathLike, kind: str, *, overwrite: bool = False, names: Sequence[str] = ()
     ) -> RunDirectory:
-        """A new run in ``directory``: created if absent, taken if empty, replaced if it holds a run
-        of the same kind and ``overwrite`` (only its recorded files are removed).
+        """Start a new run in a directory, locked: created if absent, taken if empty, or replaced.
 
-        Raises :class:`RunExistsError` for a directory with anything else in it, or with a run and
-        no ``overwrite``; :class:`RunLockedError` while another process holds it; a ValueError when
-        one of ``names`` (what the new run will write there: a batch's template folders) exists and
-        the old run did not write it (:meth:`check_new`).
+        A directory holding a run of the same kind is replaced with ``overwrite`` (only its
+        recorded files are removed). Nothing is created before every check has passed.
+
+        Parameters
+        ----------
+        directory : str or path
+            The run directory; missing parents are made too.
+        kind : str
+            The kind of run (``"sample"``, ``"batch"``, ``"pairs"``).
+        overwrite : bool, optional
+            Replace a run of the same kind there (default False).
+        names : sequence of str, optional
+            What the new run will write there (a batch's template folders): each must be absent, or
+            a file the old run wrote (:meth:`check_new`).
+
+        Returns
+        -------
+        RunDirectory
+            The new run's directory, locked by this process, its marker written.
+
+        Raises
+        ------
+        RunExistsError
+            For a directory with anything else in it, or with a run and no ``overwrite``.
+        RunLockedError
+            While another process holds the directory's lock.
+        ValueError
+            When one of ``names`` exists and the old run did not write it, ``directory`` is a file
+            or a link to nothing, or a lock file there is not mlm-ppl's.
         """
         path = Path(directory)
         _check_dir_path(path)
@@ -115,17 +160,61 @@ class RunDirectory:
     def check_new(
         directory: str | os.PathLike, kind: str, *, overwrite: bool = False, names: Sequence[str] = ()
     ) -> None:
-        """The checks of :meth:`create`, without creating or locking anything (to fail before work):
-        each of ``names`` that the new run will write must be absent, or a file the old run wrote
-        (which the overwrite removes); a folder of the user's with that name is refused, naming it."""
+        """Run the checks of :meth:`create` without creating or locking anything (to fail before work).
+
+        Each of ``names`` that the new run will write must be absent, or a file the old run wrote
+        (which the overwrite removes); a folder of the user's with that name is refused, naming it.
+
+        Parameters
+        ----------
+        directory : str or path
+            The run directory.
+        kind : str
+            The kind of run (``"sample"``, ``"batch"``, ``"pairs"``).
+        overwrite : bool, optional
+            Whether a run of the same kind there would be replaced (default False).
+        names : sequence of str, optional
+            What the new run will write there.
+
+        Raises
+        ------
+        RunExistsError
+            For a directory with anything else in it, or with a run and no ``overwrite``.
+        ValueError
+            When one of ``names`` exists and the old run did not write it, ``directory`` is a file
+            or a link to nothing, or a lock file there is not mlm-ppl's.
+        """
         path = Path(directory)
         _check_dir_path(path)
         _check_names(path, owned(path, kind, overwrite), names)
 
     @classmethod
     def open(cls, directory: str | os.PathLike, kind: str) -> RunDirectory:
-        """The existing run of ``kind`` in ``directory``, locked. Raises ValueError if it is not
-        one, :class:`RunLockedError` if another process holds it.
+        """Open the existing run of ``kind`` in ``directory``, locked.
+
+        Temporary files of writes cut off by a kill are removed once the lock is held.
+
+        Parameters
+        ----------
+        directory : str or path
+            The run directory.
+        kind : str
+            The kind of run it must hold (``"sample"``, ``"batch"``, ``"pairs"``).
+
+        Returns
+        -------
+        RunDirectory
+            The run's directory, locked by this process.
+
+        Raises
+        ------
+        ValueError
+            If the directory does not exist or is not a run directory (no marker), or its marker
+            is damaged.
+        RunExistsError
+            If it holds a run of another kind.
+        RunLockedError
+            If another process holds its lock.
         """
         path = Path(directory)
         if not path.is_dir():
@@ -145,13 +234,40 @@ class RunDirectory:
 
     # ------------------------------------------------------------------ writing
     def check_names(self, names: Sequence[str]) -> None:
-        """A ValueError naming the first of ``names`` (what this run will write) that exists here and
-        that the run did not write: a file of the user's is never replaced (checked before work)."""
+        """Refuse names this run would write over a file of the user's (checked before work).
+
+        Parameters
+        ----------
+        names : sequence of str
+            What this run will write.
+
+        Raises
+        ------
+        ValueError
+            Naming the first of ``names`` that exists here and that the run did not write: a file
+            of the user's is never replaced.
+        """
         _check_names(self.path, self._marker, names)
 
     def record(self, name: str) -> Path:
-        """Record ``name`` in the marker (before it is written); returns its path. A ValueError if
-        ``name`` exists and the run did not write it (a file of the user's is never replaced)."""
+        """Record a file name in the marker, before the file is written.
+
+        Parameters
+        ----------
+        name : str
+            A plain file name in the directory (letters, digits, ``_ . -``, not hidden).
+
+        Returns
+        -------
+        pathlib.Path
+            The file's path.
+
+        Raises
+        ------
+        ValueError
+            If ``name`` is not a plain name, the directory is closed, or ``name`` exists and the run
+            did not write it (a file of the user's is never replaced).
+        """
         if not is_plain_name(name):
             raise ValueError(f"run files are plain names in the directory, got {name!r}")
         if self._lock_fd < 0:
@@ -163,8 +279,21 @@ class RunDirectory:
         return self.path / name
 
     def record_all(self, names: Sequence[str]) -> None:
-        """:meth:`record` every one of ``names``, with one write of the marker (a batch's thousands of
-        template folders: linear, not quadratic, in their number)."""
+        """Run :meth:`record` on every one of ``names``, with one write of the marker.
+
+        For a batch's thousands of template folders: linear, not quadratic, in their number.
+
+        Parameters
+        ----------
+        names : sequence of str
+            Plain file names in the directory.
+
+        Raises
+        ------
+        ValueError
+            If a name is not a plain name, the directory is closed, or a name exists and the run
+            did not write it.
+        """
         new = [name for name in dict.fromkeys(names) if name not in self._marker["files"]]
         for name in new:
             if not is_plain_name(name):
@@ -177,24 +306,83 @@ class RunDirectory:
             write_marker(self.path, self._marker)
 
     def write_bytes(self, name: str, data: bytes) -> Path:
-        """Write ``name`` atomically; returns its path."""
+        """Write a file of the run atomically, its name recorded first (:meth:`record`).
+
+        Parameters
+        ----------
+        name : str
+            A plain file name in the directory.
+        data : bytes
+            The file's contents.
+
+        Returns
+        -------
+        pathlib.Path
+            The file's path.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`record`.
+        """
         path = self.record(name)
         write_bytes_atomic(path, data)
         return path
 
     def write_text(self, name: str, text: str) -> Path:
+        """Write a text file of the run atomically, in UTF-8 (see :meth:`write_bytes`).
+
+        Parameters
+        ----------
+        name : str
+            A plain file name in the directory.
+        text : str
+            The file's contents.
+
+        Returns
+        -------
+        pathlib.Path
+            The file's path.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`record`.
+        """
         return self.write_bytes(name, text.encode("utf-8"))
 
     @contextlib.contextmanager
     def atomic(self, name: str) -> Iterator[Path]:
-        """A temporary path to write ``name`` through (for writers that take a file name)."""
+        """Give a temporary path to write a file of the run through (for writers that take a file name).
+
+        The name is recorded first (:meth:`record`); the temporary file is renamed over ``name``
+        if the block succeeds, and removed otherwise.
+
+        Parameters
+        ----------
+        name : str
+            A plain file name in the directory.
+
+        Yields
+        ------
+        pathlib.Path
+            The temporary file, beside ``name``, empty.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`record`.
+        """
         with atomic_path(self.record(name)) as tmp:
             yield tmp
 
     # ------------------------------------------------------------------ closing
     def discard(self) -> None:
-        """Remove everything the run wrote (and the folders this process made for it), and
-        release the lock: for a run that failed before it had anything worth keeping."""
+        """Remove everything the run wrote and release the lock.
+
+        The folders this process made for it go too, if empty: for a run that failed before it had
+        anything worth keeping.
+        """
         _remove(_recorded(self.path, [*self._marker["files"], MARKER]))
         release_lock(self.path, self._lock_fd, remove=True)
         self._lock_fd = -1

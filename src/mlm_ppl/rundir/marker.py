@@ -50,10 +50,32 @@ _HINTS = {
 class RunExistsError(ValueError):
     """A directory that already holds something, where a new run was to start.
 
-    ``detail`` says what is there; the caller adds what to do in its own terms (the CLI names its
-    flags), by ``holds``: ``"run"``, a run of the kind asked for (resume or overwrite it);
-    ``"other"``, an mlm-ppl run of another kind (never replaced by this kind: go elsewhere or
-    remove it); ``"foreign"``, files this library did not write (never overwritten).
+    A :class:`ValueError`; its message is ``detail`` followed by a hint of what to do. The caller
+    may say what to do in its own terms instead (the CLI names its flags): :meth:`remedy`.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The directory.
+    detail : str
+        What is there.
+    holds : {"run", "other", "foreign"}, optional
+        ``"run"`` (the default), a run of the kind asked for (resume or overwrite it);
+        ``"other"``, an mlm-ppl run of another kind (never replaced by this kind: go elsewhere or
+        remove it); ``"foreign"``, files this library did not write (never overwritten).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from mlm_ppl.rundir import RunDirectory, RunExistsError
+    >>> directory = Path(tempfile.mkdtemp())
+    >>> _ = (directory / "mine.txt").write_text("a file of the user's")
+    >>> try:
+    ...     RunDirectory.create(directory, "sample")
+    ... except RunExistsError as err:
+    ...     print(err.holds)
+    foreign
     """
 
     def __init__(self, path: Path, detail: str, *, holds: Literal["run", "other", "foreign"] = "run") -> None:
@@ -63,16 +85,57 @@ class RunExistsError(ValueError):
         self.holds = holds
 
     def remedy(self, same_kind: str) -> str:
-        """The message with what to do in the caller's terms: ``same_kind`` for a run of the kind
-        asked for; another kind of run or a directory of someone else's is never replaced, so the
-        remedy there is another ``--out``."""
+        """Give the message with what to do in the caller's terms.
+
+        Another kind of run or a directory of someone else's is never replaced, so the remedy there
+        is another ``--out``.
+
+        Parameters
+        ----------
+        same_kind : str
+            What to do about a run of the kind asked for (``holds == "run"``).
+
+        Returns
+        -------
+        str
+            ``detail``, then the remedy.
+
+        Examples
+        --------
+        >>> from pathlib import Path
+        >>> from mlm_ppl.rundir import RunExistsError
+        >>> RunExistsError(Path("out"), "out holds a run").remedy("give --resume or --overwrite")
+        'out holds a run; give --resume or --overwrite'
+        """
         hints = {"run": same_kind, "other": "use another --out, or remove it yourself", "foreign": "use another --out"}
         return f"{self.detail}; {hints[self.holds]}"
 
 
 def kind_of(directory: str | os.PathLike) -> str | None:
-    """The kind of run in ``directory`` (``"sample"``, ``"batch"``, ``"pairs"``) from its marker,
-    None for anything else."""
+    """Read the kind of run in a directory from its marker.
+
+    Parameters
+    ----------
+    directory : str or path
+        The directory.
+
+    Returns
+    -------
+    str or None
+        ``"sample"``, ``"batch"`` or ``"pairs"``; None for anything else (no directory, no
+        marker, an unreadable one).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from mlm_ppl.rundir import RunDirectory, kind_of
+    >>> directory = tempfile.mkdtemp()
+    >>> kind_of(directory) is None
+    True
+    >>> RunDirectory.create(directory, "pairs").close()
+    >>> kind_of(directory)
+    'pairs'
+    """
     try:
         marker = load_json(Path(directory) / MARKER, "marker")
         return str(marker["kind"]) if isinstance(marker, dict) else None

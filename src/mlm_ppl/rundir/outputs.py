@@ -28,16 +28,58 @@ when the run starts or resumes (:meth:`~mlm_ppl.rundir.RunDirectory.check_names`
 
 
 def plots_of(idata: Any) -> tuple[str, ...]:
-    """The plots :func:`~mlm_ppl.diagnostics.plot_diagnostics` writes for a run: :data:`PLOTS`, and
-    ``length.png`` for a run over the lengths of a variable gap."""
+    """Name the plots :func:`~mlm_ppl.plot_diagnostics` writes for a run.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        The run's InferenceData.
+
+    Returns
+    -------
+    tuple of str
+        :data:`~mlm_ppl.rundir.PLOTS`, and ``length.png`` for a run over the lengths of a
+        variable gap (one whose ``idata.attrs`` has a ``length_prior``).
+    """
     return (*PLOTS, LENGTH_PLOT) if "length_prior" in idata.attrs else PLOTS
 
 
 def plots_directory(directory: str | os.PathLike, names: Sequence[str]) -> Callable[[str], None]:
-    """Check ``directory`` for plots ``names`` written outside a run (``diagnose --plots DIR``) and
-    return the callback that records each name as its file is written (in :data:`PLOTS_RECORD`).
+    r"""Check a directory for plots written outside a run (``diagnose --plots DIR``), made if missing.
+
     Refused before anything is written: another run's directory, and a file by one of the names
-    that an earlier ``diagnose --plots`` there did not write (the user's); other files may be there."""
+    that an earlier ``diagnose --plots`` there did not write (the user's); other files may be there.
+
+    Parameters
+    ----------
+    directory : str or path
+        Where the plots go.
+    names : sequence of str
+        The plots' file names.
+
+    Returns
+    -------
+    callable
+        ``record(name)``, which records each name as its file is written (in
+        :data:`~mlm_ppl.rundir.PLOTS_RECORD`, a JSON list in ``directory``).
+
+    Raises
+    ------
+    ValueError
+        When ``directory`` is a run's directory, its plots record is damaged, or a file by one of
+        ``names`` is there that ``diagnose --plots`` did not write.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from mlm_ppl.rundir import plots_directory
+    >>> directory = Path(tempfile.mkdtemp()) / "plots"
+    >>> record = plots_directory(directory, ["trace_lp.png"])
+    >>> record("trace_lp.png")
+    >>> (directory / ".mlm-ppl-plots").read_text()
+    '["trace_lp.png"]\n'
+    """
     path = Path(directory)
     if (path / MARKER).exists():
         raise ValueError(
@@ -67,17 +109,43 @@ def plots_directory(directory: str | os.PathLike, names: Sequence[str]) -> Calla
 def write_outputs(
     run_dir: RunDirectory, run: Run, mlm: Any, constraints: Any = None, idata: Any = None
 ) -> tuple[Any, list[str]]:
-    """Write ``run.nc``, ``samples.txt``, ``summary.txt`` and the plots of a finished run
-    (with ``constraints``, a run's ``BoundConstraints``: each rule's and expert's value per draw
-    in ``run.nc`` and the summary, and a ``feasible`` column in ``samples.txt``; a variable gap's
-    run adds a ``length`` column). Every draw's designed positions are scored once per distinct
-    state (``site_prob``, ``site_energy``, ``memorized``: :func:`~mlm_ppl.diagnostics.site_scores`),
-    in ``run.nc`` and, but for ``site_energy``, in ``samples.txt``, unless that takes more than
-    :data:`~mlm_ppl.diagnostics.SITE_COPY_BUDGET` masked copies (the summary then says so). ``idata``: the run's
-    InferenceData already made so (``to_inference_data(run, mlm=, constraints=, sites=True)``).
+    """Write ``run.nc``, ``samples.txt``, ``summary.txt`` and the plots of a finished run.
 
-    Returns the :class:`~mlm_ppl.diagnostics.Summary` (``str()`` of it is ``summary.txt``) and
-    the paths written (``run.nc`` first).
+    With ``constraints``, each rule's and expert's value per draw goes in ``run.nc`` and the
+    summary, and a ``feasible`` column in ``samples.txt``; a variable gap's run adds a ``length``
+    column. Every draw's designed positions are scored once per distinct state (``site_prob``,
+    ``site_energy``, ``memorized``: :func:`~mlm_ppl.diagnostics.site_scores`), in ``run.nc`` and,
+    but for ``site_energy``, in ``samples.txt``, unless that takes more than
+    :data:`~mlm_ppl.diagnostics.SITE_COPY_BUDGET` masked copies (the summary then says so). Each
+    file's name is recorded in the run's marker before it is written.
+
+    Parameters
+    ----------
+    run_dir : RunDirectory
+        The run's directory, locked by this process.
+    run : Run
+        The finished run (:class:`~mlm_ppl.Run`).
+    mlm : MaskedLM
+        The run's model (it decodes the draws and scores the designed positions).
+    constraints : BoundConstraints or None, optional
+        The run's :class:`~mlm_ppl.models.constraints.BoundConstraints`; None (the default) for a
+        run without constraints.
+    idata : arviz.InferenceData or None, optional
+        The run's InferenceData already made so
+        (``to_inference_data(run, mlm=, constraints=, sites=True)``); None (the default) makes it.
+
+    Returns
+    -------
+    summary : Summary
+        The run's :class:`~mlm_ppl.diagnostics.Summary` (``str()`` of it is ``summary.txt``).
+    paths : list of str
+        The paths written, ``run.nc`` first, then ``samples.txt``, ``summary.txt`` and the plots.
+
+    Raises
+    ------
+    ValueError
+        When a file of the user's in the directory bears the name of an output or a plot
+        (checked before the first plot is written).
     """
     from ..diagnostics import SITE_COPY_BUDGET, plot_diagnostics, summary, to_inference_data
 
