@@ -33,10 +33,32 @@ def load_arviz():
 
 
 def constraint_functionals(constraints: "BoundConstraints", tokens: Tensor) -> dict[str, np.ndarray]:
-    """Per draw of ``tokens`` ``(C, D, L)``: ``rule_<name>`` (1.0 where the rule holds),
-    ``feasible`` (1.0 where every rule holds) and ``expert_<name>`` (the expert's unweighted
-    value), each ``(C, D)`` float64; names made identifiers (``n-glycosylation`` ->
-    ``rule_n_glycosylation``). No forward pass: rules and experts read the tokens."""
+    """Per draw: whether each rule holds, whether all do, and each expert's value.
+
+    ``rule_<name>`` (1.0 where the rule holds), ``feasible`` (1.0 where every rule holds) and
+    ``expert_<name>`` (the expert's unweighted value), names made identifiers
+    (:func:`~mlm_ppl.diagnostics.functional_name`: ``n-glycosylation`` ->
+    ``rule_n_glycosylation``). No forward pass: rules and experts read the tokens.
+
+    Parameters
+    ----------
+    constraints : BoundConstraints
+        A constraint spec bound to its target (:class:`~mlm_ppl.models.constraints.BoundConstraints`:
+        a ``ConstraintTarget``'s ``constraints``).
+    tokens : torch.Tensor
+        Shape ``(C, D, L)``: the draws.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Each functional by name, of shape ``(C, D)``, float64; ``feasible`` only where there are
+        rules.
+
+    Raises
+    ------
+    ValueError
+        Where two rules or experts give the same functional name.
+    """
     C, D, L = tokens.shape
     flat = tokens.reshape(-1, L)
     out: dict[str, np.ndarray] = {}
@@ -57,9 +79,28 @@ def constraint_functionals(constraints: "BoundConstraints", tokens: Tensor) -> d
 
 
 def functional_name(kind: str, name: str) -> str:
-    """The name of a rule's (``kind="rule"``) or an expert's (``"expert"``) functional in
-    ``run.nc``: ``<kind>_<name>``, the name made an identifier (``n-glycosylation`` ->
-    ``rule_n_glycosylation``)."""
+    """The name of a rule's or an expert's functional in ``run.nc``: ``<kind>_<name>``, made an identifier.
+
+    Every character of ``name`` that is neither alphanumeric nor ``_`` becomes ``_``.
+
+    Parameters
+    ----------
+    kind : str
+        ``"rule"`` or ``"expert"``.
+    name : str
+        The rule's or expert's name.
+
+    Returns
+    -------
+    str
+        ``<kind>_<name>``, ``name`` made an identifier.
+
+    Examples
+    --------
+    >>> from mlm_ppl.diagnostics import functional_name
+    >>> functional_name("rule", "n-glycosylation")
+    'rule_n_glycosylation'
+    """
     return kind + "_" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
 
 
@@ -84,38 +125,40 @@ def to_inference_data(
     run : Run
         From :func:`mlm_ppl.sample` / :func:`mlm_ppl.run_chains`, or
         :func:`mlm_ppl.inference.run_from_mcmc` for a ``pyro.infer.MCMC`` run.
-    mlm : MaskedLM, optional
+    mlm : MaskedLM or None, optional
         Needed to decode sequences (``functions``), to read a string ``reference`` and token
         names in ``indicators``; its name goes to the attributes.
-    reference : str or Tensor, optional
+    reference : str or torch.Tensor or None, optional
         A complete sequence (string, or ids ``(L,)``): adds ``hamming_reference``, each draw's
         Hamming distance to it (e.g. the template's own sequence before its loop was masked).
         Without one, a constraint spec's ``reference`` loop serves (``constraints``); without
         either, ``hamming_chain0_start`` is the distance to chain 0's start, and says so in its name.
-    indicators : sequence of (position, token)
-        Adds ``indicator_<position>_<token>``: 1.0 where the draw has ``token`` at
-        ``position`` (token position in the encoded sequence; a token id or a string).
-    functions : mapping name -> callable, optional
-        Scalar functions of the decoded sequence, one variable each.
-    other_sites : mapping name -> array, optional
+    indicators : sequence of (int, str or int), optional
+        Pairs ``(position, token)``; each adds ``indicator_<position>_<token>``: 1.0 where the
+        draw has ``token`` at ``position`` (token position in the encoded sequence; a token id or
+        a string).
+    functions : mapping of str to callable, optional
+        Scalar functions of the decoded sequence, one variable each, named by its key (an
+        identifier).
+    other_sites : mapping of str to numpy.ndarray, optional
         Draws ``(C, D, ...)`` of the model's other latent sites (continuous or discrete), added
-        to the posterior as they are (see :func:`from_pyro`).
-    constraints : BoundConstraints, optional
+        to the posterior as they are (see :func:`~mlm_ppl.from_pyro`).
+    constraints : BoundConstraints or None, optional
         The run's constraint spec bound to its target (a ``ConstraintTarget``'s
         ``constraints``): adds, per draw, ``rule_<name>`` (1.0 where the draw satisfies the
         rule), ``feasible`` (1.0 where it satisfies every rule) and ``expert_<name>`` (each
         expert's unweighted value), so the summary gives their R-hat and ESS
-        (:func:`constraint_functionals`).
-    sites : bool
-        Adds ``site_prob``, ``site_energy`` and ``memorized`` (:func:`~mlm_ppl.diagnostics.deep.
-        site_scores`: the designed positions' mean conditional probability and own terms, one
-        masked copy per designed position of each distinct state); needs ``mlm``.
-    progress : bool
-        A progress bar over the masked copies of ``sites``.
-    known : arviz.InferenceData, optional
+        (:func:`~mlm_ppl.diagnostics.constraint_functionals`).
+    sites : bool, optional
+        Adds ``site_prob``, ``site_energy`` and ``memorized`` (:func:`~mlm_ppl.diagnostics.site_scores`:
+        the designed positions' mean conditional probability and own terms, one masked copy per
+        designed position of each distinct state); needs ``mlm``. Default False.
+    progress : bool, optional
+        A progress bar over the masked copies of ``sites`` (default False).
+    known : arviz.InferenceData or None, optional
         An earlier InferenceData of the same run (an older ``run.nc``): its ``site_prob`` and
         ``site_energy`` are reused for the states it holds.
-    site_budget : int, optional
+    site_budget : int or None, optional
         With ``sites``: the most masked copies to run (``None``: no limit); a run that needs more
         gets no site columns, and its ``site_scores`` attribute says why.
 
@@ -132,6 +175,29 @@ def to_inference_data(
         ``n_moves`` and a kernel's extras (surrogate-MH: ``inner_acceptance``,
         ``masked_copies``); attributes
         record model, kernel, energy, temperature, template, seed.
+
+    Raises
+    ------
+    ValueError
+        Where ``functions``, ``sites`` or a string ``reference`` or token name needs ``mlm`` and
+        none is given, an indicator's position lies outside the sequence or its token is unknown,
+        ``reference`` is not a complete sequence, a function name is not an identifier, two
+        variables would have one name, or another site's draws are not ``(C, D, ...)``.
+    TypeError
+        Where an indicator's token is neither a string nor an int id.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains, to_inference_data
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = run_chains(make_kernel("mh", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]")), 2, 20, seed=0)
+    >>> idata = to_inference_data(run, mlm=mlm, reference="ADCEE", indicators=[(2, "D")])
+    >>> idata.posterior["tokens"].shape
+    (2, 20, 7)
+    >>> list(idata.posterior.data_vars)
+    ['tokens', 'hamming_start', 'hamming_reference', 'indicator_2_D']
     """
     az = load_arviz()
     tokens = run.tokens  # (C, D, L)
@@ -226,23 +292,80 @@ def from_pyro(
     indicators: Sequence[tuple[int, str | int]] = (),
     functions: Mapping[str, Callable[[str], float]] | None = None,
 ) -> "arviz.InferenceData":
-    """InferenceData of a finished ``pyro.infer.MCMC`` run of :class:`~mlm_ppl.MLMKernel` or
-    :class:`~mlm_ppl.MLMGibbs`, where ``az.from_pyro`` and ``MCMC.summary`` stop on token draws.
+    """InferenceData of a finished ``pyro.infer.MCMC`` run of an MLM kernel, whose token draws ArviZ cannot read.
+
+    The run is of :class:`~mlm_ppl.MLMKernel` or :class:`~mlm_ppl.MLMGibbs`, where
+    ``az.from_pyro`` and ``MCMC.summary`` stop on token draws.
 
     Every token site keeps its Pyro name, all of them in one InferenceData: a site ``heavy``
     gives the draws ``heavy`` (dims chain, draw, ``heavy_position``) and its functionals named after
     it (``heavy_hamming_start``, ``heavy_hamming_chain0_start``, and, for a site with constraints,
-    ``heavy_rule_<name>``, ``heavy_feasible``, ``heavy_expert_<name>``: :func:`to_inference_data`,
-    :func:`constraint_functionals`). Each sequence of a site under a ``pyro.plate`` is its own
-    variable, ``x_0``, ``x_1`` ..., with its own functionals. ``site`` (and ``element``, one sequence
-    of a plate) keeps only that one. An ``MLMGibbs`` run's other latent sites (continuous and
-    discrete) are added as they are, so :func:`summary` gives R-hat and ESS for every site.
-    ``sample_stats`` hold each sequence's statistics as ``<name>_lp``, ``<name>_is_accepted`` ...,
-    and, as :func:`summary` reads them, ``lp`` (the sum of the token sites' log densities),
+    ``heavy_rule_<name>``, ``heavy_feasible``, ``heavy_expert_<name>``: :func:`~mlm_ppl.to_inference_data`,
+    :func:`~mlm_ppl.diagnostics.constraint_functionals`). Each sequence of a site under a
+    ``pyro.plate`` is its own variable, ``x_0``, ``x_1`` ..., with its own functionals. An
+    ``MLMGibbs`` run's other latent sites (continuous and discrete) are added as they are, so
+    :func:`~mlm_ppl.summary` gives R-hat and ESS for every site. ``sample_stats`` hold each
+    sequence's statistics as ``<name>_lp``, ``<name>_is_accepted`` ..., and, as
+    :func:`~mlm_ppl.summary` reads them, ``lp`` (the sum of the token sites' log densities),
     ``is_accepted`` (any of them moved), ``n_changed`` and ``n_moves`` (summed) and
-    ``acceptance_rate`` (their mean). ``mlm`` defaults to each site's model; ``reference``,
-    ``indicators`` and ``functions`` apply to every sequence. A run of :func:`mlm_ppl.sample` or
-    the command line (:func:`to_inference_data`, ``run.nc``) names its one sequence ``tokens``.
+    ``acceptance_rate`` (their mean); one sequence keeps its statistics as they are. A run of
+    :func:`mlm_ppl.sample` or the command line (:func:`~mlm_ppl.to_inference_data`, ``run.nc``)
+    names its one sequence ``tokens``.
+
+    Parameters
+    ----------
+    mcmc : pyro.infer.MCMC
+        A finished run of an ``MLMKernel`` or an ``MLMGibbs``.
+    site : str or None, optional
+        Keep only this token site (default None: every token site).
+    element : int or None, optional
+        With ``site`` under a ``pyro.plate``: keep only this sequence of the plate (default None:
+        every sequence); None for a site outside any plate.
+    mlm : MaskedLM or None, optional
+        The model that decodes the draws (``functions``, token names in ``indicators``, a string
+        ``reference``); None (the default): each site's own model.
+    reference : str or torch.Tensor or None, optional
+        A complete sequence; adds each sequence's Hamming distance to it
+        (:func:`~mlm_ppl.to_inference_data`). Applies to every sequence.
+    indicators : sequence of (int, str or int), optional
+        ``(position, token)`` pairs, each an indicator functional
+        (:func:`~mlm_ppl.to_inference_data`). Apply to every sequence.
+    functions : mapping of str to callable, optional
+        Scalar functions of the decoded sequence, one functional each
+        (:func:`~mlm_ppl.to_inference_data`). Apply to every sequence.
+
+    Returns
+    -------
+    arviz.InferenceData
+        ``posterior``: each token sequence's draws and functionals (and an ``MLMGibbs`` run's
+        other sites); ``sample_stats``: the per-draw statistics; attributes as
+        :func:`~mlm_ppl.to_inference_data`'s, with ``token_sites`` naming the sequences.
+
+    Raises
+    ------
+    TypeError
+        Where ``mcmc`` did not run an ``MLMKernel`` or an ``MLMGibbs``, or an indicator's token
+        is neither a string nor an int id.
+    ValueError
+        Where ``mcmc`` holds no finished run, ``site`` is not a token site, ``element`` is given
+        for a site outside any plate, two variables would have one name, or an argument is one
+        :func:`~mlm_ppl.to_inference_data` refuses.
+
+    Examples
+    --------
+    >>> import pyro
+    >>> from pyro.infer import MCMC
+    >>> from mlm_ppl import MaskedLMDistribution, MLMKernel, from_pyro
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> dist = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> kernel = MLMKernel(lambda: pyro.sample("loop", dist), num_chains=2, seed=0)
+    >>> mcmc = MCMC(kernel, num_samples=5, disable_progbar=True)
+    >>> mcmc.run()
+    >>> idata = from_pyro(mcmc)
+    >>> idata.posterior["loop"].shape  # (chains, draws, positions)
+    (2, 5, 7)
+    >>> list(idata.posterior.data_vars)
+    ['loop', 'loop_hamming_start', 'loop_hamming_chain0_start']
     """
     from ..inference.gibbs import MLMGibbs
     from ..inference.pyro_chains import chain_records
@@ -342,11 +465,38 @@ def _combined_stats(pairs: list[tuple[str, int | None]], stats: list[dict[str, n
 def read_run(path: str) -> "arviz.InferenceData":
     """The InferenceData of a run: ``run.nc``, or a run directory holding one.
 
-    Raises FileNotFoundError when there is no such file, ValueError when it is not an mlm-ppl
-    run (no ``tokens`` draws or no ``is_accepted`` statistics) or holds what no run writes: a
-    token id outside the model's vocabulary (recorded in the file), a free position outside
-    the sequence, an ``lp`` of nan or ``+inf`` (``-inf`` is an infeasible draw's), named by chain
-    and draw.
+    Parameters
+    ----------
+    path : str
+        A ``run.nc`` file, or a run directory that holds one.
+
+    Returns
+    -------
+    arviz.InferenceData
+        The run's draws, functionals, statistics and attributes, checked.
+
+    Raises
+    ------
+    FileNotFoundError
+        Where there is no such file.
+    ValueError
+        Where the file is not an mlm-ppl run (no ``tokens`` draws or no ``is_accepted``
+        statistics) or holds what no run writes: a token id outside the model's vocabulary
+        (recorded in the file), a free position outside the sequence, an ``lp`` of nan or
+        ``+inf`` (``-inf`` is an infeasible draw's), named by chain and draw.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains, to_inference_data
+    >>> from mlm_ppl.diagnostics import read_run
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = run_chains(make_kernel("mh", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]")), 2, 20, seed=0)
+    >>> to_inference_data(run, mlm=mlm).to_netcdf("run.nc")
+    'run.nc'
+    >>> read_run("run.nc").posterior["tokens"].shape
+    (2, 20, 7)
     """
     import os
 
@@ -437,11 +587,43 @@ def _token_id(token, mlm) -> int:
 
 
 def with_reference(idata: "arviz.InferenceData", loop: str) -> "arviz.InferenceData":
-    """``idata`` with ``hamming_reference``: each draw's Hamming distance over the designed positions
-    to ``loop``, their tokens in a reference (e.g. the template's own loop before it was masked;
-    residues as one string, or tokens separated by spaces), read with the run's recorded vocabulary.
-    The attribute ``hamming_reference`` records the loop. A ValueError for a loop of another length,
-    a token outside the vocabulary, or a run over a variable gap (its loops differ in length)."""
+    """``idata`` with ``hamming_reference``: each draw's Hamming distance to a reference loop.
+
+    The distance counts the designed positions whose token differs from ``loop``'s, read with the
+    run's recorded vocabulary. The attribute ``hamming_reference`` records the loop.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A run's InferenceData that records its vocabulary and free positions (``run.nc``).
+    loop : str
+        The designed positions' tokens in a reference (e.g. the template's own loop before it was
+        masked): residues as one string, or tokens separated by spaces.
+
+    Returns
+    -------
+    arviz.InferenceData
+        A copy of ``idata`` with ``hamming_reference`` of shape ``(C, D)`` in its posterior.
+
+    Raises
+    ------
+    ValueError
+        Where the run does not record its vocabulary and free positions, is over a variable gap
+        (its loops differ in length), or ``loop`` has another length or a token outside the
+        vocabulary.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains, to_inference_data
+    >>> from mlm_ppl.diagnostics import with_reference
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = run_chains(make_kernel("mh", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]")), 2, 20, seed=0)
+    >>> idata = with_reference(to_inference_data(run, mlm=mlm), "DEE")
+    >>> idata.posterior["hamming_reference"].shape, idata.attrs["hamming_reference"]
+    ((2, 20), 'DEE')
+    """
     vocab = attr_list(idata.attrs, "vocab")
     free = attr_list(idata.attrs, "free_positions")
     if vocab is None or free is None:

@@ -46,10 +46,38 @@ they would add)."""
 
 
 def draw_energies(idata: "arviz.InferenceData") -> np.ndarray | None:
-    """``(C, D)`` the MLM energy ``E`` of each draw, from its ``lp``: ``-T (lp - sum_k w_k f_k -
-    log pi(L))`` (experts' weights from the run's recorded settings; a variable gap's length prior);
-    None where a run with experts does not record their weights (its energy cannot be told from
-    ``lp``)."""
+    """The MLM energy ``E`` of each draw, from its ``lp``, or None where the run cannot tell it.
+
+    ``E = -T (lp - sum_k w_k f_k - log pi(L))``: the experts' weights from the run's recorded
+    settings, a variable gap's length prior.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A run's InferenceData, with ``lp`` in its ``sample_stats``.
+
+    Returns
+    -------
+    numpy.ndarray or None
+        Shape ``(C, D)``, float64: each draw's energy; None where a run with experts does not
+        record their weights (its energy cannot be told from ``lp``).
+
+    Examples
+    --------
+    At temperature 1, without experts or a length prior, ``E = -lp``:
+
+    >>> import numpy as np
+    >>> from mlm_ppl.diagnostics import draw_energies
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains, to_inference_data
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = run_chains(make_kernel("mh", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]")), 2, 20, seed=0)
+    >>> idata = to_inference_data(run, mlm=mlm)
+    >>> energy = draw_energies(idata)
+    >>> energy.shape, bool(np.allclose(energy, -idata.sample_stats["lp"].values))
+    ((2, 20), True)
+    """
     from ..models.constraints import recorded_expert_weights
 
     lp = np.asarray(idata.sample_stats["lp"].values, dtype=np.float64)
@@ -72,11 +100,34 @@ def draw_energies(idata: "arviz.InferenceData") -> np.ndarray | None:
 
 @dataclass(frozen=True)
 class DeepState:
-    """One distinct state of a run: its ``loop`` (the designed positions' tokens), ``energy`` (E;
-    None where the run cannot tell it, :func:`draw_energies`), ``lp``, ``site_energy`` and
-    ``site_prob`` (None without them), ``memorized``, the ``chains`` that visited it with their
-    ``visits``, the ``first`` visit ``(chain, draw)``, the ``longest`` stay (consecutive draws
-    of one chain), and ``ids``, the designed positions' token ids."""
+    """One distinct state of a run: its loop, energy, scores, and how the chains visited it.
+
+    One of the ``states`` of a :class:`DeepStates` (:func:`deep_states`).
+
+    Parameters
+    ----------
+    loop : str
+        The designed positions' tokens (residues joined, words spaced; a variable gap's pads
+        left out).
+    energy : float or None
+        The MLM energy ``E``; None where the run cannot tell it (:func:`draw_energies`).
+    lp : float
+        The log density of the state.
+    site_energy : float or None
+        The designed positions' own ``E_norm`` terms, summed; None without them.
+    site_prob : float or None
+        The designed positions' mean conditional probability; None without it.
+    memorized : bool or None
+        Whether ``site_prob >= MEMORIZED_PROB``; None without ``site_prob``.
+    chains : dict of int to int
+        The chains that visited the state, each with its number of draws in it.
+    first : tuple of (int, int)
+        The first visit, ``(chain, draw)``.
+    longest : int
+        The longest stay: consecutive draws of one chain in the state.
+    ids : tuple of int, optional
+        The designed positions' token ids (default empty).
+    """
 
     loop: str
     energy: float | None
@@ -91,14 +142,29 @@ class DeepState:
 
     @property
     def visits(self) -> int:
+        """The draws of every chain in this state."""
         return sum(self.chains.values())
 
 
 @dataclass(frozen=True)
 class DeepStates:
-    """The ``states`` of lowest energy of a run (lowest first; by ``lp`` where the energy cannot be
-    told), the run's ``chains`` and ``draws`` per chain, and its ``disagreement`` line (None
-    where the chains agree)."""
+    """The distinct states of lowest energy of a run, with the run's size and disagreement line.
+
+    What :func:`deep_states` returns; ``str()`` gives a markdown table of the states.
+
+    Parameters
+    ----------
+    states : list of DeepState
+        The states, lowest energy first (by ``lp`` where the energy cannot be told).
+    chains : int
+        The run's chains.
+    draws : int
+        The run's draws per chain.
+    disagreement : str or None
+        The run's :func:`deep_disagreement` line; None where the chains agree.
+    by : str
+        What the states are ranked by (``"energy E"``, or ``-lp`` and why).
+    """
 
     states: list[DeepState]
     chains: int
@@ -107,10 +173,27 @@ class DeepStates:
     by: str
 
     def library(self, *, exclude_memorized: bool = False) -> str:
-        """The states' loops as a library for a later run's unmask proposals (``library=`` of
-        :class:`~mlm_ppl.inference.MetropolisHastings` and surrogate-MH, ``--library``): loops
-        separated by commas, deepest first; ``exclude_memorized`` leaves out the memorized ones (a
-        design run that should not revisit them; their mass then goes unseen, not removed)."""
+        """The states' loops as a library for a later run's unmask proposals.
+
+        The ``library=`` option of :class:`~mlm_ppl.MetropolisHastings` and surrogate-MH
+        (``--library``).
+
+        Parameters
+        ----------
+        exclude_memorized : bool, optional
+            Leave out the memorized states (a design run that should not revisit them; their mass
+            then goes unseen, not removed). Default False.
+
+        Returns
+        -------
+        str
+            The loops separated by commas, deepest first.
+
+        Raises
+        ------
+        ValueError
+            Where no loop is left (every state memorized and ``exclude_memorized``).
+        """
         kept = [s.loop for s in self.states if not (exclude_memorized and s.memorized)]
         if not kept:
             raise ValueError("every deep state is memorized: no loop is left for a library")
@@ -185,10 +268,27 @@ def _longest_run(flags: np.ndarray) -> int:
 
 
 def deep_disagreement(idata: "arviz.InferenceData", gap: float = DEEP_GAP) -> str | None:
-    """A line when some chains never came within ``gap`` nats of log density of the best state any
-    chain visited (None when every chain did, or the run has one chain, no ``lp``, or is not one
-    run's ``tokens`` of recorded free positions, as ``from_pyro``'s sites): R-hat
-    compares chains with each other, so it cannot weigh a deep state that some never visit."""
+    """A line when some chains never came within ``gap`` nats of log density of the best state visited.
+
+    R-hat compares chains with each other, so it cannot weigh a deep state that some never visit:
+    every summary carries this line when it happens.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A run's InferenceData.
+    gap : float, optional
+        Nats of log density below the best state any chain visited (default
+        :data:`~mlm_ppl.diagnostics.DEEP_GAP`, 3).
+
+    Returns
+    -------
+    str or None
+        The line: the best state, the chains that held it, and the best ``lp`` of each chain that
+        never came within ``gap`` of it. None when every chain did, or the run has one chain, no
+        ``lp``, or is not one run's ``tokens`` of recorded free positions (as ``from_pyro``'s
+        sites).
+    """
     if "lp" not in idata.sample_stats or "tokens" not in idata.posterior or "free_positions" not in idata.attrs:
         return None  # no log density, or not one run's draws of recorded free positions (a Pyro run's sites)
     lp = np.asarray(idata.sample_stats["lp"].values, dtype=np.float64)
@@ -214,11 +314,52 @@ def deep_disagreement(idata: "arviz.InferenceData", gap: float = DEEP_GAP) -> st
 
 
 def deep_states(idata: "arviz.InferenceData", k: int = 10, *, mlm: "MaskedLM | None" = None) -> DeepStates:
-    """The ``k`` distinct states of lowest energy that any chain of the run visited
-    (:class:`DeepStates`): ranked by the MLM energy (:func:`draw_energies`), or by ``lp`` where the
-    run cannot tell its energy. ``site_energy`` and ``site_prob`` come from the run's own columns
-    (``run.nc`` of mlm-ppl 0.6 and later), else from ``mlm`` (one masked copy per designed
-    position of each of the ``k`` states), else are left out."""
+    """The ``k`` distinct states of lowest energy that any chain of the run visited.
+
+    Ranked by the MLM energy (:func:`draw_energies`), or by ``lp`` where the run cannot tell its
+    energy; an infeasible draw is no state. ``site_energy`` and ``site_prob`` come from the run's
+    own columns (``run.nc`` of mlm-ppl 0.6 and later), else from ``mlm`` (one masked copy per
+    designed position of each of the ``k`` states), else are left out.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        One run's InferenceData, with its ``tokens`` and recorded free positions.
+    k : int, optional
+        The number of states (default 10).
+    mlm : MaskedLM or None, optional
+        The run's model, to score the states' designed positions where the run has no such
+        columns (default None).
+
+    Returns
+    -------
+    DeepStates
+        The states, lowest first, with which chains visited them, when first, how often and the
+        longest stay.
+
+    Raises
+    ------
+    ValueError
+        Where ``k`` is below 1, or ``idata`` holds no ``tokens`` (a Pyro run's sites keep their
+        names) or does not record its free positions.
+    TypeError
+        Where ``k`` is not an integer.
+
+    Examples
+    --------
+    >>> from mlm_ppl.diagnostics import deep_states
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains, to_inference_data
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = run_chains(make_kernel("mh", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]")), 2, 20, seed=0)
+    >>> idata = to_inference_data(run, mlm=mlm)
+    >>> report = deep_states(idata, 3)
+    >>> report.chains, report.draws, len(report.states)
+    (2, 20, 3)
+    >>> len(report.states[0].loop)  # the three designed residues
+    3
+    """
     k = check_count(k, "k", minimum=1)
     tokens, free, vocab, pad = _loops(idata)
     C, D, L = tokens.shape

@@ -25,13 +25,76 @@ def _length_prior(idata: "arviz.InferenceData") -> dict[int, float] | None:
 
 
 def gap_lengths(idata: "arviz.InferenceData") -> list[int] | None:
-    """The gap lengths a variable-gap run's prior weighs, in order; None for a run of one length."""
+    """The gap lengths a variable-gap run's prior weighs, in order; None for a run of one length.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A run's InferenceData.
+
+    Returns
+    -------
+    list of int or None
+        The lengths of the prior (its ``length_prior`` attribute), shortest first; None for a run
+        of one length.
+
+    Raises
+    ------
+    ValueError
+        Where the run's ``length_prior`` attribute is damaged.
+
+    Examples
+    --------
+    A variable gap of 1 to 3 positions, sampled by gap-jump chains:
+
+    >>> from mlm_ppl.diagnostics import gap_lengths
+    >>> from mlm_ppl import sample
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = sample(mlm, "A[MASK]{1,3}C", length_mode="jump", num_chains=2, num_samples=10, seed=0)
+    >>> idata = run.inference_data()
+    >>> gap_lengths(idata)
+    [1, 2, 3]
+    """
     prior = _length_prior(idata)
     return None if prior is None else list(prior)
 
 
 def length_marginal(idata: "arviz.InferenceData") -> list[tuple[int, float, int, float, float]] | None:
-    """A variable gap's length marginal (:attr:`Summary.lengths`), None for a run of one length."""
+    """A variable gap's length marginal, over every draw of every chain; None for a run of one length.
+
+    What a :class:`~mlm_ppl.diagnostics.Summary`'s ``lengths`` holds and its length table shows.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A run's InferenceData.
+
+    Returns
+    -------
+    list of (int, float, int, float, float) or None
+        Per length of the prior, shortest first: ``(length, prior pi(L), draws, frequency, MCSE
+        of the frequency)`` (the MCSE nan with fewer than 4 draws per chain or a length every
+        draw has or none has); None for a run of one length.
+
+    Raises
+    ------
+    ValueError
+        Where the run's ``length_prior`` attribute is damaged.
+
+    Examples
+    --------
+    >>> from mlm_ppl.diagnostics import length_marginal
+    >>> from mlm_ppl import sample
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = sample(mlm, "A[MASK]{1,3}C", length_mode="jump", num_chains=2, num_samples=10, seed=0)
+    >>> idata = run.inference_data()
+    >>> [row[0] for row in length_marginal(idata)]
+    [1, 2, 3]
+    >>> sum(row[2] for row in length_marginal(idata))  # every draw has one length
+    20
+    """
     prior = _length_prior(idata)
     if prior is None:
         return None
@@ -78,8 +141,37 @@ def reference_for(idata: "arviz.InferenceData", reference: "LengthReference | No
 
 
 def length_log_prior(idata: "arviz.InferenceData") -> np.ndarray | None:
-    """``(C, D)`` ``log pi(L)`` of each draw's gap length, the part of a variable gap's ``lp`` that is
-    not the MLM's (``lp = log pi(L) - E/T``); None for a run of one length."""
+    """``log pi(L)`` of each draw's gap length, the part of a variable gap's ``lp`` that is not the MLM's.
+
+    A variable gap's ``lp = log pi(L) - E/T``.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A run's InferenceData.
+
+    Returns
+    -------
+    numpy.ndarray or None
+        Shape ``(C, D)``, float: each draw's ``log pi(L)`` (``-inf`` for a length outside the
+        prior); None for a run of one length.
+
+    Raises
+    ------
+    ValueError
+        Where the run's ``length_prior`` attribute is damaged.
+
+    Examples
+    --------
+    >>> from mlm_ppl.diagnostics import length_log_prior
+    >>> from mlm_ppl import sample
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = sample(mlm, "A[MASK]{1,3}C", length_mode="jump", num_chains=2, num_samples=10, seed=0)
+    >>> idata = run.inference_data()
+    >>> length_log_prior(idata).shape
+    (2, 10)
+    """
     prior = _length_prior(idata)
     if prior is None:
         return None

@@ -17,10 +17,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class LoopDistribution:
-    """What a run's draws say of the sampled positions (the loop): each position's token
-    frequencies and the most frequent whole loops, over every draw of every chain.
+    """What a run's draws say of the loop: each sampled position's token frequencies, the top loops.
 
-    Attributes
+    Each position's token frequencies and the most frequent whole loops, over every draw of every
+    chain; what :func:`loop_distribution` returns, and ``str()`` gives both as markdown tables.
+
+    Parameters
     ----------
     positions : list of int
         The sampled token positions (``[CLS]`` is 0).
@@ -75,8 +77,44 @@ class LoopDistribution:
 
 
 def loop_distribution(idata: "arviz.InferenceData", *, top: int = 10) -> LoopDistribution:
-    """Token frequencies at the sampled positions and the ``top`` most frequent loops of a run
-    (:class:`LoopDistribution`), read from ``idata`` alone (its ``free_positions`` and ``vocab``)."""
+    """Token frequencies at the sampled positions and the ``top`` most frequent loops of a run.
+
+    Read from ``idata`` alone (its ``free_positions`` and ``vocab``); a variable gap's pads are
+    left out of a loop's text.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A run's InferenceData, with its ``tokens`` and recorded free positions.
+    top : int, optional
+        The number of most frequent loops (default 10).
+
+    Returns
+    -------
+    LoopDistribution
+        The positions, the tokens found at them, their frequencies and the ``top`` loops.
+
+    Raises
+    ------
+    ValueError
+        Where ``top`` is below 1 or the run does not record its free positions.
+    TypeError
+        Where ``top`` is not an integer.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains, to_inference_data
+    >>> from mlm_ppl.diagnostics import loop_distribution
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = run_chains(make_kernel("mh", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]")), 2, 20, seed=0)
+    >>> loops = loop_distribution(to_inference_data(run, mlm=mlm), top=3)
+    >>> loops.positions, loops.draws  # the masked positions ([CLS] is 0), 2 chains x 20 draws
+    ([2, 4, 5], 40)
+    >>> loops.frequencies.shape == (3, len(loops.tokens))
+    True
+    """
     top = check_count(top, "top", minimum=1)
     tokens = np.asarray(idata.posterior["tokens"].values)  # (C, D, L)
     free = attr_list(idata.attrs, "free_positions")

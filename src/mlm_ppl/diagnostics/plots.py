@@ -27,12 +27,55 @@ def plot_diagnostics(
     length_reference: "LengthReference | None" = None,
     record: Callable[[str], Any] | None = None,
 ) -> list[str]:
-    """Save PNGs: trace and rank plots of ``lp``, running acceptance, token-frequency heatmap, and
-    for a variable gap ``length.png`` (with ``length_reference`` beside the marginal when given).
-    ``record`` is called with each file's name just before it is written (a run directory records
-    it then: a plot cut off by a kill leaves the later names unclaimed).
+    """Save a run's diagnostic plots as PNGs in ``out_dir``: traces, ranks, acceptance, tokens, lengths.
 
-    Returns the paths written.
+    ``trace_lp.png`` and ``rank_lp.png`` (trace and rank plots of ``lp``, where the kernel computes
+    it), ``acceptance.png`` (each chain's running acceptance rate), ``token_frequency.png`` (a
+    heatmap of the tokens at the sampled positions), ``deep_states.png`` (each chain's ``lp``, the
+    run's 5 deepest states marked: :func:`~mlm_ppl.diagnostics.deep_states`; where the run records
+    its free positions), and for a variable gap ``length.png`` (each chain's length and the length
+    marginal beside the prior, and ``length_reference`` when given). Figures are drawn without
+    showing them and closed after saving; the user's matplotlib backend and open figures are left
+    alone.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A run's InferenceData (:func:`~mlm_ppl.to_inference_data`, ``run.nc``).
+    out_dir : str
+        The directory the PNGs are written to, made if missing.
+    mlm : MaskedLM or None, optional
+        The run's model, for the token names of the heatmap (default None: the run's recorded
+        vocabulary, or token ids).
+    length_reference : LengthReference or None, optional
+        For a run over a variable gap's lengths: a length distribution over the same lengths,
+        drawn beside the marginal (default None).
+    record : callable or None, optional
+        Called with each file's name just before it is written (a run directory records it then:
+        a plot cut off by a kill leaves the later names unclaimed). Default None.
+
+    Returns
+    -------
+    list of str
+        The paths written, in the order above.
+
+    Raises
+    ------
+    ValueError
+        Where ``length_reference`` is given for a run of one length or covers other lengths than
+        the run's, or a list attribute of the run is damaged.
+
+    Examples
+    --------
+    >>> import os
+    >>> from mlm_ppl import MaskedLMDistribution, plot_diagnostics, run_chains, to_inference_data
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = run_chains(make_kernel("mh", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]")), 2, 20, seed=0)
+    >>> paths = plot_diagnostics(to_inference_data(run, mlm=mlm), "plots")
+    >>> sorted(os.path.basename(path) for path in paths)
+    ['acceptance.png', 'deep_states.png', 'rank_lp.png', 'token_frequency.png', 'trace_lp.png']
     """
     import os
 

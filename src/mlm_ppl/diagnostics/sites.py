@@ -39,15 +39,52 @@ def site_scores(
     known: "arviz.InferenceData | None" = None,
     budget: int | None = None,
 ) -> dict[str, np.ndarray] | None:
-    """Per draw of ``tokens`` ``(C, D, L)``: ``site_prob`` (the mean over the designed
-    ``positions`` of ``p(x_t | x_\\t)``, each read with only ``t`` masked), ``site_energy`` (their
-    ``E_norm`` terms summed: ``-sum_t log p(x_t | x_\\t)``) and ``memorized`` (1.0 where
-    ``site_prob >= MEMORIZED_PROB``), each ``(C, D)`` float64. Each distinct state is read once
-    (:func:`~mlm_ppl.models.energy.site_log_probs`: one masked copy per designed position); a
-    variable gap's pads (``pad_id``) are no residue and count in neither. ``known``: an earlier
-    InferenceData of the same run whose ``site_prob`` and ``site_energy`` are reused for the states
-    it holds (an older ``run.nc``), so only the states new since are read. ``budget``: the most
-    masked copies to run; None (nothing read) where the new states need more."""
+    r"""Per draw: the designed positions' mean conditional probability, their own terms, and the memorized flag.
+
+    ``site_prob`` (the mean over the designed ``positions`` of ``p(x_t | x_\t)``, each read with
+    only ``t`` masked), ``site_energy`` (their ``E_norm`` terms summed: ``-sum_t log p(x_t |
+    x_\t)``) and ``memorized`` (1.0 where ``site_prob >= MEMORIZED_PROB``). Each distinct state is
+    read once (``mlm_ppl.models.energy.site_log_probs``: one masked copy per designed position); a
+    variable gap's pads (``pad_id``) are no residue and count in neither.
+
+    Parameters
+    ----------
+    tokens : numpy.ndarray or torch.Tensor
+        Shape ``(C, D, L)``: the draws' token ids.
+    positions : list of int
+        The designed positions (token positions in the encoded sequence).
+    mlm : MaskedLM
+        The model that reads them.
+    pad_id : int or None, optional
+        A variable gap's pad token, which counts as no residue (default None).
+    progress : bool, optional
+        A progress bar over the masked copies (default False).
+    known : arviz.InferenceData or None, optional
+        An earlier InferenceData of the same run whose ``site_prob`` and ``site_energy`` are
+        reused for the states it holds (an older ``run.nc``), so only the states new since are
+        read (default None).
+    budget : int or None, optional
+        The most masked copies to run (default None: no limit).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray or None
+        ``site_prob``, ``site_energy`` and ``memorized``, each of shape ``(C, D)``, float64; None
+        (nothing read) where the new states need more than ``budget`` masked copies.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.diagnostics import site_scores
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> tokens = mlm.encode(["ADCEE", "ACCDA"]).input_ids[None]  # one chain of two draws
+    >>> scores = site_scores(tokens, [2, 4, 5], mlm)
+    >>> {name: values.shape for name, values in scores.items()}
+    {'site_prob': (1, 2), 'site_energy': (1, 2), 'memorized': (1, 2)}
+    >>> site_scores(tokens, [2, 4, 5], mlm, budget=5) is None  # 2 states x 3 positions > 5 copies
+    True
+    """
     from ..models.energy import site_log_probs
 
     tokens = torch.as_tensor(np.asarray(tokens), dtype=torch.long)

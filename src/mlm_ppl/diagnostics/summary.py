@@ -58,9 +58,11 @@ two halves of at least 4 draws."""
 
 @dataclass
 class Summary:
-    """Diagnostics of a run.
+    """Diagnostics of a run: R-hat and ESS of each functional, acceptance rates, and a verdict per chain.
 
-    Attributes
+    What :func:`~mlm_ppl.summary` returns; ``str()`` gives the report the command line prints.
+
+    Parameters
     ----------
     table : pandas.DataFrame
         One row per functional: mean, sd, mcse_mean, ess_bulk, ess_tail, r_hat (rank-normalised
@@ -77,44 +79,46 @@ class Summary:
         are not samples of the target, whatever its R-hat).
     reasons : list of str
         Why each chain got its verdict.
-    moves_per_step : float
+    moves_per_step : float, optional
         Mean accepted single-site changes per step (``n_moves``; NaN for runs that lack it).
-    inner_acceptance : float or None
+    inner_acceptance : float or None, optional
         Surrogate-MH: fraction of inner (surrogate) proposals accepted; None for other kernels.
-    masked_copies_per_step : float or None
+    masked_copies_per_step : float or None, optional
         Surrogate-MH: mean masked copies run per step; None for other kernels.
-    annealing : str or None
-        An annealed run's note (:func:`~mlm_ppl.inference.annealing.annealing_note`), the first
+    annealing : str or None, optional
+        An annealed run's note (``mlm_ppl.inference.annealing.annealing_note``), the first
         line of the text; None for a run that samples its target.
-    stationary_law : str or None
-        The note of a run whose kernel has no guaranteed target (:func:`law_note`), the first
-        line of the text; None for a kernel whose stationary law is its target's.
-    stopped : str or None
-        Why a run with a stopping rule (:func:`stop_when_converged`) ended before its last draw,
-        and where (the run's ``stopped`` attribute); None for a run that took every draw.
-    lengths : list of (int, float, int, float, float) or None
+    stationary_law : str or None, optional
+        The note of a run whose kernel has no guaranteed target
+        (:func:`~mlm_ppl.diagnostics.law_note`), the first line of the text; None for a kernel
+        whose stationary law is its target's.
+    stopped : str or None, optional
+        Why a run with a stopping rule (:func:`~mlm_ppl.diagnostics.stop_when_converged`) ended
+        before its last draw, and where (the run's ``stopped`` attribute); None for a run that
+        took every draw.
+    lengths : list of (int, float, int, float, float) or None, optional
         A variable gap's length marginal: per length of the prior, ``(length, prior pi(L),
         draws, frequency, MCSE of the frequency)`` over every draw of every chain; None for a
         run of one length.
-    length_reference : LengthReference or None
+    length_reference : LengthReference or None, optional
         A length distribution the marginal is compared with (``summary(...,
         length_reference=)``), shown as a column beside it; None without one.
-    length_terms : dict or None
-        A variable gap's mean designed-position term per residue at each length
-        (:func:`~mlm_ppl.diagnostics.lengths.length_terms`), a column of the length table; None
-        for a run of one length or without ``site_energy``.
-    deep : str or None
+    deep : str or None, optional
         The line of a run whose chains disagree on deep states
-        (:func:`~mlm_ppl.diagnostics.deep.deep_disagreement`); None where they agree.
-    reference : str or None
-        What the table's Hamming distances count: the designed positions that differ from the
-        reference (``hamming_reference``) or from chain 0's start (``hamming_chain0_start``).
-    site_scores : str or None
-        Why a run has no ``site_prob`` column (its ``site_scores`` attribute: too many distinct
-        states to read at its end); None otherwise.
-    memorized : float or None
+        (:func:`~mlm_ppl.diagnostics.deep_disagreement`); None where they agree.
+    memorized : float or None, optional
         The fraction of draws flagged memorized (``site_prob >= MEMORIZED_PROB``: the designed
         positions are predicted from the rest as from memory); None for a run without the column.
+    reference : str or None, optional
+        What the table's Hamming distances count: the designed positions that differ from the
+        reference (``hamming_reference``) or from chain 0's start (``hamming_chain0_start``).
+    length_terms : dict of int to float or None, optional
+        A variable gap's mean designed-position term per residue at each length
+        (``mlm_ppl.diagnostics.lengths.length_terms``), a column of the length table; None
+        for a run of one length or without ``site_energy``.
+    site_scores : str or None, optional
+        Why a run has no ``site_prob`` column (its ``site_scores`` attribute: too many distinct
+        states to read at its end); None otherwise.
     """
 
     table: "pandas.DataFrame"
@@ -143,8 +147,11 @@ class Summary:
 
     @property
     def mixed(self) -> bool:
-        """Every chain converged to its kernel's stationary law: the target's ("converged") or,
-        for a kernel with no guaranteed target, its own ("mixed")."""
+        """Every chain converged to its kernel's stationary law: the target's, or the kernel's own.
+
+        The target's for a chain "converged", the kernel's own for a chain "mixed" (a kernel with
+        no guaranteed target).
+        """
         return all(v in (CONVERGED, MIXED) for v in self.chains)
 
     def __str__(self) -> str:
@@ -199,6 +206,26 @@ def acceptance_rates(is_accepted, n_changed) -> tuple[float, float]:
 
     The novel-transition rate counts accepted proposals that change the state (Goyal et al.
     2021); a pseudo-Gibbs step that redraws the same token is accepted but not novel.
+
+    Parameters
+    ----------
+    is_accepted : array_like
+        Shape ``(C, D)``, bool: whether each draw's proposal was accepted.
+    n_changed : array_like
+        Shape ``(C, D)``: the positions each step changed.
+
+    Returns
+    -------
+    acceptance_rate : float
+        The fraction of accepted proposals.
+    novel_transition_rate : float
+        The fraction of steps whose accepted proposal changed the state.
+
+    Examples
+    --------
+    >>> from mlm_ppl.diagnostics import acceptance_rates
+    >>> acceptance_rates([[True, True, False, True]], [[1, 0, 0, 2]])
+    (0.75, 0.5)
     """
     accepted = np.asarray(is_accepted, dtype=bool)
     return float(accepted.mean()), float((accepted & (np.asarray(n_changed) > 0)).mean())
@@ -233,6 +260,55 @@ def summary(
     converges, if at all, to a law of the kernel's own, not ``exp(-E/T)``: R-hat and ESS measure
     agreement on that law. Its summary starts with a note that says so, and a chain that passes
     the checks is **mixed**, never **converged**.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A run's InferenceData (:func:`~mlm_ppl.to_inference_data`, :func:`~mlm_ppl.from_pyro`,
+        a ``run.nc`` read by :func:`~mlm_ppl.diagnostics.read_run`).
+    rhat_max : float, optional
+        Largest rank-normalised R-hat across chains of a converged chain's functionals (default
+        :data:`~mlm_ppl.diagnostics.RHAT_MAX`, 1.01).
+    chain_rhat_max : float, optional
+        Largest split R-hat within one chain (default :data:`~mlm_ppl.diagnostics.CHAIN_RHAT_MAX`,
+        1.05).
+    ess_min_per_chain : int, optional
+        Bulk and tail ESS each functional needs, per chain (default
+        :data:`~mlm_ppl.diagnostics.ESS_MIN_PER_CHAIN`, 100).
+    length_reference : LengthReference or None, optional
+        For a run over a variable gap's lengths: a length distribution over the same lengths,
+        shown beside the length marginal (default None).
+
+    Returns
+    -------
+    Summary
+        The table of R-hat, ESS and MCSE per functional, the acceptance rates, each chain's
+        verdict and its reasons, and the notes that apply (:class:`~mlm_ppl.diagnostics.Summary`).
+
+    Raises
+    ------
+    ValueError
+        Where ``length_reference`` is given for a run of one length or covers other lengths
+        than the run's, or a list attribute of the run is damaged.
+
+    Examples
+    --------
+    20 draws of 2 chains are too few to converge, and the summary says so:
+
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains, summary, to_inference_data
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> run = run_chains(make_kernel("mh", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]")), 2, 20, seed=0)
+    >>> report = summary(to_inference_data(run, mlm=mlm))
+    >>> report.chains
+    ['not converged', 'not converged']
+    >>> report.converged
+    False
+    >>> print(report)
+    mean ...
+    chain 0: not converged (...)
+    chain 1: not converged (...)
     """
     az = load_arviz()
     post = idata.posterior
@@ -369,10 +445,41 @@ def _from_start(name: str) -> bool:
 def stop_when_converged(
     *, mlm: "MaskedLM | None" = None, constraints: "BoundConstraints | None" = None
 ) -> Callable[["Run"], str | None]:
-    """A stopping rule for :func:`~mlm_ppl.run_chains` (``stop=``): the draws so far end the run
-    when their :func:`summary` (of :func:`to_inference_data` with ``mlm`` and ``constraints``, as
-    the run's outputs build it) says every chain converged. The run's summary then says converged
-    too, and says it stopped early (``Summary.stopped``)."""
+    """A stopping rule for :func:`~mlm_ppl.run_chains` (``stop=``): end the run once every chain converged.
+
+    The draws so far end the run when their :func:`~mlm_ppl.summary` (of
+    :func:`~mlm_ppl.to_inference_data` with ``mlm`` and ``constraints``, as the run's outputs
+    build it) says every chain converged, or, for a kernel with no guaranteed target, every chain
+    mixed. The run's summary then says so too, and says it stopped early (``Summary.stopped``).
+
+    Parameters
+    ----------
+    mlm : MaskedLM or None, optional
+        The run's model, as its outputs read the draws with it (default None).
+    constraints : BoundConstraints or None, optional
+        The run's constraint spec bound to its target, so that rules and experts are functionals
+        too (default None).
+
+    Returns
+    -------
+    callable
+        ``rule(run) -> str or None``: the reason to stop (every chain converged, or mixed, with
+        the summary's reason), or None to go on.
+
+    Examples
+    --------
+    20 draws of 2 chains are too few to converge, so the rule never stops this run:
+
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains
+    >>> from mlm_ppl.diagnostics import stop_when_converged
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> kernel = make_kernel("mh", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]"))
+    >>> run = run_chains(kernel, 2, 20, seed=0, stop=stop_when_converged(mlm=mlm))
+    >>> run.num_draws, "stopped" in run.attrs
+    (20, False)
+    """
 
     def rule(run: "Run") -> str | None:
         report = summary(to_inference_data(run, mlm=mlm, constraints=constraints))
@@ -386,9 +493,30 @@ def stop_when_converged(
 
 
 def law_note(attrs: Mapping) -> str | None:
-    """The note of a run whose kernel has no guaranteed target: its ``stationary_law`` attribute
-    (:func:`~mlm_ppl.inference.runner.kernel_attrs`), or, for a run recorded before it, the
-    declaration of the kernel it names (``capabilities.samples_target``); None otherwise."""
+    """The note of a run whose kernel has no guaranteed target; None for a kernel that samples its target.
+
+    A run has no guaranteed target where its ``stationary_law`` attribute says so
+    (``mlm_ppl.inference.runner.kernel_attrs``) or, for a run recorded before it, where the
+    kernel it names declares none (``capabilities.samples_target``).
+
+    Parameters
+    ----------
+    attrs : mapping
+        The run's attributes (``Run.attrs``, or an InferenceData's ``attrs``).
+
+    Returns
+    -------
+    str or None
+        The note, which names the kernel; None where the kernel samples its target.
+
+    Examples
+    --------
+    >>> from mlm_ppl.diagnostics import law_note
+    >>> law_note({"kernel": "mh"}) is None
+    True
+    >>> print(law_note({"kernel": "pseudo-gibbs"}))
+    pseudo-gibbs has no guaranteed target: its chains converge, if at all, to a stationary law of its own, ...
+    """
     kernel = str(attrs.get("kernel", ""))
     match = re.fullmatch(r"MLMKernel\((.+)\)", kernel)  # a Pyro run names its token kernel so
     name = match.group(1) if match else kernel

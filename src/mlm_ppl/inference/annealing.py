@@ -54,8 +54,37 @@ class GeometricAnnealing:
     step 0, ``end`` from step ``num_steps`` on (``num_steps = 0``: ``end`` from the first step).
 
     A frozen record of three numbers, callable as a ``temperature_schedule``; a run records it
-    (:func:`annealing_record`). ``mlm-ppl sample --anneal FROM:TO`` is
+    (``annealing_record``). ``mlm-ppl sample --anneal FROM:TO`` is
     ``GeometricAnnealing(FROM, TO, warmup + draws * thin - 1)``: the last step runs at ``TO``.
+
+    Parameters
+    ----------
+    start : float
+        The temperature at step 0: a finite number >= 1e-6 (``MIN_TEMPERATURE``).
+    end : float
+        The temperature from step ``num_steps`` on: a finite number >= 1e-6.
+    num_steps : int
+        Steps from ``start`` to ``end``, >= 0.
+
+    Raises
+    ------
+    ValueError
+        Where ``start`` or ``end`` is not a finite number >= 1e-6, or ``num_steps`` is below 0.
+    TypeError
+        Where ``start`` or ``end`` is not a number, or ``num_steps`` not an integer.
+
+    See Also
+    --------
+    mlm_ppl.inference.geometric_annealing : The same schedule, built by a function.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import GeometricAnnealing
+    >>> schedule = GeometricAnnealing(1.0, 0.05, 100)
+    >>> schedule(0), schedule(100), schedule(1000)
+    (1.0, 0.05, 0.05)
+    >>> schedule.to_dict()
+    {'schedule': 'geometric', 'start': 1.0, 'end': 0.05, 'num_steps': 100}
     """
 
     start: float
@@ -74,6 +103,14 @@ class GeometricAnnealing:
         return self.start * (self.end / self.start) ** frac
 
     def to_dict(self) -> dict[str, Any]:
+        """The schedule as a record: its kind (``"geometric"``) and its three numbers.
+
+        Returns
+        -------
+        dict of str to object
+            ``{"schedule": "geometric", "start": ..., "end": ..., "num_steps": ...}``, what a
+            run's ``annealing`` attribute holds of it.
+        """
         return {"schedule": "geometric", "start": self.start, "end": self.end, "num_steps": self.num_steps}
 
 

@@ -46,8 +46,49 @@ def draw_from_distribution(
     The chains are ``first_chain`` to ``first_chain + n - 1`` of ``seed``'s streams (so successive
     calls that move ``first_chain`` on draw new, reproducible chains).
 
-    ``num_steps`` defaults to 20 sweeps (``20 * num_free`` single-site steps). Without a
-    ``seed`` one is drawn from torch's global RNG, so ``pyro.set_rng_seed`` makes it reproducible.
+    What :meth:`MaskedLMDistribution.sample <mlm_ppl.MaskedLMDistribution.sample>` runs.
+
+    Parameters
+    ----------
+    dist : MaskedLMDistribution
+        The distribution drawn from (:class:`~mlm_ppl.MaskedLMDistribution`).
+    n : int
+        Draws: one independent chain each.
+    num_steps : int or None, optional
+        MH steps of each chain, the last state kept; None (the default): 20 sweeps
+        (``20 * num_free`` single-site steps).
+    seed : int or None, optional
+        Seed of the chains' streams; None (the default) draws one from torch's global RNG, so
+        ``pyro.set_rng_seed`` makes the draws reproducible.
+    init : {"sample", "greedy", "uniform"}, optional
+        How the free positions are first filled (:func:`fill_template`; default ``"sample"``).
+    first_chain : int, optional
+        Index of the first chain in ``seed``'s streams (default 0).
+    **mh_options
+        Options of :class:`~mlm_ppl.MetropolisHastings` (``scan``, ``block_size``, ``top_k`` ...).
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(n, L)``, long: the last state of each chain.
+
+    Raises
+    ------
+    ValueError
+        Where a model being run by an MLM kernel draws from a token site hidden from it
+        (``poutine.block``), ``n``, ``num_steps`` or ``first_chain`` is out of range, or an MH option
+        is unknown or out of range.
+    TypeError
+        Where ``n``, ``num_steps`` or ``first_chain`` is not an integer.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference import draw_from_distribution
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> dist = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> draw_from_distribution(dist, 3, num_steps=5, seed=0).shape
+    torch.Size([3, 7])
     """
     check_not_held()  # drawn while an MLM kernel runs the model: a handler hid the site from it
     if seed is None:

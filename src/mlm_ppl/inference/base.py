@@ -67,7 +67,16 @@ INITS = ("sample", "greedy", "uniform")
 
 
 class StepInfo(Protocol):
-    """What every kernel's Info reports about one step of C chains."""
+    """What every kernel's Info reports about one step of C chains.
+
+    A protocol: each kernel's Info (a NamedTuple such as :class:`~mlm_ppl.inference.MHInfo`) has
+    these fields, and :func:`~mlm_ppl.inference.step_stats` reads them. It is not instantiated.
+
+    Parameters
+    ----------
+    *args, **kwargs
+        None: a protocol cannot be instantiated (a TypeError).
+    """
 
     @property
     def lp(self) -> Tensor:
@@ -89,10 +98,28 @@ declaring its name, ``Options``, ``State``, ``Info`` and ``capabilities`` once (
 def accept(log_ratio: Tensor, streams: ChainStreams) -> Tensor:
     """The one Metropolis-Hastings accept test of every kernel, one uniform draw per chain.
 
-    Accepts where ``log(u) < log_ratio`` with ``u ~ U[0, 1)``, ``u`` of
-    chain ``c`` from its stream (``log_ratio`` is ``(C, ...)``).
+    Accepts where ``log(u) < log_ratio`` with ``u ~ U[0, 1)``, ``u`` of chain ``c`` from its
+    stream. A NaN ratio rejects; ``-inf`` rejects; a ratio ``>= 0`` always accepts.
 
-    A NaN ratio rejects; ``-inf`` rejects; a ratio ``>= 0`` always accepts.
+    Parameters
+    ----------
+    log_ratio : torch.Tensor
+        Shape ``(C, ...)``: the log acceptance ratios, chains first.
+    streams : ChainStreams
+        The chains' random streams (:class:`~mlm_ppl.inference.ChainStreams`), one per row of
+        ``log_ratio``.
+
+    Returns
+    -------
+    torch.Tensor
+        Bool, the shape of ``log_ratio``: True where the move is accepted.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.inference import ChainStreams, accept
+    >>> accept(torch.tensor([0.0, float("-inf"), float("nan")]), ChainStreams(0, 3))
+    tensor([ True, False, False])
     """
     log_u = streams.rand(log_ratio.shape).log()
     return log_u < log_ratio  # NaN compares False: reject
@@ -145,19 +172,39 @@ def proposal_log_probs(
 
     Parameters
     ----------
-    logits : Tensor
-        ``(..., V)`` MLM logits.
-    allowed : Tensor
-        ``(..., V)`` bool, broadcastable to ``logits``: the tokens each site may be given (the
+    logits : torch.Tensor
+        Shape ``(..., V)``: MLM logits.
+    allowed : torch.Tensor
+        Bool, shape ``(..., V)``, broadcastable to ``logits``: the tokens each site may be given (the
         target's ``allowed`` rows of the proposed sites; never a special token). A ``(V,)``
         mask (e.g. ``ordinary_mask``) applies to every site.
-    temperature : float
-        ``q ∝ exp(logit / temperature)``.
-    top_k, top_p : optional
+    temperature : float, optional
+        ``q ∝ exp(logit / temperature)`` (default 1).
+    top_k : int or None, optional
         Keep the ``top_k`` most likely allowed tokens (ties at the boundary kept; all of them
-        where fewer are allowed), and/or the smallest set whose probability reaches ``top_p``
-        (nucleus). Tokens outside get ``-inf``, so a move whose reverse needs one of them is
-        rejected.
+        where fewer are allowed). None (the default): no such cut.
+    top_p : float or None, optional
+        Keep the smallest set of tokens whose probability reaches ``top_p`` (nucleus), after
+        ``top_k``. None (the default) or a value >= 1: no such cut. Tokens cut by either get ``-inf``, so a
+        move whose reverse needs one of them is rejected.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(..., V)``: log-probabilities that sum to 1 over each site's kept tokens,
+        ``-inf`` elsewhere.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.inference import proposal_log_probs
+    >>> logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    >>> allowed = torch.tensor([True, True, True, False])
+    >>> logq = proposal_log_probs(logits, allowed, top_k=2)
+    >>> logq.isfinite()
+    tensor([[ True,  True, False, False]])
+    >>> round(float(logq.exp().sum()), 4)
+    1.0
     """
     lg = logits / temperature
     lg = lg.masked_fill(~allowed.to(lg.device), float("-inf"))
@@ -233,6 +280,44 @@ def fill_template(target: Target, num_chains: int, streams: ChainStreams, method
     ordinary tokens uniformly (no forward). Every position is filled within its alphabet
     (the target's ``allowed``: its ordinary tokens, narrowed by a constraint spec's alphabets);
     pattern rules are :func:`initial_tokens`' concern.
+
+    Parameters
+    ----------
+    target : Target
+        The target whose template is filled (a :class:`~mlm_ppl.MaskedLMDistribution` or any
+        :class:`~mlm_ppl.models.Target`).
+    num_chains : int
+        Chains ``C``: one filled state each.
+    streams : ChainStreams
+        The chains' random streams (:class:`~mlm_ppl.inference.ChainStreams`), ``C`` of them.
+    method : {"sample", "greedy", "uniform"}, optional
+        How each free position is filled (default ``"sample"``; :data:`~mlm_ppl.inference.INITS`).
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(C, L)``, long: the template with every free position filled.
+
+    Raises
+    ------
+    ValueError
+        Where ``method`` is not one of :data:`~mlm_ppl.inference.INITS` or ``num_chains`` is
+        below 1.
+    TypeError
+        Where ``num_chains`` is not an integer.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference import ChainStreams, fill_template
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> target = MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]")
+    >>> tokens = fill_template(target, 2, ChainStreams(0, 2), "uniform")
+    >>> tokens.shape
+    torch.Size([2, 7])
+    >>> bool((tokens == mlm.mask_id).any())
+    False
     """
     check_init(method)
     C = check_count(num_chains, "num_chains")
@@ -252,11 +337,49 @@ def initial_tokens(kernel: Kernel, num_chains: int, streams: ChainStreams, init:
     """The tokens ``(C, L)`` that ``kernel.init`` starts from, each breaking no hard rule of the target.
 
     Given tokens are used as they are, and refused (a ValueError naming the chain and the rule)
-    when one breaks a rule (:func:`~mlm_ppl.inference.starts.check_start`); otherwise the
+    when one breaks a rule (``mlm_ppl.inference.starts.check_start``); otherwise the
     template is filled with :func:`fill_template` (``init`` names the method) and a fill that
-    breaks a rule is repaired (:func:`~mlm_ppl.inference.starts.repair_start`, from the chain's
-    stream), or the run stops here, before any step. A kernel that does not need a complete
-    start gets the masked template.
+    breaks a rule is repaired (``mlm_ppl.inference.starts.repair_start``, from the chain's
+    stream), or the run stops here, before any step. A variable gap's chains start at lengths
+    spread over its prior, each filled and repaired at its own length. A kernel that does not need
+    a complete start gets the masked template.
+
+    Parameters
+    ----------
+    kernel : KernelBase
+        The kernel whose target is filled (:class:`~mlm_ppl.inference.KernelBase`); its
+        ``capabilities.complete_start`` says whether it needs a complete start.
+    num_chains : int
+        Chains ``C``.
+    streams : ChainStreams
+        The chains' random streams (:class:`~mlm_ppl.inference.ChainStreams`), ``C`` of them.
+    init : {"sample", "greedy", "uniform"} or torch.Tensor
+        How the free positions are filled (:func:`fill_template`), or starting tokens of shape
+        ``(C, L)``.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(C, L)``, long: the starting tokens (the masked template for a kernel that does
+        not need a complete start).
+
+    Raises
+    ------
+    ValueError
+        Where ``num_chains`` is below 1, ``init`` names no method or gives tokens of another
+        number of chains or shape, or tokens (given, or filled and not repaired) break a hard
+        rule of the target.
+    TypeError
+        Where ``num_chains`` is not an integer or given tokens are not a tensor of token ids.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference import ChainStreams, initial_tokens, make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> kernel = make_kernel("mh", MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]"))
+    >>> initial_tokens(kernel, 2, ChainStreams(0, 2), "sample").shape
+    torch.Size([2, 7])
     """
     C = check_count(num_chains, "num_chains")
     if isinstance(init, Tensor):
@@ -340,9 +463,43 @@ def scheduled_log_density(
 
 
 def geometric_annealing(start: float, end: float, num_steps: int) -> GeometricAnnealing:
-    """Temperature schedule ``step -> T`` from ``start`` to ``end`` geometrically over ``num_steps``
-    steps, then constant (Goyal et al. 2021, section 7: anneal towards the mode): a
-    :class:`~mlm_ppl.inference.annealing.GeometricAnnealing`, which a run records."""
+    """A temperature schedule ``step -> tau`` from ``start`` to ``end``, geometric, then constant.
+
+    The schedule goes from ``start`` to ``end`` geometrically over ``num_steps`` steps, then stays
+    at ``end`` (Goyal et al. 2021, section 7: anneal towards the mode); a
+    :class:`~mlm_ppl.inference.GeometricAnnealing`, which a run records.
+
+    Parameters
+    ----------
+    start : float
+        The temperature at step 0.
+    end : float
+        The temperature from step ``num_steps`` on.
+    num_steps : int
+        Steps from ``start`` to ``end`` (0: ``end`` from the first step).
+
+    Returns
+    -------
+    GeometricAnnealing
+        The schedule, callable as a kernel's ``temperature_schedule``.
+
+    Raises
+    ------
+    ValueError
+        Where ``start`` or ``end`` is not a finite number >= 1e-6 (``MIN_TEMPERATURE``) or
+        ``num_steps`` is below 0.
+    TypeError
+        Where ``start`` or ``end`` is not a number or ``num_steps`` not an integer.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import geometric_annealing
+    >>> schedule = geometric_annealing(1.0, 0.1, 10)
+    >>> schedule(0), schedule(10), schedule(50)
+    (1.0, 0.1, 0.1)
+    >>> round(schedule(5), 3)
+    0.316
+    """
     return GeometricAnnealing(start, end, num_steps)
 
 

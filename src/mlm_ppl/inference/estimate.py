@@ -27,8 +27,32 @@ class LongRunWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Estimate:
-    """A run's cost: ``chains x steps x per_step`` evaluations of the target (``runs`` times),
-    ``memory`` bytes of draws, and (for a long run) ``seconds``, timed on ``timed``."""
+    """A run's cost: evaluations of the target, bytes of draws in memory and, for a long run, seconds.
+
+    ``chains x steps x per_step`` evaluations of the target (``runs`` times), ``memory`` bytes of
+    draws, and (for a long run) ``seconds``, timed on ``timed``; :func:`estimate_run` makes one,
+    ``str()`` says it in a line.
+
+    Parameters
+    ----------
+    chains : int
+        Chains of each run.
+    steps : int
+        Steps of each chain.
+    per_step : float
+        Full evaluations of the target per chain and step (the kernel's options say how many).
+    runs : int
+        Runs of that size (templates of a batch).
+    memory : int
+        Bytes the draws and statistics take in memory.
+    available : int
+        The machine's memory, in bytes.
+    seconds : float or None
+        The run's estimated time, in seconds; None where it was not timed (a short run).
+    timed : str
+        What one timed evaluation was of (``"8 chains"``, or one chain of a kernel whose chains
+        step one at a time).
+    """
 
     chains: int
     steps: int
@@ -56,8 +80,21 @@ class Estimate:
         return text
 
     def check(self, force: bool, what: str = "--force") -> None:
-        """A ValueError for a run past half of the machine's memory or past a day, unless ``force``
-        (``what``: how the caller forces it)."""
+        """Refuse a run past half of the machine's memory or past a day, unless forced.
+
+        Parameters
+        ----------
+        force : bool
+            Let the run go whatever its cost.
+        what : str, optional
+            How the caller forces a run, for the message (default ``"--force"``).
+
+        Raises
+        ------
+        ValueError
+            Where ``force`` is false and the draws take more than half of the machine's memory,
+            or the run is estimated to take more than a day.
+        """
         if force:
             return
         if self.memory > self.available // 2:
@@ -70,14 +107,44 @@ class Estimate:
 
 
 def estimate_run(kernel: KernelBase, chains: int, steps: int, draws: int, runs: int = 1) -> Estimate:
-    """The cost of ``runs`` runs of ``chains`` chains of ``kernel``, ``steps`` steps each, keeping
-    ``draws`` draws per chain.
+    """The cost of ``runs`` runs of ``chains`` chains of ``kernel``, ``steps`` steps each.
 
     Memory: the draws and statistics kept in memory (and again while ``run.nc`` is written).
     Time: the run's work in full evaluations of the target (chains x steps x the kernel's
     evaluations per step, from its options), times one timed evaluation of up to 8 chains (of one
     chain for a kernel whose chains step one at a time: ``kernel.chains_batched()``); timed for runs of
-    :data:`TIMED_FROM` chain-evaluations or more, without running a step (a step may be huge).
+    ``TIMED_FROM`` (100,000) chain-evaluations or more, without running a step (a step may be huge).
+
+    Parameters
+    ----------
+    kernel : KernelBase
+        The kernel the run would use, on its target (:class:`~mlm_ppl.inference.KernelBase`).
+    chains : int
+        Chains of each run.
+    steps : int
+        Steps of each chain (warm-up included).
+    draws : int
+        Draws kept per chain.
+    runs : int, optional
+        Runs of that size (default 1; a batch's templates).
+
+    Returns
+    -------
+    Estimate
+        The memory the draws take, the machine's memory and, for a long run, its time; its
+        :meth:`~mlm_ppl.inference.Estimate.check` refuses a run too big.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference import estimate_run, make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> kernel = make_kernel("mh", MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]"))
+    >>> estimate = estimate_run(kernel, chains=4, steps=100, draws=100)
+    >>> print(estimate)
+    4 chains x 100 steps: about 0.0 GiB of draws in memory
+    >>> estimate.seconds is None, estimate.big  # too short to time, nothing to say
+    (True, False)
     """
     L = kernel.target.template.numel()
     memory = 3 * chains * draws * (8 * L + 8 * len(kernel.stat_names()))  # tokens + stats, three copies

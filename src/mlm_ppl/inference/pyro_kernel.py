@@ -79,34 +79,61 @@ class MLMKernel(MCMCKernel):
         Several token sites, one under a ``pyro.plate``, or other latent sites are refused with
         the kernel to use instead: ``MLMGibbs(model)`` (token and discrete sites) or
         ``MLMGibbs(NUTS(model))`` (continuous sites).
-    kernel : {"mh", "surrogate-mh", "replica-mh", "pseudo-gibbs"}
-        Which kernel moves the tokens; ``**kernel_options`` go to it (``scan``,
-        ``block_size``, ``top_k`` ...).
-    num_chains : int
+    kernel : {"mh", "surrogate-mh", "replica-mh", "pseudo-gibbs"}, optional
+        Which kernel moves the tokens (default ``"mh"``); ``**kernel_options`` go to it.
+    num_chains : int, optional
         Chains advanced together in one batched forward pass inside this one Pyro chain (one
         token site outside any plate). With ``num_chains > 1`` the site's value has shape
         ``(C, L)`` at each step; after the run ``mcmc.get_samples()`` lays the chains end to
         end, ``(P * C * D, L)`` for ``P`` Pyro chains of ``D`` draws, so ``Predictive`` takes it
         as it is, and ``get_samples(group_by_chain=True)`` is ``(P, C * D, L)``
-        (:func:`mlm_ppl.from_pyro` separates the ``P * C`` chains again).
-    seed : int, optional
-        Seed of the chains' random streams (:class:`~mlm_ppl.inference.streams.ChainStreams`):
+        (:func:`mlm_ppl.from_pyro` separates the ``P * C`` chains again). Default 1.
+    seed : int or None, optional
+        Seed of the chains' random streams (:class:`~mlm_ppl.inference.ChainStreams`):
         batched chain ``c`` of Pyro chain ``i`` draws from the stream of chain ``i*C + c``, ``i``
         Pyro's chain id, so chains run one after another and chains in Pyro's worker processes
         draw the same, and a re-run of the same ``MCMC`` object repeats its draws. None (the
         default) draws each chain's seed from torch's global RNG, as NUTS does: then
         ``pyro.set_rng_seed`` before ``mcmc.run()`` makes a run reproducible (Pyro seeds each
         worker process with its own seed, so worker chains differ from sequential ones).
-    init : {"sample", "greedy", "uniform"}
-        How the free positions are filled before warm-up (never counted as draws): within the
-        alphabets of the site's ``constraints``, and repaired where the fill breaks one of its
-        rules (:func:`~mlm_ppl.inference.starts.repair_start`); ``initial_params`` that break one
-        are refused.
+    init : {"sample", "greedy", "uniform"}, optional
+        How the free positions are filled before warm-up (default ``"sample"``; never counted as
+        draws): within the alphabets of the site's ``constraints``, and repaired where the fill
+        breaks one of its rules (``mlm_ppl.inference.starts.repair_start``); ``initial_params``
+        that break one are refused.
+    **kernel_options
+        Options of the token kernel (``scan``, ``block_size``, ``top_k`` ...), checked here.
+
+    Raises
+    ------
+    TypeError
+        Where ``model`` is not callable, or a count or the seed is not an integer.
+    ValueError
+        Where ``kernel`` is not an MCMC kernel of complete states of a fixed template (a decoder
+        such as mask-predict, gap-jump, an unknown name), a kernel option is unknown or out of
+        range, or ``num_chains``, ``seed`` or ``init`` is out of range.
 
     Notes
     -----
     :attr:`draw_stats` holds the per-draw statistics of every Pyro chain this kernel object ran
     in this process; :func:`mlm_ppl.from_pyro` reads every chain's, worker processes' included.
+
+    Examples
+    --------
+    Two batched chains of a token site, with a soft constraint on the tokens, in one Pyro chain:
+
+    >>> import pyro
+    >>> from pyro.infer import MCMC
+    >>> from mlm_ppl import MaskedLMDistribution, MLMKernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> def model():
+    ...     loop = pyro.sample("loop", MaskedLMDistribution(mlm, "A[MASK]C[MASK][MASK]"))
+    ...     pyro.factor("fewer_a", -0.5 * (loop == mlm.vocab.index("A")).sum(-1).float())
+    >>> mcmc = MCMC(MLMKernel(model, num_chains=2, seed=0), num_samples=5, warmup_steps=2, disable_progbar=True)
+    >>> mcmc.run()
+    >>> mcmc.get_samples()["loop"].shape  # (chains x draws, tokens with [CLS] and [SEP])
+    torch.Size([10, 7])
     """
 
     def __init__(
@@ -161,11 +188,31 @@ class MLMKernel(MCMCKernel):
 
     # ------------------------------------------------------------------ setup
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
-        """Find the token site, build the target (MLM energy plus the model's other terms),
-        fill the template and evaluate the starting state. Resets all chain state.
+        """Find the token site, build the target and kernel, and start a chain from a filled template.
 
+        The target is the MLM energy plus the model's other terms; the template is filled (or
+        ``initial_params`` taken) and the starting state evaluated. Resets all chain state.
         Called by ``MCMC`` only to find :attr:`transforms` (after chains in worker processes), it
-        builds the target and the kernel but starts no chain."""
+        builds the target and the kernel but starts no chain.
+
+        Parameters
+        ----------
+        warmup_steps : int
+            Warm-up steps of the chain: their statistics are not kept (MCMC never calls
+            ``end_warmup``).
+        *args
+            The model's positional arguments.
+        **kwargs
+            The model's keyword arguments.
+
+        Raises
+        ------
+        ValueError
+            Where the model has no latent :class:`~mlm_ppl.MaskedLMDistribution` site, has other
+            latent sites, several token sites or one under a ``pyro.plate`` (each message names
+            the kernel to use), ``initial_params`` are given to chains in worker processes or
+            hold another number of chains, or a start breaks a hard rule of the target.
+        """
         probe = called_for_transforms()
         self._reset()
         worker = False
@@ -240,15 +287,27 @@ class MLMKernel(MCMCKernel):
 
     @property
     def transforms(self) -> dict | None:
-        """What ``MCMC`` applies to the samples after a run: the token site's draws become
-        :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`. None until the kernel was set up in
-        this process (chains in worker processes set up copies of it): MCMC then sets it up to
-        find them."""
+        """What ``MCMC`` applies to the samples after a run: the token site's draws become token draws.
+
+        ``{site: AsTokenDraws(num_chains)}``, which makes them ``TokenDraws``
+        (``mlm_ppl.inference.pyro_sites``). None until the kernel was set up in this process
+        (chains in worker processes set up copies of it): MCMC then sets it up to find them.
+        """
         return None if self.site is None else {self.site: AsTokenDraws(self.num_chains)}
 
     # ------------------------------------------------------------------ params
     @property
     def initial_params(self) -> dict[str, Tensor]:
+        """The token site's starting value, ``{site: tokens}``: ``(L,)``, or ``(num_chains, L)`` batched.
+
+        After :meth:`setup`, the state the chain starts from; before, the params ``MCMC`` set
+        (``MCMC(initial_params=...)``), which the next :meth:`setup` uses once.
+
+        Raises
+        ------
+        RuntimeError
+            Where read before :meth:`setup` with no params set.
+        """
         if self._state is None:
             if self._initial_params is not None:
                 return self._initial_params
@@ -264,7 +323,18 @@ class MLMKernel(MCMCKernel):
 
     # ------------------------------------------------------------------ sampling
     def sample(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One kernel step; a change of the token site's value from outside restarts from it."""
+        """One kernel step; a change of the token site's value from outside restarts from it.
+
+        Parameters
+        ----------
+        params : dict of str to torch.Tensor
+            The current value of the token site, ``{site: tokens}``.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            The token site's value after the step: ``(L,)``, or ``(num_chains, L)`` batched.
+        """
         given = params[self.site].reshape(self.num_chains, -1)
         if not torch.equal(given, self._state.tokens):
             self._state = self.kernel.init(given)
@@ -280,26 +350,46 @@ class MLMKernel(MCMCKernel):
 
     @property
     def initial_states(self) -> list[Any]:
-        """Per Pyro chain run so far in this process: the ``(num_chains, L)`` states it started
-        from (after the fill-in)."""
+        """Per Pyro chain run so far in this process, the ``(num_chains, L)`` states it started from.
+
+        The states after the fill-in, before warm-up.
+        """
         return list(self._initials)
 
     @property
     def draw_stats(self) -> list[Any]:
-        """Per Pyro chain run so far in this process: the kernel's statistics
-        (``kernel_class(kernel).stat_names()``) of each draw, tensors of shape
-        ``(D, num_chains)`` (warm-up excluded)."""
+        """Per Pyro chain run so far in this process, the per-draw statistics of the token kernel.
+
+        Each a dict of the kernel's statistics (``kernel_class(kernel).stat_names()``) of each
+        draw, tensors of shape ``(D, num_chains)`` (warm-up excluded).
+        """
         return [{k: torch.stack(v) for k, v in chain.items()} for chain in self._chains]
 
     def logging(self) -> dict[str, Any]:
-        """Pyro's progress bar: the share of accepted proposals (a proposal of the current state
-        counts) and the share of steps that changed the state ("moved": 0 for a stuck chain)."""
+        """What Pyro's progress bar shows: the acceptance rate and the share of steps that moved.
+
+        Returns
+        -------
+        dict of str to float
+            ``"acc. rate"``: the share of accepted proposals (a proposal of the current state
+            counts), and ``"moved"``: the share of steps that changed the state (0 for a stuck
+            chain), over every step of the chain so far, each rounded to 3 decimals.
+        """
         steps = max(self._t, 1)
         return {"acc. rate": round(self._accepted / steps, 3), "moved": round(self._moved / steps, 3)}
 
     def diagnostics(self) -> dict[str, Any]:
-        """The chain's acceptance rate and its :class:`~mlm_ppl.inference.pyro_chains.ChainRecord`
-        (``MCMC`` collects both at the chain's end, from worker processes too)."""
+        """The chain's acceptance rate, share of moves, and record, which ``MCMC`` collects at its end.
+
+        ``MCMC`` collects them at the chain's end, from worker processes too.
+
+        Returns
+        -------
+        dict of str to object
+            ``"acceptance rate"`` and ``"moved"`` (floats, over the chain's draws; NaN before
+            any), and under ``RECORD`` the chain's ``ChainRecord``
+            (``mlm_ppl.inference.pyro_chains``): its start and per-draw statistics.
+        """
         stats = {k: torch.stack(v) for k, v in self._chains[-1].items()} if self._chains else {}  # this chain's
         nan = torch.tensor(float("nan"))
         accepted = stats["is_accepted"].float().mean() if "is_accepted" in stats else nan

@@ -19,9 +19,49 @@ __all__ = ["run_from_mcmc", "run_from_gibbs"]
 
 
 def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int | None = None) -> Run:
-    """The :class:`~mlm_ppl.inference.Run` of a finished ``pyro.infer.MCMC`` run of ``kernel``.
+    """The :class:`~mlm_ppl.Run` of a finished ``pyro.infer.MCMC`` run of an :class:`~mlm_ppl.MLMKernel`.
 
-    Pyro chains (and the batched chains inside each) become the run's chains: ``(C, D, L)``.
+    Pyro chains (and the batched chains inside each) become the run's chains: ``(C, D, L)``, each
+    with the start and per-draw statistics it brought back (from worker processes too).
+
+    Parameters
+    ----------
+    mcmc : pyro.infer.MCMC
+        The finished run.
+    kernel : MLMKernel
+        The kernel ``mcmc`` ran.
+    site : str or None, optional
+        The token site: the model's one token site, or None (the default) for it.
+    element : int or None, optional
+        Must be None (the default): an ``MLMKernel`` model's token site is under no ``pyro.plate``.
+
+    Returns
+    -------
+    Run
+        Tokens ``(P * C, D, L)`` for ``P`` Pyro chains of ``C`` batched chains and ``D`` draws,
+        per-draw statistics ``(P * C, D)``, the run's attributes and starting states.
+
+    Raises
+    ------
+    TypeError
+        Where ``kernel`` is not an :class:`~mlm_ppl.MLMKernel`.
+    ValueError
+        Where ``site`` is another site or ``element`` is given, or ``mcmc`` holds no finished run
+        of ``kernel``.
+
+    Examples
+    --------
+    >>> import pyro
+    >>> from pyro.infer import MCMC
+    >>> from mlm_ppl import MaskedLMDistribution, MLMKernel
+    >>> from mlm_ppl.inference import run_from_mcmc
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> dist = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> kernel = MLMKernel(lambda: pyro.sample("loop", dist), num_chains=2, seed=0)
+    >>> mcmc = MCMC(kernel, num_samples=5, warmup_steps=2, disable_progbar=True)
+    >>> mcmc.run()
+    >>> run_from_mcmc(mcmc, kernel).tokens.shape
+    torch.Size([2, 5, 7])
     """
     if not isinstance(kernel, MLMKernel):
         raise TypeError(f"kernel must be the MLMKernel that MCMC ran, got {type(kernel).__name__}")
@@ -50,11 +90,50 @@ def run_from_mcmc(mcmc, kernel: MLMKernel, site: str | None = None, element: int
 
 
 def run_from_gibbs(mcmc: Any, kernel: MLMGibbs, site: str | None = None, element: int | None = None) -> Run:
-    """The :class:`~mlm_ppl.inference.Run` of one token site of a finished ``MCMC`` run of ``kernel``.
+    """The :class:`~mlm_ppl.Run` of one token site of a finished ``MCMC`` run of an :class:`~mlm_ppl.MLMGibbs`.
 
     Pyro chains become the run's chains: tokens ``(P, D, L)`` and per-draw statistics ``(P, D)``.
-    ``site`` defaults to the model's only token site; for a site under a ``pyro.plate`` name
-    the sequence with ``element`` (the sequences of a plate are different variables, not chains).
+
+    Parameters
+    ----------
+    mcmc : pyro.infer.MCMC
+        The finished run.
+    kernel : MLMGibbs
+        The kernel ``mcmc`` ran.
+    site : str or None, optional
+        The token site; None (the default) for the model's only token site.
+    element : int or None, optional
+        For a site under a ``pyro.plate``, the sequence of the plate (the sequences of a plate are
+        different variables, not chains); None (the default) for a site outside any plate.
+
+    Returns
+    -------
+    Run
+        Tokens ``(P, D, L)`` for ``P`` Pyro chains of ``D`` draws, per-draw statistics
+        ``(P, D)``, the run's attributes and starting states.
+
+    Raises
+    ------
+    TypeError
+        Where ``kernel`` is not an :class:`~mlm_ppl.MLMGibbs`.
+    ValueError
+        Where ``site`` is None and the model has several token sites, ``element`` is missing for
+        a site under a plate or given for one outside, or ``mcmc`` holds no finished run of
+        ``kernel``.
+
+    Examples
+    --------
+    >>> import pyro
+    >>> from pyro.infer import MCMC
+    >>> from mlm_ppl import MaskedLMDistribution, MLMGibbs
+    >>> from mlm_ppl.inference import run_from_gibbs
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> dist = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> kernel = MLMGibbs(lambda: pyro.sample("loop", dist), seed=0)
+    >>> mcmc = MCMC(kernel, num_samples=5, warmup_steps=2, disable_progbar=True)
+    >>> mcmc.run()
+    >>> run_from_gibbs(mcmc, kernel).tokens.shape
+    torch.Size([1, 5, 7])
     """
     if not isinstance(kernel, MLMGibbs):
         raise TypeError(f"kernel must be the MLMGibbs that MCMC ran, got {type(kernel).__name__}")

@@ -39,23 +39,37 @@ __all__ = [
 
 @dataclass
 class Run:
-    """Draws of C chains.
+    """Draws of C chains: their tokens, per-draw statistics, attributes and starting states.
 
-    Attributes
+    What :func:`~mlm_ppl.run_chains` returns (and :func:`~mlm_ppl.inference.run_from_mcmc` /
+    :func:`~mlm_ppl.inference.run_from_gibbs` build from a Pyro run);
+    :func:`~mlm_ppl.to_inference_data` makes InferenceData of it.
+
+    Parameters
     ----------
-    tokens : Tensor
-        ``(C, D, L)`` long token ids of the draws (after warm-up and thinning).
-    stats : dict of Tensor
-        ``(C, D)`` per-draw statistics (:func:`step_stats`): ``lp`` (log target density),
-        ``is_accepted``, ``acceptance_rate``, ``n_changed``, ``n_moves``, and the other fields
-        of the kernel's Info (``kernel.stat_names()``).
-    attrs : dict
+    tokens : torch.Tensor
+        Shape ``(C, D, L)``, long: the token ids of the draws (after warm-up and thinning).
+    stats : dict of str to torch.Tensor
+        Per-draw statistics (:func:`~mlm_ppl.inference.step_stats`), each of shape ``(C, D)``:
+        ``lp`` (log target density), ``is_accepted``, ``acceptance_rate``, ``n_changed``,
+        ``n_moves``, and the other fields of the kernel's Info (``kernel.stat_names()``).
+    attrs : dict, optional
         Kernel, energy, temperature, template, seed, warm-up ... for the record; ``annealing``
-        (:func:`~mlm_ppl.inference.annealing.annealing_record`) when the kernel anneals, and
-        ``stationary_law`` (:data:`OWN_LAW`) when it has no guaranteed target
-        (:func:`kernel_attrs`), so the summary says the draws are not samples of the target.
-    initial : Tensor, optional
-        ``(C, L)`` the chains' starting states (after the template fill-in, before warm-up).
+        (``mlm_ppl.inference.annealing.annealing_record``) when the kernel anneals, and
+        ``stationary_law`` (``"own"``, ``OWN_LAW``) when it has no guaranteed target
+        (``kernel_attrs``), so the summary says the draws are not samples of the target. Empty
+        by default.
+    initial : torch.Tensor or None, optional
+        Shape ``(C, L)``: the chains' starting states (after the template fill-in, before
+        warm-up). None (the default) where unknown.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl import Run
+    >>> run = Run(torch.zeros((2, 5, 7), dtype=torch.long), {"lp": torch.zeros(2, 5)})
+    >>> run.num_chains, run.num_draws
+    (2, 5)
     """
 
     tokens: Tensor
@@ -65,10 +79,12 @@ class Run:
 
     @property
     def num_chains(self) -> int:
+        """The number of chains ``C``."""
         return int(self.tokens.shape[0])
 
     @property
     def num_draws(self) -> int:
+        """The number of draws ``D`` of each chain."""
         return int(self.tokens.shape[1])
 
 
@@ -152,14 +168,42 @@ def checkpoint_run(kernel: Kernel, checkpoint: Checkpoint, *, warmup_steps: int,
 
 
 def step_stats(info: StepInfo) -> dict[str, Tensor]:
-    """The per-draw statistics of one step's info, each ``(C,)``: :data:`STAT_NAMES`, then every
-    other field of the info (``Kernel.stat_names()`` in order).
+    """The per-draw statistics of one step's info, each of shape ``(C,)``.
+
+    :data:`~mlm_ppl.inference.STAT_NAMES` first, then every other field of the info
+    (``Kernel.stat_names()`` in order).
 
     A kernel without an accept step (pseudo-Gibbs, mask-predict) always takes its move: its
     draws are recorded as accepted with acceptance probability 1, as for a Gibbs step in
     ArviZ's and Pyro's convention, so the novel-transition rate counts the steps that changed
     the state. ``n_moves`` counts the accepted single-site changes along the step's path; a
     kernel that does not report it (every kernel but surrogate-MH) made ``n_changed`` of them.
+
+    Parameters
+    ----------
+    info : StepInfo
+        A kernel's Info of one step of C chains (a NamedTuple with at least ``lp`` and
+        ``n_changed``, :class:`~mlm_ppl.inference.StepInfo`).
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed``, ``n_moves``, then the
+        info's other fields, each of shape ``(C,)``.
+
+    Examples
+    --------
+    An info without an accept step counts every step as accepted:
+
+    >>> from collections import namedtuple
+    >>> import torch
+    >>> from mlm_ppl.inference import step_stats
+    >>> Info = namedtuple("Info", ["lp", "n_changed"])
+    >>> stats = step_stats(Info(lp=torch.tensor([-1.0, -2.0]), n_changed=torch.tensor([1, 0])))
+    >>> list(stats)
+    ['lp', 'is_accepted', 'acceptance_rate', 'n_changed', 'n_moves']
+    >>> stats["is_accepted"]
+    tensor([True, True])
     """
     n_changed = info.n_changed
     is_accepted = getattr(info, "is_accepted", None)
@@ -182,8 +226,42 @@ def step_stats(info: StepInfo) -> dict[str, Tensor]:
 
 @dataclass
 class Checkpoint:
-    """Everything needed to continue a run exactly: steps done, kernel state, every chain's random
-    stream (:meth:`ChainStreams.get_state`, ``(C, S)``), draws so far."""
+    """Everything needed to continue a run exactly: steps done, kernel state, random streams, draws so far.
+
+    :func:`run_chains` hands one to its ``on_checkpoint`` callback and continues from one given as
+    ``resume``.
+
+    Parameters
+    ----------
+    step : int
+        Steps done (warm-up included).
+    state : object
+        The kernel's state after ``step`` steps (a NamedTuple of C chains with ``tokens``).
+    streams : torch.Tensor
+        Shape ``(C, S)``: every chain's random stream
+        (:meth:`ChainStreams.get_state <mlm_ppl.inference.ChainStreams.get_state>`).
+    draws : torch.Tensor
+        Shape ``(C, D, L)``: the draws, filled up to the draws taken.
+    stats : dict of str to torch.Tensor
+        The per-draw statistics of the ``d`` draws taken, each of shape ``(C, d)``.
+    initial : torch.Tensor
+        Shape ``(C, L)``: the chains' starting states.
+
+    Examples
+    --------
+    A run resumed from its last checkpoint gives the same draws:
+
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> kernel = make_kernel("mh", MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]"))
+    >>> saved = []
+    >>> run = run_chains(kernel, 2, 10, seed=0, on_checkpoint=saved.append)
+    >>> saved[-1].step, saved[-1].draws.shape
+    (10, torch.Size([2, 10, 7]))
+    >>> run_chains(kernel, 2, 10, seed=0, resume=saved[-1]).tokens.equal(run.tokens)
+    True
+    """
 
     step: int
     state: Any
@@ -235,48 +313,88 @@ def run_chains(
 
     Parameters
     ----------
-    kernel : Kernel
-        :class:`~mlm_ppl.inference.MetropolisHastings`, :class:`~mlm_ppl.inference.PseudoGibbs`,
-        :class:`~mlm_ppl.inference.MaskPredict` or any kernel with the same contract.
-    num_chains, num_samples : int
-        Chains and kept draws per chain.
-    warmup_steps : int
-        Steps discarded before the first draw. The template fill-in of ``init`` comes before
-        them and is never a draw.
-    thin : int
-    seed : int
-        Seeds every chain's random stream: chain ``c`` draws from a stream that depends only on
-        ``(seed, c)`` (:class:`~mlm_ppl.inference.streams.ChainStreams`), so its draws do not
-        depend on how many chains run beside it. Same seed, same device, same chains.
-    init : {"sample", "greedy", "uniform"} or Tensor
-        How the free positions are first filled (:func:`~mlm_ppl.inference.fill_template`), or
-        starting tokens ``(C, L)``. Mask-predict starts from the masked template whatever it is given.
-    progress : bool
-        Progress bar with draws/s and acceptance so far.
-    on_checkpoint : callable, optional
-        Called with a :class:`Checkpoint` at most every ``checkpoint_seconds`` (a finite number
-        >= 0; 0: after every step), after the last step, and when the run is interrupted (then
+    kernel : KernelBase
+        :class:`~mlm_ppl.MetropolisHastings`, :class:`~mlm_ppl.PseudoGibbs`,
+        :class:`~mlm_ppl.MaskPredict` or any kernel with the same contract
+        (:class:`~mlm_ppl.inference.KernelBase`).
+    num_chains : int
+        Chains ``C``, advanced together in one batched forward pass per step.
+    num_samples : int
+        Draws ``D`` kept per chain.
+    warmup_steps : int, optional
+        Steps discarded before the first draw (default 0). The template fill-in of ``init`` comes
+        before them and is never a draw.
+    thin : int, optional
+        Keep every ``thin``-th step after warm-up (default 1: every step), so the run takes
+        ``warmup_steps + num_samples * thin`` steps.
+    seed : int, optional
+        Seeds every chain's random stream (default 0): chain ``c`` draws from a stream that
+        depends only on ``(seed, c)`` (:class:`~mlm_ppl.inference.ChainStreams`), so its draws do
+        not depend on how many chains run beside it. Same seed, same device, same chains.
+    init : {"sample", "greedy", "uniform"} or torch.Tensor, optional
+        How the free positions are first filled (:func:`~mlm_ppl.inference.fill_template`;
+        default ``"sample"``), or starting tokens of shape ``(C, L)``. Mask-predict starts from
+        the masked template whatever it is given.
+    progress : bool, optional
+        Show a progress bar with draws/s and acceptance so far (default False).
+    on_checkpoint : callable or None, optional
+        Called with a :class:`~mlm_ppl.inference.Checkpoint` at most every
+        ``checkpoint_seconds``, after the last step, and when the run is interrupted (then
         ``KeyboardInterrupt`` propagates).
-    resume : Checkpoint, optional
+    checkpoint_seconds : float, optional
+        Seconds between two calls of ``on_checkpoint``: a finite number >= 0 (default 30; 0:
+        after every step).
+    resume : Checkpoint or None, optional
         Continue from a checkpoint of the same run: the result equals the uninterrupted run. A
         checkpoint of the same run with a lower ``num_samples`` (a cap raised since, e.g. of a run
         that did not converge) continues it to the new cap, with the draws of an uninterrupted run
         of that many; not for a kernel that anneals (its schedule spans the run's steps).
-    chains : sequence of int, optional
+    chains : sequence of int or None, optional
         The indices of these chains in a bigger run (default ``0 .. num_chains-1``): a group of
         chains ``[4, 5]`` run here gives exactly chains 4 and 5 of the whole run.
-    on_step : callable, optional
+    on_step : callable or None, optional
         Called with the number of steps done after each step (progress shown elsewhere).
-    stop : callable, optional
-        A stopping rule: called with the draws so far (a :class:`Run` of ``n`` draws) whenever
-        ``n < num_samples`` is a positive multiple of ``stop_every``; when it returns a reason (a string), the
-        run ends there with those ``n`` draws, ``attrs["stopped"]`` holding the reason. Its
-        schedule depends on draws, never on time, so a resumed run stops where the uninterrupted
-        one did (a resume from a checkpoint taken at such ``n`` asks it again first). A rule
-        that looks at the draws biases what they estimate a little (the run ends where the
-        estimates happened to look good); a fixed number of draws does not.
-    stop_every : int
+    stop : callable or None, optional
+        A stopping rule (e.g. :func:`~mlm_ppl.diagnostics.stop_when_converged`): called with the
+        draws so far (a :class:`~mlm_ppl.Run` of ``n`` draws) whenever ``n < num_samples`` is a
+        positive multiple of ``stop_every``; when it returns a reason (a string), the run ends
+        there with those ``n`` draws, ``attrs["stopped"]`` holding the reason. Its schedule
+        depends on draws, never on time, so a resumed run stops where the uninterrupted one did
+        (a resume from a checkpoint taken at such ``n`` asks it again first). A rule that looks
+        at the draws biases what they estimate a little (the run ends where the estimates
+        happened to look good); a fixed number of draws does not.
+    stop_every : int, optional
         Draws between two calls of ``stop`` (default 10).
+
+    Returns
+    -------
+    Run
+        The draws ``(C, D, L)`` (fewer draws where ``stop`` ended the run), their per-draw
+        statistics (:func:`~mlm_ppl.inference.step_stats`; ``lp`` one value per state), the
+        run's attributes and the chains' starting states.
+
+    Raises
+    ------
+    ValueError
+        Where a count, ``checkpoint_seconds`` or the seed is out of range, ``chains`` does not
+        name ``num_chains`` indices, ``resume`` is not a checkpoint of this run (or has fewer
+        draws and the kernel anneals), ``init`` names no method or gives tokens of the wrong
+        number of chains, or a start breaks a hard rule of the target (given, or not repaired).
+    TypeError
+        Where a count or the seed is not an integer, ``checkpoint_seconds`` not a number, or
+        given starting tokens are not a tensor of token ids.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution, run_chains
+    >>> from mlm_ppl.inference import make_kernel
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> run = run_chains(make_kernel("mh", target), num_chains=2, num_samples=20, seed=0)
+    >>> run.tokens.shape  # (chains, draws, tokens with [CLS] and [SEP])
+    torch.Size([2, 20, 7])
+    >>> run.stats["lp"].shape
+    torch.Size([2, 20])
     """
     C = check_count(num_chains, "num_chains", 1)
     D = check_count(num_samples, "num_samples", 1)
