@@ -8,12 +8,14 @@ lists its own names and says which of them are documented higher up. A name adde
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
 from pathlib import Path
 
 from sphinx.application import Sphinx
+from sphinx.ext import intersphinx
 from sphinx.pycode import ModuleAnalyzer
 
 CONSTANTS = (str, int, float, tuple, dict, frozenset)
@@ -147,6 +149,84 @@ def write_pages(app: Sphinx, config: object) -> None:
         path.write_text(text)
 
 
+@functools.cache
+def other_paths() -> dict[str, str]:
+    """Every other path of a documented object, mapped to the path its page documents it under.
+
+    The other paths are the object's defining module's (``mlm_ppl.models.target.Target``, which
+    signatures and docstrings name), each package's re-export (``mlm_ppl.inference.MetropolisHastings``
+    for ``mlm_ppl.MetropolisHastings``), and its bare name where no other public object has it.
+    """
+    out: dict[str, str] = {}
+    bare: dict[str, set[str]] = {}
+    for package, rows in public_names().items():
+        module = importlib.import_module(package)
+        for name, where in rows:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj) or isinstance(obj, CONSTANTS):
+                continue
+            own = getattr(obj, "__name__", name)
+            public = f"{where or package}.{own}"
+            if where is not None:
+                out.setdefault(f"{package}.{name}", public)
+            defining = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', own)}"
+            out.setdefault(defining, public)
+            bare.setdefault(own, set()).add(public)
+    for name, publics in bare.items():
+        if len(publics) == 1:
+            out.setdefault(name, publics.pop())
+    return out
+
+
+WORDS = {
+    "callable": "collections.abc.Callable",
+    "mapping": "collections.abc.Mapping",
+    "sequence": "collections.abc.Sequence",
+    "iterable": "collections.abc.Iterable",
+    "iterator": "collections.abc.Iterator",
+    "path": "pathlib.Path",
+    "Path": "pathlib.Path",
+    "Tensor": "torch.Tensor",
+    "np.ndarray": "numpy.ndarray",
+    "array": "numpy.ndarray",
+}
+"""The words NumPy-style types use (``sequence of str``, ``path``), and the objects they stand for."""
+
+
+def _public_path(target: str) -> str | None:
+    """``target`` (an object or a member of one) under the path the reference documents it, or None."""
+    target = target.strip("()'")  # "tuple of (int, str)" gives "(int" and "str)"; a quoted annotation "'Run'"
+    if target in WORDS:
+        return WORDS[target]
+    paths = other_paths()
+    head, rest = target, ""
+    while head:
+        if head in paths:
+            return paths[head] + rest
+        head, dot, tail = head.rpartition(".")
+        rest = dot + tail + rest if head else rest
+    return None
+
+
+def resolve_other_path(app: Sphinx, env, node, contnode):
+    """Sphinx's ``missing-reference``: a Python reference to an object by another of its paths
+    resolves to the object's page (a reference nothing documents stays missing: an error)."""
+    if node.get("refdomain") != "py":
+        return None
+    target = node["reftarget"]
+    public = _public_path(target) or target.strip("()'")
+    if public == target:
+        return None
+    domain = env.get_domain("py")
+    found = domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], public, node, contnode)
+    if found is None:  # another project's object (``sequence``: collections.abc.Sequence)
+        moved = node.deepcopy()
+        moved["reftarget"] = public
+        found = intersphinx.missing_reference(app, env, moved, contnode)
+    return found
+
+
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", write_pages)
+    app.connect("missing-reference", resolve_other_path)
     return {"parallel_read_safe": True}

@@ -2,7 +2,7 @@
 
 The machines this project is built on have no network, so Sphinx cannot fetch each project's
 ``objects.inv``. These inventories list the objects of Python, PyTorch, Pyro, ArviZ,
-transformers and NumPy that mlm-ppl's pages and signatures name, each with its page on that
+transformers, NumPy and pandas that mlm-ppl's pages and signatures name, each with its page on that
 project's site (the address in docs/conf.py's ``intersphinx_mapping`` plus the path below),
 under the names code uses and the names autodoc writes (a class's defining module). A name
 missing here is shown as plain text, not as a broken link. Add a line and rerun to link another.
@@ -31,6 +31,7 @@ OBJECTS: dict[str, list[tuple[str, str, str]]] = {
         ("dict", "class", "library/stdtypes.html#$"),
         ("list", "class", "library/stdtypes.html#$"),
         ("tuple", "class", "library/stdtypes.html#$"),
+        ("random.Random", "class", "library/random.html#$"),
         ("ValueError", "exception", "library/exceptions.html#$"),
         ("TypeError", "exception", "library/exceptions.html#$"),
         ("RuntimeError", "exception", "library/exceptions.html#$"),
@@ -98,6 +99,9 @@ OBJECTS: dict[str, list[tuple[str, str, str]]] = {
             "main_classes/tokenizer#transformers.PreTrainedTokenizerBase",
         ),
         ("transformers.AutoModelForMaskedLM", "class", "model_doc/auto#$"),
+    ],
+    "pandas": [
+        ("pandas.DataFrame", "class", "reference/api/pandas.DataFrame.html#$"),
     ],
     "numpy": [
         ("numpy.ndarray", "class", "reference/generated/numpy.ndarray.html#$"),

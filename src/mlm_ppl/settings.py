@@ -63,35 +63,95 @@ def _flag(default: Any, help: str, metavar: str | None = None, aliases: tuple[st
 
 @dataclass(frozen=True)
 class RunSettings:
-    """Every setting of a sampling run.
+    """Every setting of a sampling run, checked once, when the record is made.
 
-    ``template`` (mask tokens at the positions to sample) or ``length`` (a whole sequence of N
-    tokens), exactly one. ``kernel_options`` is the kernel's ``Options`` (a mapping is checked
-    into one). ``workers``: Ray workers, or None for one process. ``model_files``: the sha256 of
-    each file the model is read from (:func:`~mlm_ppl.models.loading.model_files`), recorded by
-    :meth:`with_model_files` for a run directory (which refuses settings without them) and
-    checked each time the run loads its model; None in settings that only live in memory.
-    ``constraints``: a :class:`~mlm_ppl.models.constraints.ConstraintSpec` as its ``to_dict()``
-    (a spec is turned into one), checked with ``ConstraintSpec.from_dict`` and kept in that
-    canonical form; None (or an empty spec) for the bare target. What needs the model (the
-    tokens of ``Allowed`` rules, their positions, the experts on a real state) is checked when the
-    target is built (:func:`mlm_ppl.campaign.build`). ``anneal``: ``"FROM:TO"`` (two finite
-    numbers > 0, kept as :func:`~mlm_ppl.inference.annealing.format_anneal` writes them), the
-    kernel's annealing schedule over the whole run (:meth:`schedule`), for a kernel that
-    anneals; its options say which terms (:func:`~mlm_ppl.inference.annealing.options_terms`).
-    ``until_converged``: end the run at the first multiple of :data:`STOP_EVERY` draws whose
-    summary says every chain converged (:func:`~mlm_ppl.diagnostics.stop_when_converged`);
-    ``num_samples`` is then the most it takes. Not
-    with ``anneal`` (an annealed run's verdict is never converged) nor ``workers`` (the rule
-    needs every chain's draws in one process). ``length_prior``: the
-    ``pi(L)`` of a template with a variable gap ``MASK{a,b}`` (length as text -> weight; None:
-    uniform), which only a kernel that moves lengths samples (``capabilities.lengths``: gap-jump,
-    surrogate-MH around its moves; gap-jump samples nothing else). ``starts``: the chains start where
-    the chains of an earlier run of the same model and template are (``{"run": its directory,
-    "sha256": of those states}``, :func:`mlm_ppl.campaign.starts_record`) instead of a fill of the
-    template (``init``); None: a fill. Not with ``workers``. An annealing schedule in the
-    kernel's options is refused (a callable cannot be recorded: give ``anneal``). A TypeError or
-    ValueError names the setting to fix.
+    The same record is written to a run directory's ``config.json`` and into every checkpoint,
+    and compared on resume. What needs the model (the tokens of ``Allowed`` rules, their
+    positions, the experts on a real state) is checked when the target is built
+    (:func:`mlm_ppl.campaign.build`).
+
+    Parameters
+    ----------
+    model : str, optional
+        The model's name or path, as :func:`~mlm_ppl.load_mlm` loads it (default ``"antiberty"``).
+    template : str or None, optional
+        Mask tokens at the positions to sample; exactly one of ``template`` and ``length``. A
+        variable gap ``MASK{a,b}`` gives loops of several lengths, which only a kernel that moves
+        lengths samples (``capabilities.lengths``: gap-jump, surrogate-MH around its moves), in
+        one process for now (no ``workers``); gap-jump samples nothing else.
+    length : int or None, optional
+        A whole sequence of N tokens, every one sampled; exactly one of ``template`` and ``length``.
+    kernel : str, optional
+        The kernel, a name of :data:`~mlm_ppl.inference.KERNELS` (default ``"mh"``).
+    kernel_options : Options or mapping or None, optional
+        The kernel's ``Options`` (a mapping is checked into one; None: its defaults). An annealing
+        schedule in them is refused (a callable cannot be recorded: give ``anneal``).
+    energy : str, optional
+        ``"norm"`` (E_norm, the negative pseudo-log-likelihood; default) or ``"raw"`` (E_raw, the
+        negative sum of logits).
+    temperature : float, optional
+        The target temperature T (default 1.0).
+    num_chains : int, optional
+        Chains, advanced together (default 4).
+    num_samples : int, optional
+        Draws kept per chain (default 100); with ``until_converged``, the most the run takes.
+    warmup_steps : int, optional
+        Steps discarded before the first draw (default 0).
+    thin : int, optional
+        Keep every k-th step (default 1).
+    seed : int, optional
+        Seed of every chain's random stream (default 0).
+    init : str, optional
+        How the masks are first filled, a name of :data:`~mlm_ppl.inference.INITS` (default
+        ``"sample"``).
+    anneal : str or None, optional
+        ``"FROM:TO"`` (two finite numbers > 0, kept as ``format_anneal`` writes them): the kernel's
+        annealing schedule over the whole run (:meth:`schedule`), tau geometrically from FROM at
+        the first step to TO at the last, for a kernel that anneals; its options say which terms
+        (``options_terms``). A mode seeker: its draws are not samples of the target.
+    dtype : str or None, optional
+        The model's dtype (None: float32).
+    device : str or None, optional
+        The model's device (None: the CPU).
+    workers : int or None, optional
+        Ray workers, or None for one process.
+    model_files : dict of str to str or None, optional
+        The sha256 of each file the model is read from (``mlm_ppl.models.loading.model_files``),
+        recorded by :meth:`with_model_files` for a run directory (which refuses settings without
+        them) and checked each time the run loads its model; None in settings that only live in
+        memory.
+    constraints : dict or None, optional
+        A :class:`~mlm_ppl.ConstraintSpec` as its ``to_dict()`` (a spec is turned into one),
+        checked with ``ConstraintSpec.from_dict`` and kept in that canonical form; None (or an
+        empty spec) for the bare target.
+    until_converged : bool, optional
+        End the run at the first multiple of :data:`STOP_EVERY` draws whose summary says every
+        chain converged (:func:`~mlm_ppl.diagnostics.stop_when_converged`). Not with ``anneal``
+        (an annealed run's verdict is never converged) nor ``workers`` (the rule needs every
+        chain's draws in one process), and only with ``num_samples`` above :data:`STOP_EVERY`.
+    length_prior : dict of str to float or None, optional
+        The ``pi(L)`` of a template with a variable gap (length as text -> weight, summing to 1;
+        None: uniform), which only a kernel that moves lengths samples.
+    starts : dict of str to str or None, optional
+        The chains start where the chains of an earlier run of the same model and template are
+        (``{"run": its directory, "sha256": of those states}``,
+        :func:`mlm_ppl.campaign.starts_record`) instead of a fill of the template (``init``); None:
+        a fill. Not with ``workers``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Where a setting has the wrong type or value, or settings do not go together; the message
+        names the setting to fix.
+
+    Examples
+    --------
+    >>> from mlm_ppl.settings import RunSettings
+    >>> settings = RunSettings(template="AC[MASK][MASK]E", num_chains=2, num_samples=10, thin=2)
+    >>> settings.kernel, settings.total_steps
+    ('mh', 20)
+    >>> RunSettings.from_dict(settings.to_dict()) == settings
+    True
     """
 
     model: str = "antiberty"
@@ -232,7 +292,18 @@ class RunSettings:
             )
 
     def length_prior_of(self, gap: GapTemplate) -> LengthPrior:
-        """The run's :class:`~mlm_ppl.models.gaps.LengthPrior` over ``gap`` (uniform when none is recorded)."""
+        """The run's length prior over a variable gap (uniform when none is recorded).
+
+        Parameters
+        ----------
+        gap : GapTemplate
+            The template's variable gap (``mlm_ppl.models.gaps.find_gap``).
+
+        Returns
+        -------
+        LengthPrior
+            ``pi(L)`` over the gap's lengths (``mlm_ppl.models.gaps.LengthPrior``).
+        """
         if self.length_prior is None:
             return LengthPrior.uniform(gap)
         return LengthPrior.from_record(self.length_prior)
@@ -261,26 +332,50 @@ class RunSettings:
         return self.warmup_steps + self.num_samples * self.thin
 
     def schedule(self) -> GeometricAnnealing | None:
-        """The kernel's annealing schedule of ``anneal``: tau from FROM at the first step
-        (step 0) to TO at the last (step ``total_steps - 1``), geometrically; None without ``anneal``."""
+        """The kernel's annealing schedule of ``anneal``, or None without ``anneal``.
+
+        Returns
+        -------
+        GeometricAnnealing or None
+            Tau from FROM at the first step (step 0) to TO at the last (step ``total_steps - 1``),
+            geometrically (:class:`~mlm_ppl.inference.GeometricAnnealing`); None without ``anneal``.
+        """
         if self.anneal is None:
             return None
         return GeometricAnnealing(*parse_anneal(self.anneal), self.total_steps - 1)
 
     def annealing(self) -> dict | None:
-        """What a run of these settings records of its annealing (``run.attrs["annealing"]``), or None."""
+        """What a run of these settings records of its annealing (``run.attrs["annealing"]``).
+
+        Returns
+        -------
+        dict or None
+            The schedule and the terms it anneals; None for a run that does not anneal.
+        """
         return annealing_record(self.schedule(), options_terms(self.kernel_options))
 
     def kernel_arguments(self) -> dict[str, Any]:
-        """The kernel's options as :func:`~mlm_ppl.inference.make_kernel` takes them: the recorded
-        ones and, for an annealed run, its schedule (:meth:`schedule`)."""
+        """The kernel's options as :func:`~mlm_ppl.inference.make_kernel` takes them.
+
+        Returns
+        -------
+        dict of str to object
+            The recorded options and, for an annealed run, its schedule (:meth:`schedule`) as the
+            kernel's ``temperature_schedule``.
+        """
         arguments = self.kernel_options.to_dict()
         if self.anneal is not None:
             arguments[SCHEDULE_OPTION] = self.schedule()
         return arguments
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready values (the kernel's options nested, Python-only ones left out)."""
+        """The record as JSON-ready values (the kernel's options nested, Python-only ones left out).
+
+        Returns
+        -------
+        dict of str to object
+            Every setting by name; a fresh copy the caller may change.
+        """
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["kernel_options"] = self.kernel_options.to_dict()
         if self.model_files is not None:
@@ -293,12 +388,25 @@ class RunSettings:
 
     @classmethod
     def completed(cls, values: Mapping[str, Any]) -> dict[str, Any]:
-        """A record as a record of today's format would hold it: each setting added since
-        (:data:`_ADDED`) and each kernel option added since (its kernel's ``older_records``) that it lacks
-        at its default, and, where it has no ``anneal``, what its kernel anneals as ``"all"``
-        (without a schedule it annealed nothing). What
-        :meth:`from_dict` reads, and what a resume compares (an old run resumed once has
-        checkpoints in today's form beside its old ``config.json``)."""
+        """A record as a record of today's format would hold it.
+
+        Each setting added since the record's format was made and each kernel option added since (its
+        kernel's ``older_records``) that it lacks is added at its default; where it has no ``anneal``,
+        what its kernel anneals is ``"all"`` (without a schedule it annealed nothing). Short names of
+        records written before 0.4 (``chains``, ``draws``, ``warmup``) are read under Pyro's names.
+        What :meth:`from_dict` reads, and what a resume compares (an old run resumed once has
+        checkpoints in today's form beside its old ``config.json``).
+
+        Parameters
+        ----------
+        values : mapping of str to object
+            A record, as :meth:`to_dict` writes it or an older version wrote it.
+
+        Returns
+        -------
+        dict of str to object
+            The record completed; nothing is checked here.
+        """
         out = _renamed(values)
         options = out.get("kernel_options")
         if "anneal" not in out and isinstance(options, Mapping) and options_terms(options) != "all":
@@ -314,9 +422,40 @@ class RunSettings:
 
     @classmethod
     def from_dict(cls, values: Any, what: str = "run settings") -> RunSettings:
-        """A record from :meth:`to_dict`'s form; every problem is a ValueError that starts with ``what``.
-        Settings added since the record's format was made (:data:`_ADDED`) may be missing: they
-        take their defaults, which are what runs did before them (:meth:`completed`)."""
+        """Read a record in :meth:`to_dict`'s form back into settings.
+
+        Settings added since the record's format was made may be missing: they take their defaults,
+        which are what runs did before them (:meth:`completed`).
+
+        Parameters
+        ----------
+        values : mapping of str to object
+            The record (a ``config.json``'s, a checkpoint's).
+        what : str, optional
+            What the record is, the start of every message (default ``"run settings"``).
+
+        Returns
+        -------
+        RunSettings
+            The settings, checked.
+
+        Raises
+        ------
+        ValueError
+            Where ``values`` is not a mapping, has an unknown setting or lacks one, or a setting fails
+            its check; the message starts with ``what``.
+
+        Examples
+        --------
+        >>> from mlm_ppl.settings import RunSettings
+        >>> record = RunSettings(template="AC[MASK]E", num_chains=2).to_dict()
+        >>> RunSettings.from_dict(record).num_chains
+        2
+        >>> RunSettings.from_dict({"template": "AC[MASK]E"}, "config.json")
+        Traceback (most recent call last):
+        ...
+        ValueError: config.json: missing device, dtype, energy, ...
+        """
         if not isinstance(values, Mapping):
             raise ValueError(f"{what}: not a mapping of settings")
         values = _renamed(values)
@@ -332,20 +471,49 @@ class RunSettings:
             raise ValueError(f"{what}: {err}") from None
 
     def constraint_spec(self) -> ConstraintSpec | None:
-        """The run's :class:`~mlm_ppl.models.constraints.ConstraintSpec` (None without constraints).
-        Code experts are trusted here: these settings were checked when made (their spec read from
-        the file or record with the reader's consent, :func:`~mlm_ppl.models.constraints.trusting_code`)
-        or unpickled from settings that were."""
+        """The run's constraint spec, or None without constraints.
+
+        Code experts are trusted here: these settings were checked when made (their spec read from the
+        file or record with the reader's consent, :func:`~mlm_ppl.models.constraints.trusting_code`) or
+        unpickled from settings that were.
+
+        Returns
+        -------
+        ConstraintSpec or None
+            The spec (:class:`~mlm_ppl.ConstraintSpec`) of ``constraints``.
+        """
         if self.constraints is None:
             return None
         return ConstraintSpec.from_dict(self.constraints, source="constraints", trust_code=True)
 
     def with_model_files(self) -> RunSettings:
-        """The same settings with ``model_files`` read from the model's files now: what a new run records."""
+        """The same settings with ``model_files`` read from the model's files now: what a new run records.
+
+        Returns
+        -------
+        RunSettings
+            A copy whose ``model_files`` holds the sha256 of each file the model is read from.
+        """
         return dataclasses.replace(self, model_files=model_files(self.model))
 
     def for_template(self, template: str) -> RunSettings:
-        """The same settings for another template, in one process (a batch's template run)."""
+        """The same settings for another template, in one process (a batch's template run).
+
+        Parameters
+        ----------
+        template : str
+            The template (mask tokens at the positions to sample).
+
+        Returns
+        -------
+        RunSettings
+            A copy with ``template`` (no ``length``) and no ``workers``.
+
+        Raises
+        ------
+        ValueError
+            Where the settings have ``starts``: a batch's runs start from fills of their own templates.
+        """
         if self.starts is not None:
             raise ValueError(
                 "starts: a batch's runs start from fills of their own templates; start one run from an earlier run "
@@ -381,9 +549,27 @@ def _canonical_spec(value: Any) -> dict[str, Any] | None:
 
 
 def option_flags() -> dict[str, list[tuple[str, OptionInfo]]]:
-    """Every command-line kernel option of the registered kernels: name -> ``(kernel, its
-    declaration)`` for each kernel that takes it. One flag carries the option for all of them,
-    so their types must agree (a TypeError names the two kernels otherwise)."""
+    """Every command-line kernel option of the registered kernels.
+
+    One flag carries the option for all the kernels that take it, so their types must agree.
+
+    Returns
+    -------
+    dict of str to list of tuple
+        Option name -> ``(kernel name, its OptionInfo declaration)`` for each kernel that takes it.
+
+    Raises
+    ------
+    TypeError
+        Where two kernels declare the option with different types (the message names both).
+
+    Examples
+    --------
+    >>> from mlm_ppl.settings import option_flags
+    >>> kernel, declaration = option_flags()["block_size"][0]
+    >>> kernel, declaration.type
+    ('mh', <class 'int'>)
+    """
     out: dict[str, list[tuple[str, OptionInfo]]] = {}
     for name, k in KERNELS.items():
         for info in k.Options.describe():

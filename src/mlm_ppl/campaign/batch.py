@@ -46,7 +46,35 @@ RESERVED_NAMES = frozenset({rundir.CONFIG, "designs.tsv", "summary.txt", BATCH_R
 
 
 def check_template_name(name: str) -> str:
-    """A template's name as the name of its run directory in the batch; a ValueError says what to fix."""
+    """Check a template's name as the name of its run directory in the batch.
+
+    Parameters
+    ----------
+    name : str
+        The template's name.
+
+    Returns
+    -------
+    str
+        ``name``, unchanged.
+
+    Raises
+    ------
+    ValueError
+        Where ``name`` is not 1 to 64 letters, digits, ``_``, ``.`` or ``-`` starting with a letter or
+        digit, or is one of the batch directory's own files (:data:`RESERVED_NAMES`, compared
+        ignoring case); the message says what to fix.
+
+    Examples
+    --------
+    >>> from mlm_ppl.campaign import check_template_name
+    >>> check_template_name("cdrh3_a")
+    'cdrh3_a'
+    >>> check_template_name("Summary.txt")
+    Traceback (most recent call last):
+    ...
+    ValueError: name 'Summary.txt' is a file of the batch directory; choose another
+    """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(
             f"name {name!r} must be letters, digits, '_', '.' or '-' (a directory name: at most 64, the first "
@@ -59,9 +87,22 @@ def check_template_name(name: str) -> str:
 
 @dataclass
 class Batch:
-    """A locked batch directory and its record: the shared ``settings`` (with the first template),
-    the ``(name, template)`` pairs, and ``runs``, the run id of each template's run (None while
-    it is being created). Use it as a context manager to release the lock."""
+    """A locked batch directory and its record; use it as a context manager to release the lock.
+
+    Parameters
+    ----------
+    directory : RunDirectory
+        The batch directory, locked (:class:`~mlm_ppl.rundir.RunDirectory`).
+    settings : RunSettings
+        The settings shared by every template's run (with the first template).
+    templates : list of tuple of (str, str)
+        The ``(name, template)`` pairs.
+    runs : dict of str to str or None
+        The run id of each template's run (None while it is being created).
+    lengths : dict of str to object or None, optional
+        For a batch of strata, its ``lengths`` record (:func:`strata`: the template with its gap,
+        the prior and its source); None for an ordinary batch.
+    """
 
     directory: RunDirectory
     settings: RunSettings
@@ -70,8 +111,15 @@ class Batch:
     lengths: dict[str, Any] | None = None
 
     def config(self) -> dict[str, Any]:
-        """``config.json``: the settings and templates, and for a batch of strata its ``lengths``
-        (:func:`strata`: the template with its gap, the prior and its source)."""
+        """The batch's ``config.json``: the settings and templates, and a batch of strata's ``lengths``.
+
+        Returns
+        -------
+        dict of str to object
+            ``format`` (:data:`BATCH_FORMAT`), ``settings`` (every setting but the template),
+            ``templates`` and, for a batch of strata, ``lengths`` (:func:`strata`: the template with its
+            gap, the prior and its source).
+        """
         out = {
             "format": BATCH_FORMAT,
             "settings": _shared(self.settings),
@@ -82,12 +130,20 @@ class Batch:
         return out
 
     def length_prior(self) -> LengthPrior | None:
-        """A batch of strata's ``pi(L)`` (its template of length ``L`` is :func:`strata_name`), or None."""
+        """A batch of strata's ``pi(L)``, or None for an ordinary batch.
+
+        Returns
+        -------
+        LengthPrior or None
+            The prior over the gap's lengths (its template of length ``L`` is named by
+            :func:`strata_name`); None for an ordinary batch.
+        """
         if self.lengths is None:
             return None
         return LengthPrior.from_record(self.lengths["prior"], self.lengths["source"])
 
     def write_record(self) -> None:
+        """Write the batch's record (:data:`BATCH_RECORD`): what :meth:`config` holds, and each run's id."""
         self.directory.write_text(
             BATCH_RECORD, json.dumps({**self.config(), "runs": self.runs}, indent=1, sort_keys=True)
         )
@@ -100,12 +156,35 @@ class Batch:
 
 
 def parse_templates(lines: Sequence[str], source: str) -> list[tuple[str, str]]:
-    """A templates file's ``(name, template)`` pairs from its ``lines`` (``source``: its name, for
-    the messages): one template per line, ``TEMPLATE`` or ``NAME<TAB>TEMPLATE``.
+    r"""Read a templates file's ``(name, template)`` pairs from its lines.
 
-    Names (default ``t001``, ``t002`` ... by line) become directory names: letters, digits,
-    ``_ . -``, unique, and none of the batch directory's own files (:func:`check_template_name`).
-    A clear error for an empty file, a blank line or a bad or repeated name.
+    One template per line, ``TEMPLATE`` or ``NAME<TAB>TEMPLATE``. Names (default ``t001``, ``t002``
+    ... by line) become directory names: letters, digits, ``_ . -``, unique, and none of the batch
+    directory's own files (:func:`check_template_name`).
+
+    Parameters
+    ----------
+    lines : sequence of str
+        The file's lines.
+    source : str
+        The file's name, for the messages.
+
+    Returns
+    -------
+    list of tuple of (str, str)
+        The ``(name, template)`` pairs, in the file's order.
+
+    Raises
+    ------
+    ValueError
+        Where the file is empty, a line is blank or not ``TEMPLATE`` or ``NAME<TAB>TEMPLATE``, or a
+        name is bad or repeated; the message names the file and the line.
+
+    Examples
+    --------
+    >>> from mlm_ppl.campaign import parse_templates
+    >>> parse_templates(["AC[MASK]E", "long\tAC[MASK][MASK]E"], "templates.txt")
+    [('t001', 'AC[MASK]E'), ('long', 'AC[MASK][MASK]E')]
     """
     if not lines:
         raise ValueError(
@@ -159,10 +238,32 @@ def _shared(settings: RunSettings) -> dict[str, Any]:
 def check_batch(
     settings: RunSettings, templates: Sequence[tuple[str, str]], lengths: dict[str, Any] | None = None
 ) -> KernelBase:
-    """Every name, the model (loaded) and every template of a batch, checked before any work;
-    a ValueError names the template. For a batch of strata (``lengths``), its gap against the
-    model's mask token and maximum length first. Returns the first template's kernel (for the
-    size check)."""
+    """Check every name, the model (loaded) and every template of a batch, before any work.
+
+    For a batch of strata (``lengths``), its gap is checked first against the model's mask token and
+    maximum length.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        The batch's shared settings.
+    templates : sequence of tuple of (str, str)
+        The ``(name, template)`` pairs.
+    lengths : dict of str to object or None, optional
+        A batch of strata's ``lengths`` record (:func:`strata`); None for an ordinary batch.
+
+    Returns
+    -------
+    KernelBase
+        The first template's kernel (for the size check).
+
+    Raises
+    ------
+    ValueError
+        Where there is no template, a name is bad or used twice, the templates are not the strata of
+        ``lengths``' template, or a template's target or kernel cannot be built (the message names
+        the template); and the errors of :func:`build` for the first template.
+    """
     names = [check_template_name(name) for name, _ in templates]
     if not names:
         raise ValueError("a batch needs at least one template")
@@ -193,10 +294,43 @@ def start_batch(
     check_size: Callable[[KernelBase], None] | None = None,
     lengths: dict[str, Any] | None = None,
 ) -> Batch:
-    """Check a new batch (:func:`check_batch`: loads the model; then ``check_size`` on the first
-    template's kernel, which may refuse it), then create and lock its directory and write its
-    record and ``config.json``. ``settings`` record the model's files
-    (:meth:`RunSettings.with_model_files`)."""
+    """Check a new batch, then create and lock its directory and write its record and ``config.json``.
+
+    The batch is checked by :func:`check_batch` (which loads the model), then by ``check_size`` on
+    the first template's kernel, which may refuse it; Ray is connected (for settings with
+    ``workers``) before the directory is made.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The batch directory to create.
+    settings : RunSettings
+        The batch's shared settings, which record the model's files
+        (:meth:`RunSettings.with_model_files <mlm_ppl.settings.RunSettings.with_model_files>`).
+    templates : sequence of tuple of (str, str)
+        The ``(name, template)`` pairs.
+    overwrite : bool
+        Whether to replace an earlier batch in ``directory`` (only the files it owns).
+    check_size : callable or None, optional
+        Called with the first template's kernel; raises to refuse the batch (its size).
+    lengths : dict of str to object or None, optional
+        A batch of strata's ``lengths`` record (:func:`strata`); None for an ordinary batch.
+
+    Returns
+    -------
+    Batch
+        The batch, its directory locked (use it as a context manager).
+
+    Raises
+    ------
+    ValueError
+        Where ``settings`` do not record the model's files, or :func:`check_batch` refuses the batch.
+    RunExistsError
+        Where ``directory`` holds anything but an earlier batch, or one without ``overwrite``
+        (:class:`~mlm_ppl.rundir.RunExistsError`).
+    RunLockedError
+        While another process holds ``directory`` (:class:`~mlm_ppl.rundir.RunLockedError`).
+    """
     if settings.model_files is None:
         raise ValueError("a batch records its model's files: give settings.with_model_files()")
     kernel = check_batch(settings, templates, lengths)
@@ -215,10 +349,31 @@ def start_batch(
 
 
 def resume_batch(directory: str | os.PathLike) -> Batch:
-    """Lock a batch directory and check it against its record before any work: ``config.json``
-    (every setting and template), the model's files, and every template's folder, which must be
-    empty or hold the run this batch started there with the batch's settings (compared with its own
-    ``config.json`` and checkpoint). A ValueError names each difference, with both values and files."""
+    """Lock a batch directory and check it against its record before any work.
+
+    Checked: ``config.json`` (every setting and template), the model's files, and every template's
+    folder, which must be empty or hold the run this batch started there with the batch's settings
+    (compared with its own ``config.json`` and checkpoint). A template's run whose creation was cut
+    off before its id was recorded is adopted.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The batch directory.
+
+    Returns
+    -------
+    Batch
+        The batch, its directory locked (use it as a context manager).
+
+    Raises
+    ------
+    ValueError
+        Where the directory is not a batch, its files are missing or unreadable, or differ from its
+        record; the message names each difference, with both values and files.
+    RunLockedError
+        While another process holds the batch (:class:`~mlm_ppl.rundir.RunLockedError`).
+    """
     run_dir = RunDirectory.open(directory, "batch")
     try:
         batch = _read_batch(run_dir)
@@ -238,8 +393,26 @@ def resume_batch(directory: str | os.PathLike) -> Batch:
 
 
 def batch_templates(directory: str | os.PathLike) -> list[tuple[str, str]]:
-    """The ``(name, template)`` pairs of the batch in ``directory``, from its record, read without
-    the lock (to read a batch's results; the shape of the record is checked, its settings are not)."""
+    """Read the ``(name, template)`` pairs of a batch from its record, without the lock.
+
+    To read a batch's results: the shape of the record is checked, its settings are not.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The batch directory.
+
+    Returns
+    -------
+    list of tuple of (str, str)
+        The ``(name, template)`` pairs, in the batch's order.
+
+    Raises
+    ------
+    ValueError
+        Where the record (:data:`BATCH_RECORD`) is missing, unreadable, not of a batch, or names a
+        template badly.
+    """
     templates = _read_batch_file(Path(directory) / BATCH_RECORD)["templates"]
     for name, _ in templates:
         try:
@@ -361,13 +534,43 @@ def run_template(
     trust_code: bool = False,
     threads: int | None = None,
 ) -> dict:
-    """Run (or finish) one template's run in ``directory``, the run the batch started there
-    (``run_id``) with ``settings``; its rows (chain, draw, MLM energy, sequence, and the values of
-    ``columns``: feasible and each expert, for a constrained run) and summary line.
+    """Run (or finish) one template's run of a batch: the run the batch started there.
+
     Module-level so that a Ray task can run it: a worker that dies leaves the template's
-    checkpoint, and the retried task continues from it. ``trust_code``: the batch's caller's
-    consent to code experts (:func:`~mlm_ppl.models.constraints.code_trusted`), for the template's
-    record read here."""
+    checkpoint, and the retried task continues from it.
+
+    Parameters
+    ----------
+    directory : str
+        The template's run directory.
+    settings : RunSettings
+        The template's settings (:meth:`RunSettings.for_template
+        <mlm_ppl.settings.RunSettings.for_template>`).
+    run_id : str or None
+        The id of the run the batch started there.
+    checkpoint_seconds : float
+        Seconds between two checkpoints.
+    trust_code : bool, optional
+        The batch's caller's consent to code experts (:func:`~mlm_ppl.models.constraints.code_trusted`),
+        for the template's record read here.
+    threads : int or None, optional
+        Torch's intra-op threads in this process (None: left as they are).
+
+    Returns
+    -------
+    dict
+        ``rows``: per draw, ``(chain, draw, MLM energy, sequence, values)``, the values of
+        ``columns``; ``columns``: ``feasible`` and each expert, for a constrained run (else empty);
+        ``summary``: the run's summary line (``r_hat``, ``ess`` of ``lp``, ``acceptance``, and the
+        lowest energy ``best_energy`` among feasible draws, with its sequence ``best``).
+
+    Raises
+    ------
+    ValueError
+        Where the folder does not hold the run the batch started there with ``settings``.
+    RunLockedError
+        While another process holds the template's run (:class:`~mlm_ppl.rundir.RunLockedError`).
+    """
     if threads is not None:
         torch.set_num_threads(threads)
     with trusting_code(trust_code):  # the consent of the batch's caller, in this worker too
@@ -410,11 +613,28 @@ def run_template(
 
 
 def run_batch(batch: Batch, *, checkpoint_seconds: float, on_done: Callable[[], None] | None = None) -> str:
-    """Run every template of a locked batch (as Ray tasks when its settings have ``workers``), then
-    write ``designs.tsv`` and ``summary.txt``; returns the summary's text. Set-up is linear in the
-    number of templates: the marker and the record are written once for all of them; each run not
-    started yet is created just before it runs (on Ray, all of them first, the record written once
-    after), so the first template samples within seconds however long the batch is."""
+    """Run every template of a locked batch, then write ``designs.tsv`` and ``summary.txt``.
+
+    The templates run as Ray tasks when the settings have ``workers``. Set-up is linear in the number
+    of templates: the marker and the record are written once for all of them; each run not started
+    yet is created just before it runs (on Ray, all of them first, the record written once after),
+    so the first template samples within seconds however long the batch is.
+
+    Parameters
+    ----------
+    batch : Batch
+        The batch, locked (:func:`start_batch`, :func:`resume_batch`).
+    checkpoint_seconds : float
+        Seconds between two checkpoints of each template's run.
+    on_done : callable or None, optional
+        Called with no argument as each template's run ends (in this process).
+
+    Returns
+    -------
+    str
+        The text of the batch's ``summary.txt``: one line per template (an annealed batch's starts
+        with a ``#`` line that says its draws are not samples of the target).
+    """
     batch_dir, settings = batch.directory, batch.settings
     batch_dir.record_all([name for name, _ in batch.templates])  # the template folders are the batch's
     pending = {name for name, _ in batch.templates if not _started(batch_dir.path / name)}

@@ -47,9 +47,17 @@ __all__ = ["Design", "Designs", "Pick", "select_designs", "pick_designs", "mutat
 
 @dataclass(frozen=True)
 class Pick:
-    """One design :func:`select_designs` took: the ``index`` of its best draw (highest ``lp``;
-    the first such in draw order), ``count`` (draws of the same sequence, feasible ones), and
-    ``min_hamming``, its distance to the nearest design taken before it (None for the first)."""
+    """One design :func:`select_designs` took.
+
+    Parameters
+    ----------
+    index : int
+        The index of its best draw (highest ``lp``; the first such in draw order).
+    count : int
+        The draws of the same sequence (feasible ones).
+    min_hamming : int or None
+        Its Hamming distance to the nearest design taken before it (None for the first).
+    """
 
     index: int
     count: int
@@ -57,13 +65,48 @@ class Pick:
 
 
 def select_designs(tokens: np.ndarray, lp: np.ndarray, feasible: np.ndarray, top: int, min_hamming: int) -> list[Pick]:
-    """Greedy selection of up to ``top`` designs among ``N`` draws.
+    """Select up to ``top`` designs among ``N`` draws, greedily.
 
-    ``tokens`` ``(N, L)`` integer ids, ``lp`` ``(N,)`` log densities, ``feasible`` ``(N,)`` bool.
     Draws that are infeasible or have ``lp == -inf`` are dropped; identical rows are merged (the
-    draw kept is the first of highest ``lp``); the rest, ranked by ``lp`` (highest first, ties
-    by index), are taken in turn when their Hamming distance to every design already taken is
-    ``>= min_hamming``. A NaN ``lp`` among the feasible draws is a ValueError (nothing to rank by).
+    draw kept is the first of highest ``lp``); the rest, ranked by ``lp`` (highest first, ties by
+    index), are taken in turn when their Hamming distance to every design already taken is
+    ``>= min_hamming``.
+
+    Parameters
+    ----------
+    tokens : numpy.ndarray
+        Shape ``(N, L)``, integer ids.
+    lp : numpy.ndarray
+        Shape ``(N,)``, the log densities.
+    feasible : numpy.ndarray
+        Shape ``(N,)``, bool: the draws that may be picked.
+    top : int
+        The most designs to take (at least 1).
+    min_hamming : int
+        The least Hamming distance between two designs taken (at least 0).
+
+    Returns
+    -------
+    list of Pick
+        The designs taken, in rank order (fewer than ``top`` where too few lie ``min_hamming``
+        apart; empty where no draw is feasible).
+
+    Raises
+    ------
+    ValueError
+        Where a feasible draw's ``lp`` is NaN (nothing to rank by), ``top`` is below 1 or
+        ``min_hamming`` below 0.
+    TypeError
+        Where ``top`` or ``min_hamming`` is not an integer.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mlm_ppl.designs import select_designs
+    >>> tokens = np.array([[5, 6], [5, 6], [5, 7], [8, 7]])
+    >>> lp = np.array([-1.0, -1.0, -2.0, -3.0])
+    >>> select_designs(tokens, lp, np.ones(4, dtype=bool), top=2, min_hamming=2)
+    [Pick(index=0, count=2, min_hamming=None), Pick(index=3, count=1, min_hamming=2)]
     """
     top, min_hamming = check_count(top, "top", 1), check_count(min_hamming, "min_hamming", 0)
     tokens, lp = np.asarray(tokens), np.asarray(lp, dtype=np.float64)
@@ -96,21 +139,48 @@ def select_designs(tokens: np.ndarray, lp: np.ndarray, feasible: np.ndarray, top
 
 @dataclass(frozen=True)
 class Design:
-    """A picked design: its ``rank`` within its template (1 the best), the ``template`` (a batch's
-    template name, or the run directory's name), the ``chain`` and ``draw`` of its best draw,
-    ``count`` (feasible draws of this sequence), ``lp``, ``energy`` (the MLM energy ``E``:
-    ``-T (lp - sum_k w_k f_k)``, and ``log pi(L)`` taken out too for a variable gap's draw),
-    ``experts`` (each expert's unweighted value, by its ``run.nc`` name ``expert_<name>``),
-    ``min_hamming`` (to the nearest design ranked above it in its template; None for the first),
-    ``site_prob`` (the designed positions' mean conditional probability, each read with only itself
-    masked) and ``memorized`` (``site_prob >= MEMORIZED_PROB``: the model predicts the loop from the
-    rest as from memory, as it does sequences it was trained on), the ``sequence`` as the run
-    decoded it, and, where a reference loop is known (the run's constraint spec's, or
-    ``reference=``), the ``mutations`` from it, EvoProtGrad's way: ``"D3G"`` for the reference's D at
-    the loop's third designed position taken by G (None: no reference of the loop's length), and
-    ``relative``: ``energy`` and each expert column less the reference's own (the template with
-    the reference loop on the designed positions: ``E - E(reference)``, ``f_k - f_k(reference)``);
-    ``loop``, the designed positions' tokens (residues joined, words separated by spaces)."""
+    """A picked design, with its scores and, where a reference loop is known, its mutations from it.
+
+    Parameters
+    ----------
+    rank : int
+        Its rank within its template (1 the best).
+    template : str
+        A batch's template name, or the run directory's name.
+    chain : int
+        The chain of its best draw.
+    draw : int
+        The draw of its best draw in that chain.
+    count : int
+        The feasible draws of this sequence.
+    lp : float
+        Its log density.
+    energy : float
+        The MLM energy ``E``: ``-T (lp - sum_k w_k f_k)``, and ``log pi(L)`` taken out too for a
+        variable gap's draw.
+    experts : dict of str to float
+        Each expert's unweighted value, by its ``run.nc`` name ``expert_<name>``.
+    min_hamming : int or None
+        Its Hamming distance to the nearest design ranked above it in its template (None for the
+        first).
+    sequence : str
+        The sequence as the run decoded it.
+    site_prob : float, optional
+        The designed positions' mean conditional probability, each read with only itself masked.
+    memorized : bool, optional
+        ``site_prob >= MEMORIZED_PROB`` (:data:`~mlm_ppl.diagnostics.MEMORIZED_PROB`): the model
+        predicts the loop from the rest as from memory, as it does sequences it was trained on.
+    mutations : tuple of str or None, optional
+        Where a reference loop is known (the run's constraint spec's, or ``reference=``), the
+        mutations from it, EvoProtGrad's way: ``"D3G"`` for the reference's D at the loop's third
+        designed position taken by G (None: no reference of the loop's length).
+    relative : dict of str to float or None, optional
+        ``energy`` and each expert column less the reference's own (the template with the reference
+        loop on the designed positions: ``E - E(reference)``, ``f_k - f_k(reference)``); None
+        without a reference.
+    loop : str, optional
+        The designed positions' tokens (residues joined, words separated by spaces).
+    """
 
     rank: int
     template: str
@@ -131,11 +201,25 @@ class Design:
 
 @dataclass(frozen=True)
 class Designs:
-    """What :func:`pick_designs` found: the ``designs`` (template by template, each in rank
-    order), the ``experts`` columns, and ``found``, the number picked per template (fewer than
-    ``top`` where too few candidates lie ``min_hamming`` apart), and ``excluded``, per template, the
-    distinct sequences ``novel_from`` left out and the memorized loops ``exclude_memorized`` passed
-    over."""
+    """What :func:`pick_designs` found: the designs, template by template, and what was left out.
+
+    Parameters
+    ----------
+    designs : list of Design
+        The designs, template by template, each in rank order.
+    top : int
+        The most designs picked per template.
+    min_hamming : int
+        The least Hamming distance between two designs of a template.
+    experts : list of str, optional
+        The expert columns.
+    found : dict of str to int, optional
+        The number picked per template (fewer than ``top`` where too few candidates lie
+        ``min_hamming`` apart).
+    excluded : dict of str to dict of str to int, optional
+        Per template, the distinct sequences ``where`` and ``novel_from`` left out and the memorized
+        loops ``exclude_memorized`` passed over.
+    """
 
     designs: list[Design]
     top: int
@@ -145,8 +229,14 @@ class Designs:
     excluded: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_frame(self) -> Any:
-        """The table as a ``pandas.DataFrame``, a row per design, typed: the columns of
-        :meth:`to_tsv` and ``loop`` (the designed positions' tokens) before ``sequence``."""
+        """The table as a ``pandas.DataFrame``, a row per design, typed.
+
+        Returns
+        -------
+        pandas.DataFrame
+            The columns of :meth:`to_tsv` but ``feasible``, with ``loop`` (the designed positions'
+            tokens) before ``sequence``.
+        """
         import pandas as pd
 
         rows = []
@@ -164,15 +254,29 @@ class Designs:
         return pd.DataFrame(rows)
 
     def short(self) -> dict[str, int]:
-        """The templates with fewer than ``top`` designs, and how many each has."""
+        """The templates with fewer than ``top`` designs, and how many each has.
+
+        Returns
+        -------
+        dict of str to int
+            Template name -> designs found, for each template short of ``top``.
+        """
         return {name: k for name, k in self.found.items() if k < self.top}
 
     def to_tsv(self) -> str:
-        """Tab-separated: rank, template, chain, draw, count, lp, energy, feasible (always 1: only
-        feasible draws are picked), one column per expert, site_prob, memorized (1 or 0), and where
-        a design has a reference loop n_mutations, mutations (``D3G,R4Y``; empty: none),
-        delta_energy and one delta per expert (the design's value less the reference's), then
-        min_hamming (empty for the first of a template), sequence."""
+        """The table as tab-separated text, a line per design under a header.
+
+        The columns: rank, template, chain, draw, count, lp, energy, feasible (always 1: only feasible
+        draws are picked), one column per expert, site_prob, memorized (1 or 0), and where a design has
+        a reference loop n_mutations, mutations (``D3G,R4Y``; empty: none), delta_energy and one delta
+        per expert (the design's value less the reference's), then min_hamming (empty for the first of
+        a template), sequence.
+
+        Returns
+        -------
+        str
+            The table, ending with a newline.
+        """
         header = ["rank", "template", "chain", "draw", "count", "lp", "energy", "feasible", *self.experts]
         relative = any(d.mutations is not None for d in self.designs)
         deltas = ["energy", *self.experts] if any(d.relative is not None for d in self.designs) else []
@@ -219,32 +323,60 @@ def pick_designs(
     reference: str | None = None,
     where: str | None = None,
 ) -> Designs:
-    """The best distinct designs of the run or batch in ``directory`` (made by ``mlm-ppl
-    sample``; see the module docstring for the rule): up to ``top`` per template, at Hamming
-    distance ``>= min_hamming`` from each other.
+    """Pick the best distinct designs of a run or batch directory (made by ``mlm-ppl sample``).
 
-    Filters: ``novel_from`` (a file of loops, one per line, or the loops themselves) leaves out,
-    before the picking, every loop at Hamming distance below ``min_distance`` from one of them
-    (loops of another length are no match; a file with none of the run's loop lengths is refused);
-    ``exclude_memorized`` passes over every memorized loop (``site_prob >= MEMORIZED_PROB``) the
-    picking reaches and picks on. :attr:`Designs.excluded` counts, per template, the distinct
-    sequences ``novel_from`` left out and the memorized loops ``exclude_memorized`` passed over.
+    Up to ``top`` per template, at Hamming distance ``>= min_hamming`` from each other (the rule:
+    :mod:`mlm_ppl.designs`). A run still going, cut off or resumed since its ``run.nc`` is read from
+    its checkpoint (its draws so far; :func:`~mlm_ppl.jobs.read_current`: the model is loaded); for
+    a ``run.nc`` without the memorization columns (written before them, or of more distinct states
+    than a run's end reads: :data:`~mlm_ppl.diagnostics.SITE_COPY_BUDGET`) the model reads the
+    picks' alone. Every template's run is read and checked before anything is picked. A template
+    with fewer candidates than ``top`` at that distance is no error: :attr:`Designs.found` and
+    :meth:`Designs.short` say how many it has.
 
-    A run still going, cut off or resumed since its ``run.nc`` is read from its checkpoint (its
-    draws so far; :func:`~mlm_ppl.campaign.current.read_current`: the model is loaded); for a ``run.nc``
-    without the memorization columns (written before them, or of more distinct states than a run's
-    end reads: :data:`~mlm_ppl.diagnostics.SITE_COPY_BUDGET`) the model reads the picks' alone.
-    ``trust_code``: consent to code experts in the record of a run read so. ``reference``: a loop of
-    the designed positions (residues, or tokens separated by spaces) the designs' ``mutations`` are
-    counted from; by default the run's constraint spec's ``reference`` where it has one.
-    ``where``: a condition on the draws' columns (:mod:`.where`: ``"hydropathy < reference and
-    n_mutations <= 4"``); the draws that fail it are left out before the picking.
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The run or batch directory.
+    top : int, optional
+        The most designs per template (default 10).
+    min_hamming : int, optional
+        The least Hamming distance between two designs of a template (default 1).
+    exclude_memorized : bool, optional
+        Pass over every memorized loop (``site_prob >= MEMORIZED_PROB``) the picking reaches and pick
+        on.
+    novel_from : str or os.PathLike or sequence of str or None, optional
+        A file of loops, one per line, or the loops themselves: every loop at Hamming distance below
+        ``min_distance`` from one of them is left out before the picking (loops of another length
+        are no match; a file with none of the run's loop lengths is refused).
+    min_distance : int, optional
+        The distance of ``novel_from`` (default 1).
+    trust_code : bool, optional
+        Consent to code experts in the record of a run read from its checkpoint.
+    reference : str or None, optional
+        A loop of the designed positions (residues, or tokens separated by spaces) the designs'
+        ``mutations`` are counted from; by default the run's constraint spec's ``reference`` where it
+        has one.
+    where : str or None, optional
+        A condition on the draws' columns (the language of ``mlm_ppl.designs.where``, e.g.
+        ``"hydropathy < reference and n_mutations <= 4"``); the draws that fail it are left out
+        before the picking.
 
-    Every template's run is read and checked before anything is picked. A ValueError (one
-    line) for a ``top`` below 1 or a negative ``min_hamming``, a directory that is not an
-    mlm-ppl sampling run or batch, a run with no draws yet, files that do not match, or no feasible
-    draw anywhere ("nothing to pick"). A template with fewer candidates than ``top`` at that
-    distance is no error: :attr:`Designs.found` and :meth:`Designs.short` say how many it has.
+    Returns
+    -------
+    Designs
+        The designs, the number found per template, and what the filters left out
+        (:attr:`Designs.excluded`).
+
+    Raises
+    ------
+    ValueError
+        One line: for a ``top`` below 1, a negative ``min_hamming`` or a ``min_distance`` below 1, a
+        directory that is not an mlm-ppl sampling run or batch, a run with no draws yet, files that
+        do not match, no feasible draw anywhere ("nothing to pick"), ``novel_from`` loops or a
+        ``reference`` of none of the designed loops' lengths, or a ``where`` that cannot be read.
+    TypeError
+        Where ``top``, ``min_hamming`` or ``min_distance`` is not an integer.
     """
     top, min_hamming = check_count(top, "top", 1), check_count(min_hamming, "min_hamming", 0)
     min_distance = check_count(min_distance, "min_distance", 1)
@@ -361,9 +493,29 @@ def _where(text: str, d: RunDraws, reference: str | None, at_reference: dict[str
 
 
 def mutations(loop: tuple[str, ...], reference: str | None) -> tuple[str, ...] | None:
-    """The changes from ``reference`` (a loop: residues, or tokens separated by spaces) to ``loop``
-    (its tokens), each ``<old><position><new>`` with positions counted from 1 along the designed
-    positions; None without a reference or for one of another length."""
+    """The changes from a reference loop to a loop, each ``<old><position><new>``.
+
+    Parameters
+    ----------
+    loop : tuple of str
+        The loop's tokens.
+    reference : str or None
+        The reference loop: residues, or tokens separated by spaces.
+
+    Returns
+    -------
+    tuple of str or None
+        The changes, positions counted from 1 along the designed positions; None without a
+        reference or for one of another length.
+
+    Examples
+    --------
+    >>> from mlm_ppl.designs import mutations
+    >>> mutations(("D", "G", "E", "Y"), "DREF")
+    ('R2G', 'F4Y')
+    >>> mutations(("D", "G"), "DREF") is None
+    True
+    """
     if reference is None:
         return None
     ref = loop_tokens(reference)

@@ -176,10 +176,42 @@ def _pad(idata: Any) -> int | None:
 
 
 def recorded_settings(attrs: dict, path: Path) -> tuple[RunSettings, dict[str, float]]:
-    """The settings ``run.nc`` was made with (recorded in it as ``config``), and the name and weight
-    of each expert of its constraints (:func:`~mlm_ppl.models.constraints.recorded_expert_weights`).
-    The spec is not built: designs needs no expert's function, and building one imports its
-    ``module:function`` or loads its classifier."""
+    """Read the settings a ``run.nc`` was made with, and its experts' names and weights.
+
+    The settings are recorded in ``run.nc`` as ``config``. The spec is not built: designs needs no
+    expert's function, and building one imports its ``module:function`` or loads its classifier.
+
+    Parameters
+    ----------
+    attrs : dict
+        The attributes of the run's InferenceData.
+    path : pathlib.Path or str
+        The run directory, for the messages.
+
+    Returns
+    -------
+    settings : RunSettings
+        The settings, every one but the constraints checked (``constraints`` None).
+    weights : dict of str to float
+        The name and weight of each expert of its constraints
+        (:func:`~mlm_ppl.models.constraints.recorded_expert_weights`).
+
+    Raises
+    ------
+    ValueError
+        Where the attributes record no settings, or settings that are not JSON, not a mapping, or
+        not valid.
+
+    Examples
+    --------
+    >>> import json
+    >>> from mlm_ppl.designs import recorded_settings
+    >>> from mlm_ppl.settings import RunSettings
+    >>> record = RunSettings(template="AC[MASK]E").to_dict()
+    >>> settings, weights = recorded_settings({"config": json.dumps(record)}, "run")
+    >>> settings.template, weights
+    ('AC[MASK]E', {})
+    """
     config = attrs.get("config")
     if not isinstance(config, str):
         raise ValueError(f"{path}/run.nc records no settings (no config attribute); it was not made by mlm-ppl sample")

@@ -5,10 +5,10 @@ the log density ``lp``, the Hamming distance to each chain's start and to a refe
 indicators of chosen tokens at chosen positions, and any user function of the decoded
 sequence. ArviZ (``>=0.21,<1``) and matplotlib are imported lazily.
 
-One module a job: :mod:`.data` (InferenceData of runs, ``run.nc``), :mod:`.summary` (R-hat, ESS
-and each chain's verdict), :mod:`.lengths` (a variable gap's length marginal), :mod:`.plots` and
-:mod:`.loops` (the loop distribution), :mod:`.sites` (the designed positions as the model reads them:
-memorized or not), :mod:`.deep` (the deepest states the chains visited). Every public name is importable from here.
+One module a job: ``data`` (InferenceData of runs, ``run.nc``), ``summary`` (R-hat, ESS
+and each chain's verdict), ``lengths`` (a variable gap's length marginal), ``plots`` and
+``loops`` (the loop distribution), ``sites`` (the designed positions as the model reads them:
+memorized or not), ``deep`` (the deepest states the chains visited). Every public name is importable from here.
 """
 
 from .data import (

@@ -1,21 +1,21 @@
 """How states move: MCMC kernels over token sequences, batched chains, the Pyro adapter, and
 exact enumeration of tiny state spaces.
 
-* :mod:`.spec`: how a kernel declares itself (name, Options, State, Info, capabilities);
-  :mod:`.registry`: the kernels by name (:func:`register` adds one everywhere);
-* :mod:`.base`: the kernel contract, the one ``accept``, proposals, scans, starting states;
-  :mod:`.annealing`: schedules a run records, and the note of an annealed run;
-* :mod:`.mh`, :mod:`.surrogate_mh`, :mod:`.tempering` (replica exchange), :mod:`.pseudo_gibbs`,
-  :mod:`.mask_predict`, :mod:`.jump` (gap-jump: the lengths of a variable gap): one algorithm each;
-* :mod:`.exact`: enumeration and exact transition matrices;
-* :mod:`.streams`: one random stream per chain (a chain's draws depend only on ``(seed, c)``);
-  :mod:`.starts`: starting states that break no hard rule;
-* :mod:`.runner`: batched chains with checkpoints; :mod:`.api`: kernels by name (a whole job: :func:`mlm_ppl.sample`);
-  :mod:`.estimate`: what a run will cost, before it starts;
-  :mod:`.distributed`: the same chains split over Ray workers;
-* :mod:`.pyro_kernel`: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``; :mod:`.gibbs`:
+* ``spec``: how a kernel declares itself (name, Options, State, Info, capabilities);
+  ``registry``: the kernels by name (:func:`register` adds one everywhere);
+* ``base``: the kernel contract, the one ``accept``, proposals, scans, starting states;
+  ``annealing``: schedules a run records, and the note of an annealed run;
+* ``mh``, ``surrogate_mh``, ``tempering`` (replica exchange), ``pseudo_gibbs``,
+  ``mask_predict``, ``jump`` (gap-jump: the lengths of a variable gap): one algorithm each;
+* ``exact``: enumeration and exact transition matrices;
+* ``streams``: one random stream per chain (a chain's draws depend only on ``(seed, c)``);
+  ``starts``: starting states that break no hard rule;
+* ``runner``: batched chains with checkpoints; ``api``: kernels by name (a whole job: :func:`mlm_ppl.sample`);
+  ``estimate``: what a run will cost, before it starts;
+  ``distributed``: the same chains split over Ray workers;
+* ``pyro_kernel``: :class:`MLMKernel`, a ``pyro.infer.mcmc.MCMCKernel``; ``gibbs``:
   :class:`MLMGibbs`, token sites beside continuous sites moved by ``NUTS``/``HMC``;
-  :mod:`.pyro_sites`: what both read of a Pyro model's token sites.
+  ``pyro_sites``: what both read of a Pyro model's token sites.
 """
 
 from . import exact

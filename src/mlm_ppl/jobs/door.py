@@ -60,29 +60,104 @@ def sample(
     backend: str | None = None,
     **keys: Any,
 ) -> SampledRun | BatchRun:
-    """Run a sampling job: C chains on the masked positions of ``template``, in memory or, with
-    ``out=DIR``, in a run directory the command line can resume, diagnose and pick designs from.
+    """Run a sampling job: chains on the masked positions of a template, in memory or in a run directory.
 
-    ``model``: a :class:`~mlm_ppl.MaskedLM`, or a name :func:`~mlm_ppl.load_mlm` loads. ``kernel``:
-    a name of :data:`~mlm_ppl.inference.KERNELS` (default ``mh``), with its options in
-    ``kernel_options`` or as further keyword arguments. ``constraints``: a
-    :class:`~mlm_ppl.ConstraintSpec` or a spec file (rules and experts, exact: docs/constraints.md);
-    ``log_factor``: a function ``tokens (N, L) -> (N,)`` of extra log-density terms (a run in
-    memory only: a directory records its target, and code only as a spec's expert). ``init``: how
-    the masks are first filled, or the ``(C, L)`` tokens to start from (in memory).
+    With ``out=DIR`` the job runs in a run directory the command line can resume, diagnose and pick
+    designs from; a run there continues with :func:`resume` after an interruption, exactly. Every
+    argument is checked before any model loads, and the run's cost is estimated before any step.
 
-    Every other key of a job (:class:`~mlm_ppl.jobs.JobSpec`) is a keyword argument:
-    ``templates`` (a batch), ``length`` (a whole sequence), ``length_mode`` and ``length_prior``
-    (a variable gap ``MASK{a,b}``: ``"jump"``, one run whose chains move between lengths, or
-    ``"strata"``, one run per length), ``energy``, ``temperature``, ``thin``, ``seed``, ``anneal``,
-    ``until_converged``, ``starts_from``, ``workers`` (Ray), ``out``, ``overwrite``, ``force``,
-    ``checkpoint_seconds``, ``threads`` (torch's threads while the job runs; default: one per core),
-    ``dtype``, ``device``. ``trust_code``: allow spec experts that name
-    Python code. A batch (``templates``, or ``length_mode="strata"``) needs ``out``.
+    Parameters
+    ----------
+    model : MaskedLM or str
+        A :class:`~mlm_ppl.MaskedLM`, or a name or path :func:`~mlm_ppl.load_mlm` loads. A run
+        directory records the model by its name and loads it again on resume: give it a model
+        :func:`~mlm_ppl.load_mlm` can load (``"antiberty"``, a saved model's directory).
+    template : str or None, optional
+        Mask tokens at the positions to sample (text, not token ids); a variable gap ``MASK{a,b}``
+        gives loops of several lengths. None where ``length`` or ``templates`` is given instead.
+    kernel : str or None, optional
+        A name of :data:`~mlm_ppl.inference.KERNELS` (default ``"mh"``), with its options in
+        ``kernel_options`` or as further keyword arguments.
+    kernel_options : mapping of str to object or None, optional
+        The kernel's own options.
+    constraints : ConstraintSpec or str or None, optional
+        A :class:`~mlm_ppl.ConstraintSpec` or a spec file (rules and experts, exact:
+        docs/constraints.md).
+    log_factor : callable or None, optional
+        A function ``tokens (N, L) -> (N,)`` of extra log-density terms (a run in memory only: a
+        directory records its target, and code only as a spec's expert).
+    num_chains : int, optional
+        Chains, advanced together (default 4).
+    num_samples : int, optional
+        Draws kept per chain (default 100).
+    warmup_steps : int, optional
+        Steps discarded before the first draw (default 0).
+    init : str or torch.Tensor or None, optional
+        How the masks are first filled (a name of :data:`~mlm_ppl.inference.INITS`), or the
+        ``(C, L)`` tokens to start from (a run in memory only).
+    progress : bool, optional
+        Whether to show a progress bar.
+    trust_code : bool, optional
+        Allow spec experts that name Python code.
+    backend : str or None, optional
+        Deprecated: ``"local"`` or ``"ray"``; ``workers=N`` alone runs the chains on N Ray workers.
+    **keys
+        Every other key of a job (:class:`~mlm_ppl.JobSpec`): ``templates`` (a batch), ``length`` (a
+        whole sequence), ``length_mode`` and ``length_prior`` (a variable gap: ``"jump"``, one run
+        whose chains move between lengths, or ``"strata"``, one run per length), ``energy``,
+        ``temperature``, ``thin``, ``seed``, ``anneal``, ``until_converged``, ``starts_from``,
+        ``workers`` (Ray), ``out``, ``overwrite``, ``force``, ``checkpoint_seconds``, ``threads``
+        (torch's threads while the job runs; default: one per core), ``dtype``, ``device``. A batch
+        (``templates``, or ``length_mode="strata"``) needs ``out``. The other keys are the kernel's
+        own options, as Pyro's kernels take them.
 
-    Returns a :class:`~mlm_ppl.jobs.SampledRun` (the draws, with ``inference_data()``,
-    ``summary()`` and ``designs()``), or for a batch a :class:`~mlm_ppl.jobs.BatchRun`. A run in a
-    directory continues with :func:`resume` after an interruption, exactly.
+    Returns
+    -------
+    SampledRun or BatchRun
+        The draws, with ``inference_data()``, ``summary()`` and ``designs()``
+        (:class:`~mlm_ppl.SampledRun`), or for a batch a :class:`~mlm_ppl.BatchRun`.
+
+    Raises
+    ------
+    TypeError
+        Where ``template`` is token ids, or a key has the wrong type.
+    ValueError
+        Where a key is unknown or bad, keys do not go together (``log_factor``, ``init`` tokens or
+        Python kernel options with ``out``; a batch without ``out``; an unknown ``backend``), a
+        directory is in the way (the message says how to resume or replace it), or the run's
+        estimate is past half of the machine's memory or past a day without ``force``.
+    WorkersLostError
+        Where Ray workers died more often than Ray restarts them
+        (``mlm_ppl.inference.distributed.WorkersLostError``); the message says what was kept.
+
+    Warns
+    -----
+    LongRunWarning
+        For a big run (:class:`~mlm_ppl.inference.LongRunWarning`): its estimate.
+    DeprecationWarning
+        For ``backend``.
+
+    See Also
+    --------
+    mlm_ppl.resume : Continue a run directory's run or batch.
+    mlm_ppl.load_run : Read a run or batch back from its directory.
+    mlm_ppl.JobSpec : Every key of a job.
+
+    Examples
+    --------
+    >>> import mlm_ppl
+    >>> from mlm_ppl.testing import save_tiny, tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)  # mlm_ppl.load_mlm("antiberty") for the real model
+    >>> run = mlm_ppl.sample(mlm, "AC[MASK][MASK]E", num_chains=2, num_samples=10, seed=0)
+    >>> run.tokens.shape  # (chains, draws, tokens with [CLS] and [SEP])
+    torch.Size([2, 10, 7])
+
+    A run directory records a model it can load again: here the tiny model, saved.
+
+    >>> model = save_tiny(mlm, "model")
+    >>> run = mlm_ppl.sample("model", "AC[MASK][MASK]E", num_chains=2, num_samples=10, out="run")
+    >>> run.directory.name, (run.directory / "run.nc").is_file()
+    ('run', True)
     """
     if backend is not None:
         warnings.warn(
@@ -132,10 +207,56 @@ def run_job(
     progress: bool = False,
     notes: Notes | None = None,
 ) -> SampledRun | BatchRun:
-    """Run ``job`` (:class:`~mlm_ppl.jobs.JobSpec`): in memory, in its run directory ``job.out``,
-    or as a batch there. ``mlm``: the model already in memory (its name is the job's model);
-    ``log_factor`` and ``init`` tokens: a run in memory only. Code experts of the job's spec were
-    read with the caller's consent (:func:`~mlm_ppl.models.constraints.trusting_code`)."""
+    """Run a job: in memory, in its run directory ``job.out``, or as a batch there.
+
+    Parameters
+    ----------
+    job : JobSpec
+        The job (:class:`~mlm_ppl.JobSpec`).
+    mlm : MaskedLM or None, optional
+        The model already in memory (its name is the job's model); None: loaded from the job's
+        ``model``.
+    log_factor : callable or None, optional
+        A function ``tokens (N, L) -> (N,)`` of extra log-density terms (a run in memory only).
+    init : torch.Tensor or None, optional
+        ``(C, L)`` tokens to start from (a run in memory only).
+    progress : bool, optional
+        Whether to show a progress bar.
+    notes : callable or None, optional
+        Where the job's notes go, one line each (torch's threads, its estimate when it is big, an
+        annealed run's caveat); the command line prints them on stderr. None: the estimate is a
+        :class:`~mlm_ppl.inference.LongRunWarning`.
+
+    Returns
+    -------
+    SampledRun or BatchRun
+        The run (:class:`~mlm_ppl.SampledRun`), or for a batch a :class:`~mlm_ppl.BatchRun`.
+
+    Raises
+    ------
+    ValueError
+        Where ``log_factor``, ``init`` tokens or Python kernel options come with ``job.out`` (no
+        record holds them), ``job.out`` is where the run it starts from is, a batch has no
+        ``job.out``, a directory is in the way, or the run's estimate is refused; and the errors of
+        building the model, target and kernel (:func:`~mlm_ppl.campaign.build`).
+    WorkersLostError
+        Where Ray workers died more often than Ray restarts them
+        (``mlm_ppl.inference.distributed.WorkersLostError``).
+
+    Notes
+    -----
+    Code experts of the job's spec were read with the caller's consent
+    (:func:`~mlm_ppl.models.constraints.trusting_code`).
+
+    Examples
+    --------
+    >>> from mlm_ppl import JobSpec, run_job
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> job = JobSpec(template="AC[MASK][MASK]E", num_chains=2, num_samples=10)
+    >>> run = run_job(job, mlm=tiny_residue_bert("ACDE", seed=1))
+    >>> run.tokens.shape, run.directory is None
+    (torch.Size([2, 10, 7]), True)
+    """
     with torch_threads(job.threads, notes):
         return _run_job(job, mlm, log_factor, init, progress, notes)
 
@@ -239,16 +360,63 @@ def resume(
     threads: int | None = None,
     force: bool = False,
 ) -> SampledRun | BatchRun:
-    """Continue the run or batch in ``directory`` exactly: the draws of the run uninterrupted.
+    """Continue the run or batch in a directory exactly: the draws of the run uninterrupted.
 
-    ``num_samples`` higher than the run's raises its cap and goes on to it (refused for an annealed
-    run, a run on Ray workers, and a batch). ``expect``: job keys the caller expects the run to have
-    (the command line's flags given with ``--resume``); a difference is refused, naming each.
-    ``trust_code``: consent to code experts in the run's record. ``threads``: torch's threads while
-    it runs (the run's draws do not depend on them: docs/performance.md, "Threads"). A new cap, and a
-    run whose ``config.json`` has no checkpoint to agree with, are held to a new run's limits (its
-    size and time estimate, at most 1000 chains) unless ``force``, before anything is written; so
-    are a batch's runs with no checkpoint yet."""
+    A new cap, and a run whose ``config.json`` has no checkpoint to agree with, are held to a new
+    run's limits (its size and time estimate, at most :data:`~mlm_ppl.settings.MAX_CHAINS` chains)
+    unless ``force``, before anything is written; so are a batch's runs with no checkpoint yet.
+
+    Parameters
+    ----------
+    directory : str or pathlib.Path
+        The run or batch directory.
+    num_samples : int or None, optional
+        A cap higher than the run's raises it and the run goes on to it (refused for an annealed run,
+        a run on Ray workers, and a batch); None: the run's own.
+    progress : bool, optional
+        Whether to show a progress bar.
+    checkpoint_seconds : float, optional
+        Seconds between two checkpoints (default 30).
+    trust_code : bool, optional
+        Consent to code experts in the run's record.
+    expect : mapping of str to object or None, optional
+        Job keys the caller expects the run to have (the command line's flags given with
+        ``--resume``); a difference is refused, naming each.
+    notes : callable or None, optional
+        Where the job's notes go, as for :func:`run_job`.
+    threads : int or None, optional
+        Torch's threads while it runs (the run's draws do not depend on them: docs/performance.md,
+        "Threads"); None: torch's default.
+    force : bool, optional
+        Run past the size limits.
+
+    Returns
+    -------
+    SampledRun or BatchRun
+        The run, finished (:class:`~mlm_ppl.SampledRun`), or for a batch a :class:`~mlm_ppl.BatchRun`.
+
+    Raises
+    ------
+    ValueError
+        Where the directory holds no run or batch to resume, its files differ from its record,
+        ``expect`` differs from the run's settings or holds keys that start a new run, the new cap is
+        refused, or the run is past the size limits without ``force``.
+    RunLockedError
+        While another process holds the run (:class:`~mlm_ppl.rundir.RunLockedError`).
+    WorkersLostError
+        Where Ray workers died more often than Ray restarts them
+        (``mlm_ppl.inference.distributed.WorkersLostError``).
+
+    Examples
+    --------
+    >>> import mlm_ppl
+    >>> from mlm_ppl.testing import save_tiny, tiny_residue_bert
+    >>> model = save_tiny(tiny_residue_bert("ACDE", seed=1), "model")
+    >>> _ = mlm_ppl.sample("model", "AC[MASK][MASK]E", num_chains=2, num_samples=10, out="run")
+    >>> run = mlm_ppl.resume("run", num_samples=20)  # continue it exactly, to a higher cap
+    >>> run.tokens.shape
+    torch.Size([2, 20, 7])
+    """
     if threads is not None:
         check_count(threads, "threads", 1)
     with trusting_code(trust_code), torch_threads(threads, notes):

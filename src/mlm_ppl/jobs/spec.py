@@ -49,34 +49,109 @@ __all__ = ["JobSpec", "JOB_KEYS"]
 
 @dataclass(frozen=True)
 class JobSpec:
-    """Every setting of a sampling job, under the names the Python call, the job file and the flags
-    share (Pyro's ``num_chains``, ``num_samples``, ``warmup_steps``).
+    """Every setting of a sampling job, under the names the Python call, the job file and the flags share.
 
-    What is sampled: ``model`` (a name :func:`~mlm_ppl.load_mlm` loads); exactly one of
-    ``template`` (mask tokens at the positions to sample; a variable gap ``MASK{a,b}`` gives loops
-    of several lengths), ``length`` (a whole sequence of N tokens) or ``templates`` (a batch: a
-    file of one template per line, or ``(name, template)`` pairs, each run with the same
-    settings); ``length_mode`` (``jump`` or ``strata``) and ``length_prior`` (``uniform`` or a file
-    of lines ``LENGTH<TAB>WEIGHT``) for a variable gap; ``energy``, ``temperature``;
-    ``constraints`` (a :class:`~mlm_ppl.ConstraintSpec`, a spec file, or its mapping).
+    The names are Pyro's (``num_chains``, ``num_samples``, ``warmup_steps``). Every key is checked
+    when the spec is made, before any model loads; a TypeError or ValueError names the key to fix.
 
-    How: ``kernel`` (a name of :data:`~mlm_ppl.inference.KERNELS`; default ``mh``, or the first
-    kernel that moves lengths for ``length_mode="jump"``) and ``kernel_options`` (that kernel's
-    own options, checked by its ``Options``); ``num_chains``, ``num_samples``, ``warmup_steps``,
-    ``thin``, ``seed``, ``init``, ``anneal`` (``"FROM:TO"``), ``until_converged``, ``dtype``,
-    ``device``; ``starts_from`` (a run directory whose chains' states this run starts from);
-    ``workers`` (Ray workers; None: this process).
+    Parameters
+    ----------
+    model : str, optional
+        What is sampled: a name :func:`~mlm_ppl.load_mlm` loads (default ``"antiberty"``).
+    template : str or None, optional
+        Mask tokens at the positions to sample; a variable gap ``MASK{a,b}`` gives loops of several
+        lengths. Exactly one of ``template``, ``length`` and ``templates``.
+    length : int or None, optional
+        A whole sequence of N tokens.
+    templates : str or sequence of tuple of (str, str) or None, optional
+        A batch: a file of one template per line (``TEMPLATE`` or ``NAME<TAB>TEMPLATE``), or
+        ``(name, template)`` pairs, each run with the same settings.
+    length_mode : str or None, optional
+        For a variable gap: ``"jump"`` (one run whose chains move between lengths) or ``"strata"``
+        (one run per length). Default: ``"jump"`` where ``kernel`` names a kernel that moves lengths.
+    length_prior : str or LengthPrior or None, optional
+        For a variable gap: ``"uniform"`` (None) or a file of lines ``LENGTH<TAB>WEIGHT``.
+    energy : str, optional
+        ``"norm"`` (default) or ``"raw"``.
+    temperature : float, optional
+        The target temperature T (default 1.0).
+    constraints : ConstraintSpec or str or mapping or None, optional
+        A :class:`~mlm_ppl.ConstraintSpec`, a spec file, or its mapping.
+    kernel : str or None, optional
+        How: a name of :data:`~mlm_ppl.inference.KERNELS`; default ``"mh"``, or the first kernel
+        that moves lengths for ``length_mode="jump"``.
+    kernel_options : mapping of str to object, optional
+        That kernel's own options, checked by its ``Options``; an option of another kernel is refused
+        with its kernel's name.
+    num_chains : int, optional
+        Chains, advanced together (default 4); more than :data:`~mlm_ppl.settings.MAX_CHAINS` only
+        with ``force``.
+    num_samples : int, optional
+        Draws kept per chain (default 100).
+    warmup_steps : int, optional
+        Steps discarded before the first draw (default 0).
+    thin : int, optional
+        Keep every k-th step (default 1).
+    seed : int, optional
+        Seed of every chain's random stream (default 0).
+    init : str or None, optional
+        How the masks are first filled (None: ``"sample"``); not with ``starts_from``.
+    anneal : str or None, optional
+        ``"FROM:TO"``: tau geometrically from FROM to TO over the run, for a kernel that anneals.
+    until_converged : bool, optional
+        End the run once every chain converged (at most ``num_samples`` draws).
+    dtype : str or None, optional
+        The model's dtype (None: float32).
+    device : str or None, optional
+        The model's device (None: the CPU).
+    starts_from : str or None, optional
+        A run directory whose chains' states this run starts from (one run, not a batch).
+    workers : int or None, optional
+        Ray workers (None: this process).
+    out : str or None, optional
+        Where: the run directory (None: the run stays in memory).
+    overwrite : bool, optional
+        Replace an earlier run in ``out`` (default False).
+    force : bool, optional
+        Run past the size limits (default False).
+    checkpoint_seconds : float, optional
+        Seconds between two checkpoints of a run directory (default 30).
+    threads : int or None, optional
+        Torch's intra-op threads for this process while it runs the job (None: torch's default, one
+        per core).
 
-    Where: ``out`` (the run directory; None: the run stays in memory), ``overwrite``, ``force``
-    (run past the size limits), ``checkpoint_seconds``, ``threads`` (torch's intra-op threads for
-    this process while it runs the job; None: torch's default, one per core).
+    Attributes
+    ----------
+    settings : RunSettings
+        The run's record (:class:`~mlm_ppl.settings.RunSettings`, written to ``config.json``).
+    batch : tuple of tuple of (str, str) or None
+        The ``(name, template)`` pairs of a batch (``templates``, or the strata of a variable gap);
+        None for one run.
+    lengths : dict of str to object or None
+        A batch of strata's record of its gap and prior; None otherwise.
+    python_options : dict of str to object
+        The kernel options no record can hold (a ``temperature_schedule``, a Python callable: a run
+        in memory only).
 
-    A TypeError or ValueError names the key to fix. :attr:`settings` is the run's record (its
-    :class:`~mlm_ppl.settings.RunSettings`, written to ``config.json``); :attr:`batch` the
-    ``(name, template)`` pairs of a batch (``templates``, or the strata of a variable gap), None
-    for one run; :attr:`lengths` a batch of strata's record of its gap and prior;
-    :attr:`python_options` the kernel options no record can hold (a ``temperature_schedule``, a
-    Python callable: a run in memory only).
+    Raises
+    ------
+    TypeError, ValueError
+        Where a key has the wrong type or value, or keys do not go together; the message names the
+        key to fix.
+
+    See Also
+    --------
+    mlm_ppl.sample : Run a job given as keyword arguments.
+    mlm_ppl.run_job : Run a job.
+
+    Examples
+    --------
+    >>> from mlm_ppl import JobSpec
+    >>> job = JobSpec(template="AC[MASK][MASK]E", num_chains=2, num_samples=10)
+    >>> job.settings.kernel, job.settings.total_steps, job.batch is None
+    ('mh', 10, True)
+    >>> JobSpec(template="AC[MASK]{2,3}E", length_mode="strata").batch  # one run per length
+    (('L02', 'AC[MASK][MASK]E'), ('L03', 'AC[MASK][MASK][MASK]E'))
     """
 
     model: str = "antiberty"
@@ -228,9 +303,35 @@ class JobSpec:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], source: str | None = None) -> JobSpec:
-        """The job of a mapping of :data:`JOB_KEYS` (a job file's, the flags', keyword arguments').
-        An unknown key is refused with the key to write instead; with a ``source`` (a file), every
-        message starts with it."""
+        """Make the job of a mapping of :data:`~mlm_ppl.jobs.JOB_KEYS` (a job file's, the flags', keyword arguments').
+
+        Parameters
+        ----------
+        values : mapping of str to object
+            The job's keys.
+        source : str or None, optional
+            Where the keys come from (a file): every message then starts with it.
+
+        Returns
+        -------
+        JobSpec
+            The job, checked.
+
+        Raises
+        ------
+        ValueError
+            Where a key is unknown (the message says which key to write instead), or a value is bad.
+        TypeError
+            Where a value has the wrong type.
+
+        Examples
+        --------
+        >>> from mlm_ppl import JobSpec
+        >>> JobSpec.from_mapping({"template": "AC[MASK]E", "chains": 2}, "job.toml")
+        Traceback (most recent call last):
+        ...
+        ValueError: job.toml: unknown key 'chains'; write num_chains (Pyro's name; --chains is its flag)
+        """
         try:
             unknown = [k for k in values if k not in JOB_KEYS]
             if unknown:
@@ -243,10 +344,41 @@ class JobSpec:
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> JobSpec:
-        """The job in the TOML file ``path`` (format in the module docstring), its keys replaced by
-        ``overrides`` (the command line's flags) and its kernel options updated by theirs; a spec
-        file named by ``constraints`` is read relative to the job file. Every problem is one line
-        that names the file and the key."""
+        r"""Read the job in a TOML job file, with ``overrides`` over its keys.
+
+        The file holds the keys at its top level, the kernel's options in a ``[kernel_options]``
+        table and the constraints as a spec file's name (``constraints = "spec.toml"``, read relative
+        to the job file) or inline, as a ``[constraints]`` table in the spec file's own format. Its
+        keys are replaced by ``overrides`` (the command line's flags) and its kernel options updated
+        by theirs.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The job file.
+        **overrides
+            Job keys that replace the file's.
+
+        Returns
+        -------
+        JobSpec
+            The job, checked.
+
+        Raises
+        ------
+        ValueError, TypeError
+            Where the file cannot be read or is not TOML, or a key is unknown or bad; every problem is
+            one line that names the file and the key.
+
+        Examples
+        --------
+        >>> from pathlib import Path
+        >>> from mlm_ppl import JobSpec
+        >>> _ = Path("job.toml").write_text('template = "AC[MASK][MASK]E"\nnum_chains = 2\n')
+        >>> job = JobSpec.from_toml("job.toml", num_samples=10)
+        >>> job.num_chains, job.num_samples
+        (2, 10)
+        """
         return cls.from_mapping(read_job_file(path, overrides), str(path))
 
 
@@ -255,8 +387,35 @@ JOB_KEYS = tuple(f.name for f in dataclasses.fields(JobSpec) if f.init)
 
 
 def read_job_file(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The keys of the job file ``path`` with ``overrides`` over them (kernel options merged); a
-    relative ``constraints`` file name is resolved against the job file's folder."""
+    r"""Read the keys of a job file, with ``overrides`` over them.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The job file (TOML).
+    overrides : mapping of str to object or None, optional
+        Keys that replace the file's; their ``kernel_options`` are merged into the file's.
+
+    Returns
+    -------
+    dict of str to object
+        The job's keys, unchecked (:meth:`JobSpec.from_mapping <mlm_ppl.JobSpec.from_mapping>` checks
+        them); a relative ``constraints`` file name is resolved against the job file's folder, and an
+        inline ``[constraints]`` table is kept to be read as a spec file.
+
+    Raises
+    ------
+    ValueError
+        Where the file cannot be read, is not TOML, or its ``kernel_options`` is not a table.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from mlm_ppl.jobs import read_job_file
+    >>> _ = Path("job.toml").write_text('num_chains = 2\n[kernel_options]\nblock_size = 2\n')
+    >>> read_job_file("job.toml", {"kernel_options": {"top_k": 3}})
+    {'num_chains': 2, 'kernel_options': {'block_size': 2, 'top_k': 3}}
+    """
     data = read_toml(path, "job file")
     if not isinstance(data.get("kernel_options", {}), dict):
         raise ValueError(f"{path}: kernel_options must be a table ([kernel_options]) of the kernel's options")

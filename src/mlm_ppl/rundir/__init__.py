@@ -1,8 +1,8 @@
 """Run directories: owned, locked, written atomically; a checkpoint that is the run's record.
 
-* :mod:`.directory`: the owner (marker, lock, atomic writes) of any run directory;
-* :mod:`.checkpoint`: the checkpoint format of a sampling run;
-* :mod:`.outputs`: what a finished sampling run writes.
+* ``directory``: the owner (marker, lock, atomic writes) of any run directory;
+* ``checkpoint``: the checkpoint format of a sampling run;
+* ``outputs``: what a finished sampling run writes.
 
 Here: a sampling run's directory from start to resume. ``config.json`` holds its
 :class:`~mlm_ppl.settings.RunSettings`; the checkpoint holds them again, and a resume refuses a
