@@ -2,7 +2,7 @@
 
 The machines this project is built on have no network, so Sphinx cannot fetch each project's
 ``objects.inv``. These inventories list the objects of Python, PyTorch, Pyro, ArviZ,
-transformers, NumPy and pandas that mlm-ppl's pages and signatures name, each with its page on that
+transformers, NumPy, pandas and Biopython that mlm-ppl's pages and signatures name, each with its page on that
 project's site (the address in docs/conf.py's ``intersphinx_mapping`` plus the path below),
 under the names code uses and the names autodoc writes (a class's defining module). A name
 missing here is shown as plain text, not as a broken link. Add a line and rerun to link another.
@@ -32,6 +32,7 @@ OBJECTS: dict[str, list[tuple[str, str, str]]] = {
         ("list", "class", "library/stdtypes.html#$"),
         ("tuple", "class", "library/stdtypes.html#$"),
         ("random.Random", "class", "library/random.html#$"),
+        ("dataclasses.Field", "class", "library/dataclasses.html#$"),
         ("ValueError", "exception", "library/exceptions.html#$"),
         ("TypeError", "exception", "library/exceptions.html#$"),
         ("RuntimeError", "exception", "library/exceptions.html#$"),
@@ -50,6 +51,9 @@ OBJECTS: dict[str, list[tuple[str, str, str]]] = {
         ("torch.distributions.categorical.Categorical", "class", "distributions.html#$"),
         ("torch.distributions.Categorical", "class", "distributions.html#torch.distributions.categorical.Categorical"),
         ("torch.distributions.distribution.Distribution", "class", "distributions.html#$"),
+        ("torch.distributions.distribution.Distribution.batch_shape", "attribute", "distributions.html#$"),
+        ("torch.distributions.distribution.Distribution.event_shape", "attribute", "distributions.html#$"),
+        ("torch.distributions.constraints.Constraint", "class", "distributions.html#$"),
     ],
     "pyro": [
         ("pyro.infer.mcmc.api.MCMC", "class", "mcmc.html#$"),
@@ -61,6 +65,11 @@ OBJECTS: dict[str, list[tuple[str, str, str]]] = {
         ("pyro.infer.NUTS", "class", "mcmc.html#pyro.infer.mcmc.NUTS"),
         ("pyro.infer.mcmc.nuts.NUTS", "class", "mcmc.html#pyro.infer.mcmc.NUTS"),
         ("pyro.infer.mcmc.HMC", "class", "mcmc.html#$"),
+        ("pyro.infer.HMC", "class", "mcmc.html#pyro.infer.mcmc.HMC"),
+        ("pyro.distributions.Categorical", "class", "distributions.html#$"),
+        ("pyro.distributions.torch.Categorical", "class", "distributions.html#pyro.distributions.Categorical"),
+        ("pyro.primitives.enable_validation", "function", "primitives.html#$"),
+        ("pyro.enable_validation", "function", "primitives.html#pyro.primitives.enable_validation"),
         ("pyro.distributions.Distribution", "class", "distributions.html#$"),
         ("pyro.distributions.TorchDistribution", "class", "distributions.html#$"),
         (
@@ -99,6 +108,9 @@ OBJECTS: dict[str, list[tuple[str, str, str]]] = {
             "main_classes/tokenizer#transformers.PreTrainedTokenizerBase",
         ),
         ("transformers.AutoModelForMaskedLM", "class", "model_doc/auto#$"),
+    ],
+    "biopython": [
+        ("Bio.Align.PairwiseAligner", "class", "Bio.Align.html#$"),
     ],
     "pandas": [
         ("pandas.DataFrame", "class", "reference/api/pandas.DataFrame.html#$"),

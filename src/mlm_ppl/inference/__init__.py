@@ -34,15 +34,16 @@ from .base import (
 )
 from .estimate import Estimate, LongRunWarning, estimate_run
 from .gibbs import MLMGibbs
-from .jump import GapJump, GapJumpInfo, GapJumpOptions, GapJumpState
+from .distributed import GroupCheckpoints, WorkersLostError
+from .jump import GapJump, GapJumpInfo, GapJumpOptions, GapJumpState, JumpState
 from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictOptions, MaskPredictState
-from .mh import MetropolisHastings, MHInfo, MHOptions, MHState
+from .mh import MetropolisHastings, MHInfo, MHOptions, MHState, ProposalOptions
 from .pseudo_gibbs import PSEUDO_GIBBS_SCANS, PseudoGibbs, PseudoGibbsInfo, PseudoGibbsOptions, PseudoGibbsState
 from .pyro_kernel import MLMKernel
 from .pyro_runs import run_from_gibbs, run_from_mcmc
 from .registry import kernel_class, length_kernels, register, unregister
 from .runner import STAT_NAMES, Checkpoint, Run, run_chains, step_stats
-from .spec import Capabilities, KernelBase, Options, option
+from .spec import Capabilities, KernelBase, OptionInfo, Options, option
 from .streams import ChainStreams, chain_seed
 from .surrogate_mh import SurrogateInfo, SurrogateMH, SurrogateOptions, SurrogateState
 from .tempering import ReplicaInfo, ReplicaMH, ReplicaState, TemperingOptions
@@ -70,10 +71,13 @@ __all__ = [
     "estimate_run",
     "Estimate",
     "LongRunWarning",
+    "GroupCheckpoints",
+    "WorkersLostError",
     # kernels, and how one declares itself
     "Kernel",
     "KernelBase",
     "Options",
+    "OptionInfo",
     "option",
     "Capabilities",
     "StepInfo",
@@ -81,6 +85,7 @@ __all__ = [
     "MHOptions",
     "MHState",
     "MHInfo",
+    "ProposalOptions",
     "SurrogateMH",
     "SurrogateOptions",
     "SurrogateState",
@@ -101,6 +106,7 @@ __all__ = [
     "GapJumpOptions",
     "GapJumpState",
     "GapJumpInfo",
+    "JumpState",
     # pieces
     "accept",
     "proposal_log_probs",

@@ -6,6 +6,9 @@ from . import constraints
 from .constraints import ConstraintSpec, ConstraintTarget
 from .distribution import MaskedLMDistribution
 from .energy import ENERGIES, VARIANTS, EnergyTerms, energy_terms
+from .frozen import FrozenFrame
+from .gap_target import GapTarget
+from .gaps import GapTemplate, LengthPrior, LengthReference
 from .loading import antiberty_paths, load_mlm
 from .masked_lm import MaskedConditionals, MaskedLM, NonFiniteLogitsError
 from .pairs import PAIR_METHODS, PairConditionals, PairJoint, derive_pair_joint, pair_conditionals, pair_joint
@@ -44,7 +47,13 @@ __all__ = [
     "DerivedTarget",
     "WindowedTarget",
     "SurrogateTarget",
+    "FrozenFrame",
     "MaskedLMDistribution",
+    # a variable gap (a template's [MASK]{a,b}) and its lengths' prior
+    "GapTemplate",
+    "GapTarget",
+    "LengthPrior",
+    "LengthReference",
     # constraints (hard rules, soft experts, antibody liabilities)
     "constraints",
     "ConstraintSpec",
