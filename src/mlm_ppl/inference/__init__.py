@@ -32,9 +32,9 @@ from .base import (
     initial_tokens,
     proposal_log_probs,
 )
+from .distributed import GroupCheckpoints, WorkersLostError
 from .estimate import Estimate, LongRunWarning, estimate_run
 from .gibbs import MLMGibbs
-from .distributed import GroupCheckpoints, WorkersLostError
 from .jump import GapJump, GapJumpInfo, GapJumpOptions, GapJumpState, JumpState
 from .mask_predict import MaskPredict, MaskPredictInfo, MaskPredictOptions, MaskPredictState
 from .mh import MetropolisHastings, MHInfo, MHOptions, MHState, ProposalOptions

@@ -97,7 +97,8 @@ class SampledRun(Run):
         Returns
         -------
         Summary
-            The summary (:class:`~mlm_ppl.diagnostics.Summary`); a directory's as its end wrote it.
+            The summary (:class:`~mlm_ppl.diagnostics.Summary`): for a run just run in a directory, the
+            one its end wrote; otherwise computed from :meth:`inference_data`, and kept.
         """
         if self.report is None:
             self.report = summary(self.inference_data())
