@@ -83,3 +83,20 @@ def test_every_templates_kernel_is_checked_before_any_work(model_dir, tmp_path, 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "template 'two': block_size=3 is larger than the 2 free positions" in err and not out.exists()
+
+
+@pytest.mark.slow  # a constrained batch of one template: about 5 s
+def test_a_template_with_no_feasible_draw_names_no_best_design(model_dir, tmp_path, monkeypatch):
+    """summary.txt's best_energy and best_sequence are of feasible draws only: where a rule held
+    for no draw (forced here), they say so (nan, "-") instead of naming an infeasible draw."""
+    from mlm_ppl.models.constraints import BoundConstraints
+
+    monkeypatch.setattr(BoundConstraints, "feasible", lambda self, tokens: tokens.new_zeros(len(tokens), dtype=bool))
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[rules]]\nkind = "forbid"\nname = "no-w"\npattern = "W"\n')
+    templates = tmp_path / "templates.tsv"
+    templates.write_text("only\tA[MASK]C[MASK][MASK]\n")
+    out = tmp_path / "batch"
+    assert main([*_batch(model_dir, templates, out, "--constraints", str(spec)), "--draws", "4"]) == 0
+    row = (out / "summary.txt").read_text().splitlines()[-1].split("\t")
+    assert row[0] == "only" and row[-2] == "nan" and row[-1] == "-"

@@ -562,7 +562,8 @@ def run_template(
         ``rows``: per draw, ``(chain, draw, MLM energy, sequence, values)``, the values of
         ``columns``; ``columns``: ``feasible`` and each expert, for a constrained run (else empty);
         ``summary``: the run's summary line (``r_hat``, ``ess`` of ``lp``, ``acceptance``, and the
-        lowest energy ``best_energy`` among feasible draws, with its sequence ``best``).
+        lowest energy ``best_energy`` among feasible draws, with its sequence ``best``; NaN and
+        ``"-"`` where no draw is feasible).
 
     Raises
     ------
@@ -600,7 +601,8 @@ def run_template(
         for d, seq in enumerate(mlm.decode(result.tokens[c]))
     ]
     feasible_rows = [r for r in rows if constraints is None or r[4][0] == 1.0]
-    best = min(feasible_rows or rows, key=lambda r: r[2])  # the lowest energy among feasible draws
+    # the lowest energy among feasible draws; none feasible, none named (an infeasible draw would read as a design)
+    best = min(feasible_rows, key=lambda r: r[2]) if feasible_rows else (0, 0, float("nan"), "-", ())
     lp = report.table.loc["lp"] if "lp" in report.table.index else None
     line = dict(
         r_hat=float(lp["r_hat"]) if lp is not None else float("nan"),
