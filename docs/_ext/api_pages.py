@@ -26,6 +26,7 @@ PACKAGES = {
     "mlm_ppl.models.constraints": "Constrained generation: rules, weighted experts, liabilities, spec files.",
     "mlm_ppl.models.pairs": "Explicit joints over two positions (Torroba Hennigen & Kim 2023).",
     "mlm_ppl.inference": "How states move: the kernels, batched chains, exact enumeration, Pyro kernels, Ray.",
+    "mlm_ppl.inference.exact": "Exact enumeration: every state of a tiny target, transition matrices, exact laws.",
     "mlm_ppl.diagnostics": "ArviZ InferenceData, summaries and verdicts, loops, deep states, plots.",
     "mlm_ppl.jobs": "The front door: a sampling job from Python, a TOML file or the flags.",
     "mlm_ppl.designs": "The best distinct designs of a finished run or batch.",
@@ -208,6 +209,19 @@ def _public_path(target: str) -> str | None:
     return None
 
 
+def documented_bases(app: Sphinx, name: str, obj: object, options: object, bases: list) -> None:
+    """Sphinx's ``autodoc-process-bases``: a class page names the bases a reader can look up (the
+    documented ones, and other projects'), not private helpers nor ``Generic[...]``."""
+
+    def shown(base: object) -> bool:
+        module = getattr(base, "__module__", "") or ""
+        if not module.startswith("mlm_ppl"):
+            return module != "typing"
+        return _public_path(f"{module}.{getattr(base, '__qualname__', '')}") is not None
+
+    bases[:] = [base for base in bases if shown(base)]
+
+
 def resolve_other_path(app: Sphinx, env, node, contnode):
     """Sphinx's ``missing-reference``: a Python reference to an object by another of its paths
     resolves to the object's page (a reference nothing documents stays missing: an error)."""
@@ -229,4 +243,5 @@ def resolve_other_path(app: Sphinx, env, node, contnode):
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", write_pages)
     app.connect("missing-reference", resolve_other_path)
+    app.connect("autodoc-process-bases", documented_bases)
     return {"parallel_read_safe": True}

@@ -2,7 +2,7 @@
 
 Made once (from the command line's flags, from a run's ``config.json``, or in Python) and checked
 once, when it is made: every field's type and range, and the kernel's own options as that
-kernel's ``Options`` (:mod:`mlm_ppl.inference.spec`). The same record is written to
+kernel's ``Options`` (:class:`mlm_ppl.inference.Options`). The same record is written to
 ``config.json`` and into every checkpoint, and compared on resume.
 """
 
@@ -328,7 +328,7 @@ class RunSettings:
 
     @property
     def total_steps(self) -> int:
-        """Warm-up and kept steps: ``warmup_steps + num_samples * thin``."""
+        """Warm-up and kept steps together, ``warmup_steps + num_samples * thin``."""
         return self.warmup_steps + self.num_samples * self.thin
 
     def schedule(self) -> GeometricAnnealing | None:

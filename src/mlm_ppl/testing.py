@@ -552,7 +552,7 @@ def table_from_joint(joint) -> TableTarget:
 
     Parameters
     ----------
-    joint : array_like
+    joint : numpy.ndarray or torch.Tensor or sequence of sequence of float
         Shape ``(K, K)``, ``joint[i, j] = p(x_1 = i, x_2 = j)``, all entries > 0 (normalised here
         if they do not sum to 1).
 
@@ -602,7 +602,7 @@ def table_pair_conditionals(target: TableTarget, observed: tuple[int, int] = (0,
     observed : tuple of int, optional
         The observed pair ``(x_a, x_b)`` (default ``(0, 0)``); the single-site logits are read
         beside it.
-    marginals : tuple of array_like or None, optional
+    marginals : tuple of numpy.ndarray or None, optional
         ``(p_a, p_b)``, the marginal probabilities of each position, each shape ``(K,)``;
         None (the default) for uniform ones.
 

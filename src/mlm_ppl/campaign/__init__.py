@@ -1,7 +1,7 @@
 """Sampling runs in run directories, from their :class:`~mlm_ppl.settings.RunSettings`: one run
 (in this process or on Ray workers) and batches of templates (one run per template, in this
 process or as Ray tasks). The command line parses flags into settings and prints what these
-return; everything else is here: :mod:`.run` (one run), :mod:`.batch` (batches) and :mod:`.lengths`
+return; everything else is here: ``run`` (one run), ``batch`` (batches) and ``lengths``
 (how a variable gap's lengths are sampled).
 
 A batch directory holds ``config.json`` (the shared settings and the templates),

@@ -499,9 +499,9 @@ def constraints_of(target: Any) -> Any:
 
     Returns
     -------
-    BoundConstraints or GapConstraints or None
-        The spec bound to the target (a variable gap's ``GapConstraints``), or None for a target
-        without constraints.
+    BoundConstraints or None
+        The spec bound to the target (for a variable gap a ``GapConstraints``, which answers the
+        same questions length by length), or None for a target without constraints.
 
     Examples
     --------

@@ -20,7 +20,7 @@ settings, recorded with it), ``samples.txt`` (each draw's sequence as the run de
 for a batch, ``batch-record.json`` (its templates). No lock is taken. The model is loaded only
 where these do not hold the draws: a run read from its checkpoint (still going, or cut off), a
 ``run.nc`` without the memorization columns (the picks are read), a run without ``samples.txt``,
-and where a reference loop asks for its own energy (:mod:`.draws` reads a run's draws).
+and where a reference loop asks for its own energy (``draws`` reads a run's draws).
 """
 
 from __future__ import annotations
@@ -331,7 +331,7 @@ def pick_designs(
     a ``run.nc`` without the memorization columns (written before them, or of more distinct states
     than a run's end reads: :data:`~mlm_ppl.diagnostics.SITE_COPY_BUDGET`) the model reads the
     picks' alone. Every template's run is read and checked before anything is picked. A template
-    with fewer candidates than ``top`` at that distance is no error: :attr:`Designs.found` and
+    with fewer candidates than ``top`` at that distance is no error: ``Designs.found`` and
     :meth:`Designs.short` say how many it has.
 
     Parameters
@@ -366,7 +366,7 @@ def pick_designs(
     -------
     Designs
         The designs, the number found per template, and what the filters left out
-        (:attr:`Designs.excluded`).
+        (``Designs.excluded``).
 
     Raises
     ------

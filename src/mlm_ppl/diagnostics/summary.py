@@ -142,12 +142,12 @@ class Summary:
 
     @property
     def converged(self) -> bool:
-        """Every chain converged to the target (a "mixed" chain did not: its law is another)."""
+        """Every chain converged to the target (a "mixed" chain did not, its law being another)."""
         return all(v == CONVERGED for v in self.chains)
 
     @property
     def mixed(self) -> bool:
-        """Every chain converged to its kernel's stationary law: the target's, or the kernel's own.
+        """Every chain converged to its kernel's stationary law, the target's or the kernel's own.
 
         The target's for a chain "converged", the kernel's own for a chain "mixed" (a kernel with
         no guaranteed target).
@@ -209,9 +209,9 @@ def acceptance_rates(is_accepted, n_changed) -> tuple[float, float]:
 
     Parameters
     ----------
-    is_accepted : array_like
+    is_accepted : numpy.ndarray or sequence of sequence of bool
         Shape ``(C, D)``, bool: whether each draw's proposal was accepted.
-    n_changed : array_like
+    n_changed : numpy.ndarray or sequence of sequence of int
         Shape ``(C, D)``: the positions each step changed.
 
     Returns

@@ -64,7 +64,7 @@ CONVENTIONS = ("mlm-ppl", "reference")
 """``"mlm-ppl"``: the candidates of a position are the ordinary tokens (or ``K`` of them), AG
 runs to its tolerance, a random pair's positions are sorted (HCB pivots on the left one).
 ``"reference"``: the reference code's whole-vocabulary mode: every token id, special tokens
-included (``support="all"``); AG stops after 40 plain steps (:data:`REFERENCE_AG`); a random
+included (``support="all"``); AG stops after 40 plain steps (``REFERENCE_AG``); a random
 pair keeps the order its positions were drawn in (HCB pivots on the first drawn)."""
 REFERENCE_AG = {"max_iter": 40, "accelerate": False}
 """The reference code's Arnold-Gokhale iteration: ``--iter-steps 40`` plain steps from uniform."""
