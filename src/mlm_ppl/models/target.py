@@ -109,12 +109,12 @@ class Target(Protocol):
 
     @property
     def template(self) -> Tensor:
-        """The template: ``(L,)`` long token ids, the mask token at each free position."""
+        """The template, ``(L,)`` long token ids with the mask token at each free position."""
         ...
 
     @property
     def free_positions(self) -> Tensor:
-        """The positions that are sampled: ``(F,)`` long, ascending."""
+        """The positions that are sampled, ``(F,)`` long, ascending."""
         ...
 
     @property
@@ -137,7 +137,7 @@ class Target(Protocol):
 
     @property
     def ordinary_mask(self) -> Tensor:
-        """The model's ordinary tokens (never special tokens): ``(V,)`` bool.
+        """The model's ordinary tokens (never special tokens), ``(V,)`` bool.
 
         What a state may hold at a free position, what enumeration runs over.
         """
@@ -145,7 +145,7 @@ class Target(Protocol):
 
     @property
     def allowed(self) -> Tensor:
-        """The tokens each free position may hold with nonzero density: ``(F, V)`` bool.
+        """The tokens each free position may hold with nonzero density, ``(F, V)`` bool.
 
         Each position's alphabet, within :attr:`ordinary_mask`: every kernel proposes within it.
         A state with a token outside it has log-factor ``-inf``. :attr:`ordinary_mask` at every
@@ -254,7 +254,7 @@ class WindowedTarget(Target, Protocol):
 
     @property
     def scored_positions(self) -> Tensor:
-        """The columns that contribute an energy term (free positions included): ``(M,)`` long."""
+        """The columns that contribute an energy term (free positions included), ``(M,)`` long."""
         ...
 
     def evaluate(
@@ -411,12 +411,12 @@ class DerivedTarget:
 
     @property
     def template(self) -> Tensor:
-        """The base's template: ``(L,)`` long token ids, the mask token at each free position."""
+        """The base's template, ``(L,)`` long token ids with the mask token at each free position."""
         return self.base.template
 
     @property
     def free_positions(self) -> Tensor:
-        """The base's free positions: ``(F,)`` long, ascending."""
+        """The base's free positions, ``(F,)`` long, ascending."""
         return self.base.free_positions
 
     @property
@@ -436,12 +436,12 @@ class DerivedTarget:
 
     @property
     def ordinary_mask(self) -> Tensor:
-        """The base's ordinary tokens: ``(V,)`` bool."""
+        """The base's ordinary tokens, ``(V,)`` bool."""
         return self.base.ordinary_mask
 
     @property
     def allowed(self) -> Tensor:
-        """The base's alphabets, the tokens each free position may hold: ``(F, V)`` bool."""
+        """The base's alphabets (the tokens each free position may hold), ``(F, V)`` bool."""
         return self.base.allowed
 
     @property
@@ -676,7 +676,7 @@ class TemperedTarget(DerivedTarget):
 
     @property
     def temperature(self) -> float:
-        """The base's temperature times :attr:`factor`."""
+        """The base's temperature times ``factor``."""
         return self.base.temperature * self.factor
 
     def __repr__(self) -> str:
@@ -772,7 +772,7 @@ class ConstrainedTarget(DerivedTarget):
         """The base evaluation with :meth:`log_factor` added to its log-factors.
 
         ``positions``, ``dtype``, ``context`` and ``frame`` go to a base that can restrict its
-        energy (:class:`WindowedTarget`), as in :meth:`evaluate_base`.
+        energy (:class:`WindowedTarget`), as in :meth:`~mlm_ppl.models.DerivedTarget.evaluate_base`.
 
         Parameters
         ----------
@@ -860,7 +860,7 @@ class ScaledTarget(DerivedTarget):
 
     @property
     def allowed(self) -> Tensor:
-        """The tokens each free position may hold: ``(F, V)`` bool, every ordinary token at scale 0, else the base's."""
+        """The tokens each free position may hold, ``(F, V)`` bool; every ordinary token at scale 0, else the base's."""
         if self.scale == 0:
             return self.base.ordinary_mask.expand(self.base.num_free, -1)
         return self.base.allowed
@@ -891,7 +891,8 @@ class ScaledTarget(DerivedTarget):
         context: int | None = None,
         frame: FrozenFrame | None = None,
     ) -> Evaluation:
-        """The base evaluation with its energy and log-factor times :attr:`scale`.
+        """The base evaluation with its energy and log-factor times ``scale``.
+
 
         The log-factor is 0 at scale 0 (a ``-inf`` of the base's included); the conditionals are
         the base's. ``positions``, ``dtype``, ``context`` and ``frame`` as for
