@@ -142,3 +142,17 @@ def test_written_files_get_the_permissions_of_an_ordinary_write(tmp_path):
     _files.write_text_atomic(tmp_path / "atomic.txt", "x")
     mode = stat.S_IMODE(os.stat(tmp_path / "atomic.txt").st_mode)
     assert mode == stat.S_IMODE(os.stat(plain).st_mode) == _files.FILE_MODE
+
+
+def test_reading_the_checkpoint_of_a_run_that_has_none_yet_says_so(tmp_path):
+    """A run stopped before its first checkpoint: run_checkpoint (and chain_states) say it has no
+    checkpoint yet, not that config.json differs from an empty record in every setting."""
+    from mlm_ppl.settings import RunSettings
+    from mlm_ppl.testing import save_tiny, tiny_residue_bert
+
+    model = save_tiny(tiny_residue_bert("ACDE", seed=1), tmp_path / "model")
+    settings = RunSettings(model=str(model), template="A[MASK]C", num_chains=2, num_samples=3).with_model_files()
+    rundir.start_run(tmp_path / "run", settings).close()
+    for read in (rundir.run_checkpoint, rundir.chain_states):
+        with pytest.raises(ValueError, match=r"has no checkpoint\.pt to read \(it has no checkpoint yet\)$"):
+            read(tmp_path / "run")

@@ -401,6 +401,8 @@ def _read_agreeing_checkpoint(path: Path, config: Mapping[str, Any], name: str) 
     """The checkpoint ``name`` in ``path`` (None if there is none), whose recorded settings must be
     ``config``'s (``config.json`` as read): a ValueError names every setting that differs."""
     checkpoint, recorded = read_checkpoint(path / name)
+    if checkpoint is None:  # no such file: nothing to disagree with (the caller says what is missing)
+        return None
     # an old run resumed once has checkpoints in today's form beside its old config.json
     detail = differences(RunSettings.completed(config), RunSettings.completed(recorded or {}), CONFIG, name)
     if detail:
