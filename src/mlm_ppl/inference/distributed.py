@@ -5,7 +5,7 @@ worker (``run_chains(..., chains=[...])``) gives exactly those chains of the who
 groups, concatenated, are the run a single process would give with the same seed. Each worker
 is a Ray actor holding one model; with ``checkpoints`` it saves its group's checkpoint as it
 goes and, when Ray restarts it after it died, continues from there (Ray retries the group on
-the restarted actor, up to :data:`RESTARTS` times; then the run stops with
+the restarted actor, up to ``RESTARTS`` times; then the run stops with
 :class:`WorkersLostError`, the checkpoints kept). Ray is an optional extra (``pip install 'mlm-ppl[ray]'``): this module
 imports it only when a Ray run starts.
 
@@ -52,8 +52,11 @@ RESTARTS = 3
 
 
 class WorkersLostError(OSError):
-    """A Ray worker died more often than Ray restarts it (:data:`RESTARTS`): killed, out of
-    memory, its node lost. What the workers checkpointed stays; the run resumes from it."""
+    """A Ray worker died more often than Ray restarts it (``RESTARTS``, 3 times).
+
+    The worker was killed, ran out of memory or lost its node. What the workers checkpointed
+    stays; the run resumes from it. The message ends with Ray's first line of why.
+    """
 
 
 def split_chains(num_chains: int, workers: int) -> list[list[int]]:
@@ -178,9 +181,21 @@ def _init_within(ray: Any, address: str, kwargs: dict[str, Any], seconds: float)
 
 
 class GroupCheckpoints:
-    """Where the workers of a run directory keep their groups' checkpoints: a picklable pair of
-    functions ``save(group, checkpoint)`` and ``load(group) -> Checkpoint | None`` (they run on
-    the workers, so they must reach the directory: a shared filesystem on a cluster)."""
+    """Where the workers of a run directory keep their groups' checkpoints, a picklable pair of functions.
+
+    A Ray run saves each group of chains' checkpoint with ``save`` as it goes, and a restarted
+    worker continues its group from ``load``. Both run on the workers, so they must reach the
+    directory (a shared filesystem on a cluster). :func:`~mlm_ppl.rundir.group_checkpoints` makes
+    a run directory's.
+
+    Parameters
+    ----------
+    save : callable
+        ``save(group, checkpoint)``: keep the :class:`~mlm_ppl.inference.Checkpoint` of group
+        ``group`` (an int, the group's index in the run).
+    load : callable
+        ``load(group) -> Checkpoint or None``: the group's last checkpoint, None where it has none.
+    """
 
     def __init__(self, save: Callable[[int, Checkpoint], None], load: Callable[[int], Checkpoint | None]) -> None:
         self.save = save

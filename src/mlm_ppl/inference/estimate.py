@@ -65,7 +65,7 @@ class Estimate:
 
     @property
     def big(self) -> bool:
-        """Over a GiB of draws, or over an hour: worth saying before it starts."""
+        """Whether the run takes over a GiB of draws or over an hour, worth saying before it starts."""
         return self.memory > 2**30 or (self.seconds is not None and self.seconds > 3600)
 
     def __str__(self) -> str:

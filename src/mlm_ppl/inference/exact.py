@@ -35,8 +35,38 @@ _MAX_STATES = 200_000
 
 
 def enumerate_states(target: Target) -> Tensor:
-    """All ``(S, L)`` complete states of ``target``: its template with every combination of
-    ordinary tokens at the free positions, in lexicographic order of the free tokens."""
+    """Enumerate every complete state of a target, in lexicographic order of the free tokens.
+
+    Each state is the template with one combination of ordinary tokens at the free positions
+    (``K**F`` states for ``K`` ordinary tokens and ``F`` free positions), ordered as
+    ``itertools.product`` orders the ordinary tokens' ids: the last free position varies
+    fastest. A constraint spec's alphabets do not narrow it: states outside them are included
+    (their log-factor is ``-inf``).
+
+    Parameters
+    ----------
+    target : Target
+        A target of a fixed template, e.g. a :class:`~mlm_ppl.MaskedLMDistribution`.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(S, L)``, ``torch.long``: the states, ``S = K**F``.
+
+    Raises
+    ------
+    ValueError
+        Where there are more than 200,000 states.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference.exact import enumerate_states
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> enumerate_states(target).shape  # 4 residues at 3 free positions: 4**3 states
+    torch.Size([64, 7])
+    """
     ordinary = target.ordinary_mask.nonzero().flatten()
     F = target.num_free
     S = len(ordinary) ** F
@@ -49,7 +79,33 @@ def enumerate_states(target: Target) -> Tensor:
 
 
 def state_index(target: Target) -> Callable[[Tensor], Tensor]:
-    """A function mapping states ``(N, L)`` to their row in :func:`enumerate_states`."""
+    """Make the function that maps states of a target to their rows in :func:`enumerate_states`.
+
+    The function reads the free positions alone (the rest is taken to be the template).
+
+    Parameters
+    ----------
+    target : Target
+        A target of a fixed template.
+
+    Returns
+    -------
+    callable
+        ``index(states) -> rows``: states ``(N, L)`` to their rows ``(N,)`` (``torch.long``) in
+        ``enumerate_states(target)``; it raises ValueError where a state holds a token that is
+        not ordinary at a free position.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference.exact import enumerate_states, state_index
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> index = state_index(target)
+    >>> torch.equal(index(enumerate_states(target)), torch.arange(64))
+    True
+    """
     ordinary = target.ordinary_mask.nonzero().flatten()
     K = len(ordinary)
     rank = torch.full((target.vocab_size,), -1, dtype=torch.long)
@@ -66,14 +122,47 @@ def state_index(target: Target) -> Callable[[Tensor], Tensor]:
 
 
 def exact_log_probs(target: Target, states: Tensor | None = None) -> Tensor:
-    """``(S,)`` exact normalised log-probabilities ``log softmax(-E/T + log_factor)`` over all states."""
+    """Compute the exact normalised log-probabilities ``log softmax(-E/T + log_factor)`` of states.
+
+    The target evaluates every state; the log densities are normalised over ``states``, so over
+    the whole state space by default.
+
+    Parameters
+    ----------
+    target : Target
+        A target of a fixed template.
+    states : torch.Tensor or None, optional
+        Shape ``(S, L)``: the states (default None: :func:`enumerate_states` of ``target``).
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(S,)``, float64: the log-probabilities (``-inf`` for a state of density 0).
+
+    Raises
+    ------
+    ValueError
+        Where ``states`` is None and the target has more than 200,000 states.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference.exact import exact_log_probs
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> logp = exact_log_probs(target)
+    >>> logp.shape, logp.dtype, abs(float(logp.exp().sum()) - 1) < 1e-12
+    (torch.Size([64]), torch.float64, True)
+    """
     states = enumerate_states(target) if states is None else states
     ev = target.evaluate(states)
     return torch.log_softmax(log_density(ev.energy, ev.log_factor, target.temperature).double(), 0)
 
 
 def transition_matrix(kernel: Kernel, states: Tensor | None = None) -> Tensor:
-    """``(S, S)`` exact transition matrix of ``kernel`` over all states of its target, float64.
+    """Compute the exact transition matrix of a kernel over all states of its target.
+
+    What one transition is depends on the kernel and its scan:
 
     * ``scan="random"``: one step (a uniformly chosen block);
     * ``scan="left_to_right"``: one sweep (every block in order);
@@ -84,6 +173,40 @@ def transition_matrix(kernel: Kernel, states: Tensor | None = None) -> Tensor:
 
     Built from the kernel's own proposal code (``kernel.transition_matrix``); a kernel without
     the capability (``capabilities.exact_matrix``) is refused.
+
+    Parameters
+    ----------
+    kernel : KernelBase
+        A kernel on a tiny target of a fixed template.
+    states : torch.Tensor or None, optional
+        Shape ``(S, L)``: every state of the kernel's target, in the order of
+        :func:`enumerate_states` (default None: enumerated here).
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(S, S)``, float64: row ``i`` is the law of the next state from state ``i``.
+
+    Raises
+    ------
+    TypeError
+        Where the kernel has no exact transition matrix (``capabilities.exact_matrix`` is False),
+        or its own does not apply (surrogate-MH on a variable gap or with replicas).
+    ValueError
+        Where ``states`` is None and the target has more than 200,000 states.
+
+    Examples
+    --------
+    >>> from mlm_ppl import MaskedLMDistribution, MetropolisHastings
+    >>> from mlm_ppl.inference.exact import exact_log_probs, stationary_distribution, total_variation
+    >>> from mlm_ppl.inference.exact import transition_matrix
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> target = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C[MASK][MASK]")
+    >>> P = transition_matrix(MetropolisHastings(target))
+    >>> P.shape, P.dtype
+    (torch.Size([64, 64]), torch.float64)
+    >>> total_variation(stationary_distribution(P), exact_log_probs(target).exp()) < 1e-4  # MH is exact
+    True
     """
     if not kernel.capabilities.exact_matrix:
         raise TypeError(f"kernel {kernel.name!r} has no exact transition matrix")
@@ -93,8 +216,38 @@ def transition_matrix(kernel: Kernel, states: Tensor | None = None) -> Tensor:
 
 
 def scan_matrix(scan: str, num_free: int, block_size: int, block_matrix: Callable[[tuple[int, ...]], Tensor]) -> Tensor:
-    """The matrix of one scan cycle (:func:`scan_cycles`) from the matrices of single block
-    updates, ``block_matrix(block)`` (each computed once)."""
+    """Compose the matrix of one scan cycle from the matrices of single block updates.
+
+    The sum over the cycles of :func:`scan_cycles` of each cycle's probability times the product,
+    in order, of its blocks' matrices ``block_matrix(block)`` (each block's computed once).
+
+    Parameters
+    ----------
+    scan : {"random", "left_to_right", "random_sweep"}
+        The scan, as :func:`scan_cycles` reads it.
+    num_free : int
+        Free positions of the template.
+    block_size : int
+        Free positions updated together.
+    block_matrix : callable
+        ``block_matrix(block) -> torch.Tensor``: the ``(S, S)`` matrix of an update of the free
+        positions ``block`` (a tuple of indices among the free positions).
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(S, S)``: the matrix of one cycle (one step for ``"random"``, one sweep for the
+        other scans).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.inference.exact import scan_matrix
+    >>> flip = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    >>> scan_matrix("left_to_right", 2, 1, lambda block: flip)  # a sweep of two flips: back home
+    tensor([[1., 0.],
+            [0., 1.]])
+    """
     cache: dict[tuple[int, ...], Tensor] = {}
     total: Tensor | None = None
     for weight, blocks in scan_cycles(scan, num_free, block_size):
@@ -110,7 +263,29 @@ def scan_matrix(scan: str, num_free: int, block_size: int, block_matrix: Callabl
 
 
 def stationary_distribution(P: Tensor) -> Tensor:
-    """The stationary distribution ``pi = pi P`` of a transition matrix (unique if P is ergodic)."""
+    """Solve for the stationary distribution ``pi = pi P`` of a transition matrix.
+
+    ``pi P = pi`` with ``sum(pi) = 1``, solved by least squares; unique if ``P`` is ergodic.
+
+    Parameters
+    ----------
+    P : torch.Tensor
+        Shape ``(S, S)``: a row-stochastic transition matrix.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(S,)``, in ``P``'s dtype: the stationary distribution.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.inference.exact import stationary_distribution
+    >>> P = torch.tensor([[0.5, 0.5], [0.25, 0.75]], dtype=torch.float64)
+    >>> pi = stationary_distribution(P)
+    >>> torch.allclose(pi, torch.tensor([1 / 3, 2 / 3], dtype=torch.float64))
+    True
+    """
     S = P.shape[0]
     A = torch.cat([P.T - torch.eye(S, dtype=P.dtype), torch.ones(1, S, dtype=P.dtype)])
     b = torch.zeros(S + 1, dtype=P.dtype)
@@ -119,17 +294,61 @@ def stationary_distribution(P: Tensor) -> Tensor:
 
 
 def total_variation(p: Tensor, q: Tensor) -> float:
-    """``0.5 * sum |p - q|``."""
+    """Compute the total variation distance ``0.5 * sum |p - q|`` of two distributions.
+
+    Parameters
+    ----------
+    p : torch.Tensor
+        Shape ``(S,)``: one distribution's probabilities.
+    q : torch.Tensor
+        Shape ``(S,)``: the other's, over the same states.
+
+    Returns
+    -------
+    float
+        The distance, computed in float64: 0 for equal distributions, 1 for disjoint ones.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.inference.exact import total_variation
+    >>> total_variation(torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.0, 0.5, 0.5]))
+    0.5
+    """
     return 0.5 * float((p.double() - q.double()).abs().sum())
 
 
 # ---------------------------------------------------------------------- block enumeration helpers
 def scan_cycles(scan: str, num_free: int, block_size: int) -> list[tuple[float, list[tuple[int, ...]]]]:
-    """Every sequence of blocks one scan cycle can apply, with its probability.
+    """List every sequence of blocks one scan cycle can apply, with its probability.
 
     ``"random"``: one block, each ``block_size``-subset equally likely; ``"left_to_right"``: the
     blocks of one sweep in order; ``"random_sweep"``: the blocks of one sweep for every
-    permutation of the free positions.
+    permutation of the free positions. A sweep's blocks are consecutive runs of ``block_size``
+    (the last one shorter where ``block_size`` does not divide ``num_free``).
+
+    Parameters
+    ----------
+    scan : {"random", "left_to_right", "random_sweep"}
+        The scan.
+    num_free : int
+        Free positions of the template.
+    block_size : int
+        Free positions updated together.
+
+    Returns
+    -------
+    list of tuple of (float, list of tuple of int)
+        One ``(probability, blocks)`` per cycle: the blocks, each a tuple of indices among the
+        free positions, in the order they are applied.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference.exact import scan_cycles
+    >>> scan_cycles("left_to_right", 3, 2)
+    [(1.0, [(0, 1), (2,)])]
+    >>> len(scan_cycles("random", 3, 1)), len(scan_cycles("random_sweep", 3, 1))
+    (3, 6)
     """
     if scan == "random":
         subsets = list(itertools.combinations(range(num_free), block_size))
@@ -144,11 +363,31 @@ def scan_cycles(scan: str, num_free: int, block_size: int) -> list[tuple[float, 
 def block_moves(
     target: Target, states: Tensor, pos: Tensor, logq: Tensor, index: Callable[[Tensor], Tensor]
 ) -> Iterator[tuple[Tensor, Tensor]]:
-    """Every proposal for a block, for the kernels' exact transition matrices.
+    """Yield every proposal for a block, for the kernels' exact transition matrices.
 
-    For each combination of ordinary tokens ``y`` at positions ``pos`` ``(S, b)``, yields the
-    float64 ``log q(y)`` ``(S,)`` under ``logq`` ``(S, b, V)`` and the row of the state it leads
-    to ``(S,)``.
+    For each combination of ordinary tokens ``y`` at the block's positions (in the order of
+    ``itertools.product`` over the ordinary tokens' ids), the log probability of proposing it
+    from each state and the row of the state it leads to.
+
+    Parameters
+    ----------
+    target : Target
+        The target whose ordinary tokens are proposed.
+    states : torch.Tensor
+        Shape ``(S, L)``: the states proposed from.
+    pos : torch.Tensor
+        Shape ``(S, b)``: the positions (columns of ``states``) of each state's block.
+    logq : torch.Tensor
+        Shape ``(S, b, V)``: the proposal's log probabilities at each position of the block.
+    index : callable
+        Maps states ``(N, L)`` to their rows ``(N,)`` (:func:`state_index`).
+
+    Yields
+    ------
+    log_q : torch.Tensor
+        Shape ``(S,)``, float64: ``log q(y)``, the sum over the block of ``logq`` at ``y``.
+    rows : torch.Tensor
+        Shape ``(S,)``: the row of each state with ``y`` put at its block.
     """
     S = states.shape[0]
     ordinary = target.ordinary_mask.nonzero().flatten().tolist()
@@ -158,17 +397,59 @@ def block_moves(
 
 
 def model_posterior(model: Callable, *args: Any, **kwargs: Any) -> tuple[dict[str, Tensor], Tensor]:
-    """Pyro's own posterior of a model's latent sites, by enumeration: for users' tests of their
-    own models, as this library's tests check its kernels.
+    """Enumerate the exact posterior of a Pyro model's latent sites, as Pyro itself scores them.
 
-    Every latent :class:`~mlm_ppl.MaskedLMDistribution` site (one sequence, outside any plate)
-    and every unbatched discrete site with enumerable support takes each of its values; each
+    For users' tests of their own models, as this library's tests check its kernels. Every
+    latent :class:`~mlm_ppl.MaskedLMDistribution` site (one sequence, outside any plate) and
+    every unbatched discrete site with enumerable support takes each of its values; each
     combination is scored by Pyro itself, ``poutine.trace(poutine.condition(model,
     data=values)).get_trace(*args, **kwargs).log_prob_sum()`` (observed sites, factors and
-    handlers included), and the scores are normalised. Returns ``values`` (site -> ``(N, ...)``,
-    row ``n`` of every site the ``n``-th combination) and ``probs`` ``(N,)`` float64. A continuous
-    latent site is refused (condition on it, or integrate it out); the combinations are limited
-    to 200,000.
+    handlers included), and the scores are normalised. A continuous latent site is refused
+    (condition on it, or integrate it out); the combinations are limited to 200,000.
+
+    Parameters
+    ----------
+    model : callable
+        The Pyro model.
+    *args
+        The model's positional arguments.
+    **kwargs
+        The model's keyword arguments.
+
+    Returns
+    -------
+    values : dict of str to torch.Tensor
+        Each latent site's values, ``(N, ...)``: row ``n`` of every site is the ``n``-th
+        combination.
+    probs : torch.Tensor
+        Shape ``(N,)``, float64: the posterior probability of each combination.
+
+    Raises
+    ------
+    TypeError
+        Where a token site is observed as text (it takes token ids).
+    ValueError
+        Where a latent site is continuous, or under a plate; the model has no latent token or
+        discrete site; the combinations (or a token site's states) number more than 200,000; a
+        token site was hidden or reparametrized by a Pyro handler; or a token site is observed
+        with mask tokens left at free positions.
+
+    Examples
+    --------
+    >>> import pyro
+    >>> import pyro.distributions as dist
+    >>> from mlm_ppl import MaskedLMDistribution
+    >>> from mlm_ppl.inference.exact import model_posterior
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> seqs = MaskedLMDistribution(tiny_residue_bert("ACDE", seed=1), "A[MASK]C")
+    >>> def model():
+    ...     z = pyro.sample("z", dist.Bernoulli(0.3))
+    ...     pyro.sample("x", seqs)
+    >>> values, probs = model_posterior(model)
+    >>> values["x"].shape, values["z"].shape, probs.shape
+    (torch.Size([8, 5]), torch.Size([8]), torch.Size([8]))
+    >>> abs(float(probs[values["z"] == 1].sum()) - 0.3) < 1e-6  # z is independent of x
+    True
     """
     import pyro.poutine as poutine
 

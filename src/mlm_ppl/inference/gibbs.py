@@ -81,7 +81,7 @@ class MLMGibbs(MCMCKernel):
     init : {"sample", "greedy", "uniform"}
         How the free positions are first filled: within the alphabets of a site's
         ``constraints``, and repaired where the fill breaks one of its rules
-        (:func:`~mlm_ppl.inference.starts.repair_start`).
+        (``mlm_ppl.inference.starts.repair_start``).
     **kernel_options
         Options of the token kernel (:class:`~mlm_ppl.inference.MetropolisHastings`: ``scan``,
         ``block_size``, ``top_k`` ...; :class:`~mlm_ppl.inference.SurrogateMH`: ``inner_steps``,
@@ -89,9 +89,13 @@ class MLMGibbs(MCMCKernel):
 
     Attributes
     ----------
-    mlm_sites, discrete_sites, continuous_sites : list of str
-        The model's latent token sites, discrete sites with enumerable support, and continuous
-        sites, as :meth:`setup` found them (empty before).
+    mlm_sites : list of str
+        The model's latent token sites, as :meth:`setup` found them (empty before).
+    discrete_sites : list of str
+        The model's latent discrete sites with enumerable support, as :meth:`setup` found them
+        (empty before).
+    continuous_sites : list of str
+        The model's continuous latent sites, as :meth:`setup` found them (empty before).
 
     Raises
     ------
@@ -365,7 +369,7 @@ class MLMGibbs(MCMCKernel):
     # ------------------------------------------------------------------ params
     @property
     def initial_params(self) -> dict[str, Tensor]:
-        """The starting values of every latent site: the inner kernel's continuous ones, token and discrete ones.
+        """The starting values of every latent site, the inner kernel's continuous ones and the token and discrete ones.
 
         Set by :meth:`setup`; setting it is a ValueError (the kernel fills the token sites itself,
         and the inner kernel's ``init_strategy`` starts the continuous sites).
@@ -381,13 +385,12 @@ class MLMGibbs(MCMCKernel):
 
     @property
     def transforms(self) -> dict | None:
-        """The transforms ``MCMC`` applies to the samples: the inner kernel's, one per token and discrete site.
+        """The transforms ``MCMC`` applies to the samples, the inner kernel's and one per token and discrete site.
 
-        The token sites' (:data:`~mlm_ppl.inference.pyro_sites.AS_TOKEN_DRAWS`) apply after a run:
+        The token sites' (``AS_TOKEN_DRAWS``, ``mlm_ppl.inference.pyro_sites``) apply after a run:
         Pyro packs each draw's sites into one tensor, so ids beside continuous sites travel as
-        floats; they come out of ``get_samples`` as ``torch.long``
-        :class:`~mlm_ppl.inference.pyro_sites.TokenDraws`, and discrete sites in their support's
-        dtype (:class:`~mlm_ppl.inference.pyro_sites.AsSupportDtype`). None until the kernel was
+        floats; they come out of ``get_samples`` as ``torch.long`` ``TokenDraws``, and discrete
+        sites in their support's dtype (``AsSupportDtype``). None until the kernel was
         set up in this process (chains in worker processes set up copies of it): MCMC then sets it
         up to find them. Setting it sets the inner kernel's.
         """
@@ -474,7 +477,7 @@ class MLMGibbs(MCMCKernel):
         Parameters
         ----------
         name : str
-            A latent discrete site of the model (one of :attr:`discrete_sites`).
+            A latent discrete site of the model (one of ``discrete_sites``).
 
         Returns
         -------
@@ -533,8 +536,8 @@ class MLMGibbs(MCMCKernel):
 
         Returns
         -------
-        Kernel
-            The token kernel (a :class:`~mlm_ppl.inference.MetropolisHastings` by default).
+        KernelBase
+            The token kernel (a :class:`~mlm_ppl.MetropolisHastings` by default).
 
         Raises
         ------
@@ -617,12 +620,12 @@ class MLMGibbs(MCMCKernel):
 
     @property
     def initial_states(self) -> list[dict[str, Tensor]]:
-        """Per Pyro chain run so far: the starting tokens of each token site, ``(L,)`` (``(B, L)`` under a plate)."""
+        """The starting tokens of each token site per Pyro chain run so far, ``(L,)`` (``(B, L)`` under a plate)."""
         return list(self._initials)
 
     @property
     def draw_stats(self) -> list[dict[str, dict[str, Tensor]]]:
-        """Per Pyro chain and token site: the token kernel's per-draw statistics, each ``(D,)``.
+        """The token kernel's per-draw statistics per Pyro chain and token site, each ``(D,)``.
 
         ``lp``, ``is_accepted``, ``acceptance_rate``, ``n_changed``, ``n_moves`` and the other
         fields of the kernel's Info (:func:`~mlm_ppl.inference.step_stats`), each ``(D,)``
@@ -661,8 +664,8 @@ class MLMGibbs(MCMCKernel):
         dict of str to object
             The inner kernel's diagnostics (with continuous sites), ``"token acceptance rate"``,
             ``"token moved"`` (the share of token steps that changed a sequence) and the chain's
-            :class:`~mlm_ppl.inference.pyro_chains.ChainRecord` (starting tokens and per-draw
-            statistics).
+            record, a ``ChainRecord`` (starting tokens and per-draw statistics) that
+            :func:`~mlm_ppl.from_pyro` reads.
         """
         out = dict(self.inner.diagnostics()) if self.continuous_sites else {}
         out["token acceptance rate"] = self._accepted / max(self._t, 1)

@@ -267,7 +267,7 @@ class GapJumpInfo(NamedTuple):
         Gap length after the step, shape ``(C,)``.
     move : torch.Tensor
         The move made: 0 update, 1 insert, 2 delete, 3 insert_run, 4 delete_run (the index in
-        :data:`MOVES`), shape ``(C,)``.
+        ``MOVES``), shape ``(C,)``.
     """
 
     lp: Tensor  # (C,) log pi(L) - E/T after the step
@@ -303,7 +303,7 @@ class GapJump(KernelBase[GapJumpOptions]):
     ``p_unmask`` a run of ``unmask_size`` free positions unmasked one by one
     (:class:`~mlm_ppl.MetropolisHastings`). It is reversible for its target (every move
     is an MH step, chosen independently of the state), so surrogate-MH may run it as its inner chain.
-    The moves and their Hastings ratios are in the module docstring of :mod:`mlm_ppl.inference.jump`.
+    The moves and their Hastings ratios are in the module docstring of ``mlm_ppl.inference.jump``.
 
     Parameters
     ----------
@@ -489,7 +489,7 @@ class GapJump(KernelBase[GapJumpOptions]):
 
         The one formula :meth:`step_chain` and :meth:`move_matrices` use. Where a state has
         density 0 (it breaks a hard rule), as every kernel reads it
-        (:func:`~mlm_ppl.inference.base.mh_log_ratio`): a move out of density 0 is accepted, a
+        (``mh_log_ratio``): a move out of density 0 is accepted, a
         move into it refused.
 
         Parameters
@@ -572,7 +572,8 @@ class GapJump(KernelBase[GapJumpOptions]):
         state : JumpState
             The new state (``state`` itself where the move was refused or rejected).
         move : str
-            The move chosen, one of :data:`MOVES`.
+            The move chosen, one of ``MOVES``: ``"update"``, ``"insert"``, ``"delete"``,
+            ``"insert_run"`` or ``"delete_run"``.
         accepted : bool
             Whether it was accepted.
         acceptance_probability : float
@@ -762,12 +763,12 @@ class GapJump(KernelBase[GapJumpOptions]):
         The update's comes from each length's MH kernel
         (:func:`~mlm_ppl.inference.exact.transition_matrix`); insert's and delete's are built from
         the moves' own proposal and density code; with the run moves on (``p_insert_run > 0``),
-        theirs too (:func:`~mlm_ppl.inference.jump_runs.run_matrices`).
+        theirs too (``run_matrices``, ``mlm_ppl.inference.jump_runs``).
 
         Returns
         -------
         dict of str to torch.Tensor
-            Each move's matrix, shape ``(S, S)``, float64, by its name in :data:`MOVES` (the run
+            Each move's matrix, shape ``(S, S)``, float64, by its name in ``MOVES`` (the run
             moves only when on).
         """
         lengths = self.target.lengths

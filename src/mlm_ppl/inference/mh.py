@@ -77,8 +77,57 @@ TRUNCATION_MESSAGE = (
 
 @dataclass(frozen=True)
 class ProposalOptions(Options):
-    """The options of MH's proposals, declared once: :class:`MetropolisHastings`'s own
-    (:class:`MHOptions`) and surrogate-MH's inner chain's (``SurrogateOptions``)."""
+    """The options of MH's proposals, declared once for every kernel that proposes as MH does.
+
+    :class:`~mlm_ppl.MetropolisHastings`'s own (:class:`~mlm_ppl.inference.MHOptions`), the
+    replicas' (:class:`~mlm_ppl.inference.TemperingOptions`) and surrogate-MH's inner chain's
+    (:class:`~mlm_ppl.inference.SurrogateOptions`) subclass it. Each value is checked when the
+    options are made; :class:`~mlm_ppl.MetropolisHastings` says what each does in full.
+
+    Parameters
+    ----------
+    block_size : int, optional
+        Free positions proposed together (default 1).
+    proposal_temperature : float or None, optional
+        Temperature of the MLM proposals (default None: the target's temperature where above 1,
+        else 1).
+    top_k : int or None, optional
+        Truncate the proposals to the ``k`` most likely tokens (default None: no truncation).
+    top_p : float or None, optional
+        Nucleus truncation of the proposals, in ``(0, 1]`` (default None: none).
+    p_unmask : float, optional
+        Probability in ``[0, 1]`` that a step proposes a run of ``unmask_size`` free positions by
+        unmasking them one by one in a random order (default 0; MH needs ``scan="random"``).
+    unmask_size : int or None, optional
+        Free positions an unmask proposal redraws, a run of neighbours (default None: all).
+    library : str or None, optional
+        Deep states an unmask proposal may propose (a fixed library, found before sampling):
+        loops of the free positions separated by commas, recorded with the run (default None).
+    library_weight : float, optional
+        Share of unmask proposals that put a library loop, drawn uniformly, on their run
+        (default 0.5).
+    temperature_schedule : callable or None, optional
+        ``step -> tau`` (surrogate-MH: its outer step), the annealing temperature (mode seeking;
+        Python only, never recorded in a run's ``config.json``; default None: no annealing).
+    anneal_terms : {"all", "mlm", "constraints"}, optional
+        What the schedule anneals: the whole log density (the default), ``-E/T`` alone, or the
+        log-factor alone.
+
+    Raises
+    ------
+    TypeError
+        When a value has the wrong type.
+    ValueError
+        When a value is out of range, or ``anneal_terms`` is not one of its choices.
+
+    Examples
+    --------
+    >>> from mlm_ppl.inference import MHOptions, ProposalOptions
+    >>> issubclass(MHOptions, ProposalOptions)
+    True
+    >>> ProposalOptions(top_k=5).given()
+    {'top_k': 5}
+    """
 
     block_size: int = option(1, "free positions proposed together", check=count_at_least(1))
     proposal_temperature: float | None = option(
@@ -241,7 +290,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
     ``q_i ∝ exp(logit_i / T_q)`` over the tokens position ``i`` may hold
     (``target.allowed``: the ordinary tokens, or a constraint spec's alphabet there),
     optionally truncated to ``top_k`` / ``top_p``. ``T_q`` is ``proposal_temperature``, by
-    default ``max(T, 1)`` (:func:`default_proposal_temperature`: measured by the exact
+    default ``max(T, 1)`` (``default_proposal_temperature``: measured by the exact
     transition matrix, docs/sampling.md "Proposal temperature"). For ``block_size=1`` the
     conditional is the cached one of the state.
 
@@ -256,7 +305,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
     target (tests check the transition matrix by enumeration). From a state of density 0
     (``log_factor = -inf``: it breaks a hard rule) a move to a state of density > 0 is always
     accepted and any other, a proposal equal to the state included, rejected
-    (:func:`~mlm_ppl.inference.base.mh_log_ratio`): the statistics never count a stuck step as
+    (``mh_log_ratio``): the statistics never count a stuck step as
     accepted.
 
     **Cost**: one pass over the proposed state's masked copies for each chain whose proposal
@@ -281,7 +330,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
             Free positions proposed together (default 1; at most the template's free positions).
         proposal_temperature : float, optional
             Temperature of the proposals; None (the default) is the target's temperature where it
-            is above 1, else 1 (:func:`default_proposal_temperature`). Any value leaves the target
+            is above 1, else 1 (``default_proposal_temperature``). Any value leaves the target
             exact: it changes how fast the chain mixes, not where it goes.
         top_k : int, optional
             Truncate the proposals to the ``k`` most likely tokens (a warning says what it costs).
@@ -304,7 +353,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
             before sampling: an earlier run's :func:`~mlm_ppl.diagnostics.deep_states`, an annealed
             run's ends). An unmask proposal then draws its run from the mixture ``(1 - w) q_U + w
             n(y_R) / K``: with probability ``library_weight`` a library loop drawn uniformly is put on
-            the run. Exact for any fixed library (:mod:`~mlm_ppl.inference.library`); needs ``p_unmask``.
+            the run. Exact for any fixed library (``mlm_ppl.inference.library``); needs ``p_unmask``.
         library_weight : float in (0, 1)
             ``w`` above (default 0.5).
         temperature_schedule : callable, optional
@@ -451,7 +500,7 @@ class MetropolisHastings(KernelBase[MHOptions]):
     def log_density(self, energy: Tensor, log_factor: Tensor, step: int | None = None) -> Tensor:
         """Compute the target's log density, or at ``step`` of an annealed run its annealed form.
 
-        The annealed form is :func:`~mlm_ppl.inference.base.annealed_log_density` at
+        The annealed form is ``annealed_log_density`` (``mlm_ppl.inference.base``) at
         ``tau = temperature_schedule(step)``.
 
         Parameters
@@ -487,9 +536,9 @@ class MetropolisHastings(KernelBase[MHOptions]):
 
     @property
     def proposal_temperature(self) -> float:
-        """The proposals' temperature: the ``proposal_temperature`` option, else ``max(T, 1)`` of the target's ``T``.
+        """The proposals' temperature, the ``proposal_temperature`` option or else ``max(T, 1)`` of the target's ``T``.
 
-        The default is :func:`default_proposal_temperature` of the target's temperature.
+        The default is ``default_proposal_temperature`` of the target's temperature.
         """
         given = self.options.proposal_temperature
         return default_proposal_temperature(self.target.temperature) if given is None else given

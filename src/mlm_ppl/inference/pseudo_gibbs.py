@@ -142,7 +142,7 @@ class PseudoGibbs(KernelBase[PseudoGibbsOptions]):
         A bare MLM target: a :class:`~mlm_ppl.models.ConstrainedTarget` (log-factors, Pyro
         models with factors, observations or other sites) is refused, since pseudo-Gibbs would
         silently ignore its factor; but a constraint spec of alphabets alone
-        (:attr:`~mlm_ppl.models.constraints.BoundConstraints.alphabets_only`) is honoured in
+        (``alphabets_only`` of :class:`~mlm_ppl.models.constraints.BoundConstraints`) is honoured in
         full by the restricted draws, so it is accepted.
     **options
         The fields of :class:`~mlm_ppl.inference.PseudoGibbsOptions`:

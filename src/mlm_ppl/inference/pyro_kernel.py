@@ -287,7 +287,7 @@ class MLMKernel(MCMCKernel):
 
     @property
     def transforms(self) -> dict | None:
-        """What ``MCMC`` applies to the samples after a run: the token site's draws become token draws.
+        """What ``MCMC`` applies to the samples after a run, turning the token site's draws into token draws.
 
         ``{site: AsTokenDraws(num_chains)}``, which makes them ``TokenDraws``
         (``mlm_ppl.inference.pyro_sites``). None until the kernel was set up in this process
@@ -298,7 +298,7 @@ class MLMKernel(MCMCKernel):
     # ------------------------------------------------------------------ params
     @property
     def initial_params(self) -> dict[str, Tensor]:
-        """The token site's starting value, ``{site: tokens}``: ``(L,)``, or ``(num_chains, L)`` batched.
+        """The token site's starting value ``{site: tokens}``, ``(L,)`` or ``(num_chains, L)`` batched.
 
         After :meth:`setup`, the state the chain starts from; before, the params ``MCMC`` set
         (``MCMC(initial_params=...)``), which the next :meth:`setup` uses once.

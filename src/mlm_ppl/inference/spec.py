@@ -127,7 +127,7 @@ class OptionInfo:
 
     @property
     def flag(self) -> str:
-        """The command-line flag: ``--`` and the name with dashes for underscores."""
+        """The command-line flag, ``--`` and the name with dashes for underscores."""
         return "--" + self.name.replace("_", "-")
 
 
@@ -327,11 +327,13 @@ def _beyond_proposals(target: Target) -> bool:
 class KernelBase(Generic[OptionsT]):
     """Base class of every kernel: the contract it fulfils and what it declares about itself.
 
-    The contract is :class:`~mlm_ppl.inference.base.Kernel`'s; the declarations (``name``,
-    ``Options``, ``State``, ``Info``, ``capabilities``) are described in the module docstring of
-    :mod:`mlm_ppl.inference.spec`. ``Kernel(target, **options)`` checks the options (unknown ones
-    are a TypeError naming the kernel), keeps them as :attr:`options`, checks the target against
-    the capabilities, and calls :meth:`bind_target`.
+    The contract is this class's (``mlm_ppl.inference.Kernel`` is another name of it); the
+    declarations are five class attributes: ``name``, ``Options`` (a frozen dataclass of
+    :class:`Options`), ``State`` and ``Info`` (NamedTuples) and ``capabilities``
+    (:class:`Capabilities`), described in the module docstring of ``mlm_ppl.inference.spec``.
+    ``Kernel(target, **options)`` checks the options (unknown ones are a TypeError naming the
+    kernel), keeps them as ``options``, checks the target against the capabilities, and calls
+    :meth:`bind_target`.
 
     Parameters
     ----------
@@ -450,7 +452,7 @@ class KernelBase(Generic[OptionsT]):
         """Whether the kernel takes an annealing schedule.
 
         It does where its options have ``temperature_schedule`` (and ``anneal_terms``), read as
-        :func:`~mlm_ppl.inference.base.scheduled_log_density` reads them.
+        ``scheduled_log_density`` (``mlm_ppl.inference.base``) reads them.
 
         Returns
         -------
@@ -465,7 +467,7 @@ class KernelBase(Generic[OptionsT]):
         Returns
         -------
         dict of str to object or None
-            :func:`~mlm_ppl.inference.annealing.annealing_record` of the options' schedule and
+            ``annealing_record`` (``mlm_ppl.inference.annealing``) of the options' schedule and
             terms; None when the kernel does not anneal (:meth:`anneals`).
         """
         if not self.anneals():

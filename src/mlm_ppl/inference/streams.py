@@ -126,7 +126,7 @@ class ChainStreams:
         Parameters
         ----------
         rows : sequence of int
-            Rows of these streams (positions in :attr:`chains`, not chain indices).
+            Rows of these streams (positions in ``chains``, not chain indices).
 
         Returns
         -------

@@ -130,7 +130,7 @@ class SurrogateOptions(TemperingOptions):
         (default 0).
     surrogate_dtype : str, optional
         The surrogate model's dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``
-        (:data:`SURROGATE_DTYPES`; default None: the target model's own).
+        (``SURROGATE_DTYPES``; default None: the target model's own).
     surrogate_context : int, optional
         The surrogate's copies run only the tokens within this many columns of a free position,
         at least ``surrogate_window`` (default None: all; with ``surrogate_frame="frozen"``, the
@@ -290,14 +290,14 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
     why this is exact whatever the surrogate (tests check the transition matrix by enumeration).
     The surrogate has the target's log-factor, so the same states have density 0 under both; from
     one of them the inner and the outer step accept a move to a state of density > 0 and reject
-    every other (:func:`~mlm_ppl.inference.base.mh_log_ratio`): no ``-inf - (-inf)``.
+    every other (``mh_log_ratio``): no ``-inf - (-inf)``.
 
     **On a variable gap** (a :class:`~mlm_ppl.models.gap_target.GapTarget`): the inner chain is
     gap-jump's (:class:`~mlm_ppl.inference.jump.GapJump`: update, with unmask proposals at
     ``p_unmask``, insert and delete moves at ``p_update``, ``p_insert``, ``p_delete``) on each
     length's surrogate, each calibrated once at a fixed state of its length
     (:meth:`SurrogateTarget.calibrate`); its chains step one at a time; one exact evaluation per
-    outer step corrects whatever it did to the length (:meth:`gap_matrix` is its exact matrix).
+    outer step corrects whatever it did to the length (``gap_matrix()`` is its exact matrix).
     ``block_size``, ``proposal_temperature``, ``top_k``, ``top_p``, ``replicas``, a library and annealing
     are refused there.
 
@@ -345,7 +345,7 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
         anneal_floor : float, optional
             A fixed ``tau`` below which no chain cools (0: the whole schedule). Default: each chain
             stops cooling where its own outer acceptance falls below 0.2
-            (:mod:`~mlm_ppl.inference.anneal_floor`); the run records where.
+            (``mlm_ppl.inference.anneal_floor``); the run records where.
         p_update, p_insert, p_delete, p_insert_run, p_delete_run, max_run
             On a variable gap, the inner gap-jump chain's moves (refused on a fixed template).
 
@@ -649,9 +649,9 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
         Returns
         -------
         dict or None
-            The schedule's record (:func:`~mlm_ppl.inference.annealing.annealing_record`) with
+            The schedule's record (``annealing_record``, ``mlm_ppl.inference.annealing``) with
             ``floor``: ``"chains"`` (each chain where its outer acceptance falls,
-            :mod:`~mlm_ppl.inference.anneal_floor`) or a fixed ``tau`` (0 for none); None when the
+            ``mlm_ppl.inference.anneal_floor``) or a fixed ``tau`` (0 for none); None when the
             kernel samples its target.
         """
         record = super().annealing()

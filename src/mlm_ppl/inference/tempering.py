@@ -57,7 +57,7 @@ def _check_spacing(value: Any, name: str) -> float:
 class TemperingOptions(ProposalOptions):
     """Options of MH's proposals and of the replicas: :class:`ReplicaMH`'s and surrogate-MH's inner chain's.
 
-    MH's proposals (``mlm_ppl.inference.mh.ProposalOptions``, as
+    MH's proposals (:class:`~mlm_ppl.inference.ProposalOptions`, as
     :class:`~mlm_ppl.MetropolisHastings` reads them) and the replicas, declared once.
 
     Parameters
@@ -245,7 +245,7 @@ class ReplicaInfo(NamedTuple):
 class ReplicaMH(KernelBase[TemperingOptions]):
     """Replica exchange of random-scan MH chains (``replica-mh``): exact for the target, which replica 0 samples.
 
-    See the module docstring of :mod:`mlm_ppl.inference.tempering` for the argument (Swendsen &
+    See the module docstring of ``mlm_ppl.inference.tempering`` for the argument (Swendsen &
     Wang 1986; Geyer 1991). Replica ``k`` is a random-scan :class:`~mlm_ppl.MetropolisHastings`
     chain on the target at temperature factor ``t_k = replica_spacing**k``
     (:class:`~mlm_ppl.models.TemperedTarget`).
@@ -538,7 +538,7 @@ class ReplicaMH(KernelBase[TemperingOptions]):
         """The exact matrix of one step over every joint state of a tiny target, and the joint law.
 
         The joint states ``(x_0, .., x_{K-1})`` run over the target's ``S`` states each
-        (row-major, ``x_0`` slowest: index ``sum_k i_k S**(K-1-k)``, :func:`joint_index`); the
+        (row-major, ``x_0`` slowest: index ``sum_k i_k S**(K-1-k)``, ``joint_index``); the
         matrix is built from the kernels' own code.
 
         Returns
