@@ -47,12 +47,12 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
     template : str or torch.Tensor
         A sequence whose mask tokens (``[MASK]`` for BERT/AntiBERTy, ``<mask>`` for
         RoBERTa/ESM) are the free positions, e.g. ``"CAR[MASK][MASK][MASK]DYW"``, or with a
-        count, ``"CAR[MASK]{3}DYW"`` (:mod:`mlm_ppl.models.gaps`; a variable gap ``[MASK]{a,b}``
+        count, ``"CAR[MASK]{3}DYW"`` (``mlm_ppl.models.gaps``; a variable gap ``[MASK]{a,b}``
         is refused: one distribution has one length); or the encoded ids, shape ``(L,)``,
         including special tokens. Other positions are fixed context.
     energy : {"norm", "raw"}, optional
         ``E_norm`` (negative PLL, the default) or ``E_raw`` (negative sum of masked logits); kept
-        as :attr:`energy_name`.
+        as ``energy_name``.
     temperature : float, optional
         ``T > 0`` (default 1); ``log_prob(x) = -E(x) / T``.
     sampler_options : dict, optional
@@ -70,7 +70,7 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         ``log_prob`` becomes ``-E(x)/T + sum_k w_k f_k(x)`` on the states that break no rule and
         ``-inf`` on the others; :attr:`allowed` holds the spec's alphabets, so every kernel
         proposes within them, and :meth:`forbidden` its rules, so a proposal that breaks one is
-        rejected before its forward pass. Kept bound as :attr:`constraints`
+        rejected before its forward pass. Kept bound as ``constraints``
         (:class:`~mlm_ppl.models.constraints.BoundConstraints`: ``violations``, ``feasible``,
         ``expert_values``).
     batch_shape : torch.Size or tuple of int, optional
@@ -177,7 +177,7 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
     # ------------------------------------------------------------------ Pyro plumbing
     @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self):  # numpydoc ignore=PR01
-        """The support: sequences of token ids in ``[0, V)`` (a discrete ``TokenIds`` constraint, event dimension 1)."""
+        """The support, sequences of token ids in ``[0, V)`` (a discrete ``TokenIds`` constraint, event dimension 1)."""
         return self._support
 
     def expand(self, batch_shape, _instance=None):

@@ -100,7 +100,7 @@ class EnergyTerms:
         Parameters
         ----------
         energy : {"norm", "raw"}, optional
-            Which terms to sum: :attr:`norm` (the default) or :attr:`raw`.
+            Which terms to sum: ``norm`` (the default) or ``raw``.
 
         Returns
         -------
@@ -149,7 +149,7 @@ def energy_terms(
     ------
     ValueError
         For an unknown ``variant``, a sequence holding the mask token, or a sequence the model's
-        codec refuses (:meth:`~mlm_ppl.MaskedLM.encode`).
+        codec refuses (:meth:`~mlm_ppl.models.TokenCodec.encode`).
     TypeError
         If ``sequences`` are not strings or an :class:`~mlm_ppl.Encoding`.
     NonFiniteLogitsError

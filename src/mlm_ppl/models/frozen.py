@@ -22,8 +22,36 @@ __all__ = ["FrozenFrame", "frozen_layers", "frame_of", "frozen_forward", "layer_
 
 @dataclass(frozen=True)
 class FrozenFrame:
-    """A fixed reference sequence's columns outside ``columns``, as every layer of a model sees them
-    (:func:`frame_of`): per layer, ``(1, heads, L - K, d)`` keys and values."""
+    """A fixed reference sequence's columns outside ``columns``, as every layer of a model sees them.
+
+    What :meth:`~mlm_ppl.MaskedLM.frozen_frame` returns (computed by ``mlm_ppl.models.frozen.frame_of``).
+    Copies of the live columns read beside it (``Encoding(frame=...)``) attend, at every layer, to
+    these keys and values of the reference's other columns, which stay as the model computed them
+    reading the whole reference.
+
+    Parameters
+    ----------
+    columns : torch.Tensor
+        Shape ``(K,)``, long, the live columns, ascending.
+    length : int
+        ``L``, the length of the whole sequence.
+    keys : tuple of torch.Tensor
+        One per layer, shape ``(1, heads, L - K, d)``, the keys of the columns outside ``columns``.
+    values : tuple of torch.Tensor
+        One per layer, shape ``(1, heads, L - K, d)``, their values.
+    reference : torch.Tensor
+        Shape ``(L,)``, the sequence whose frame it is.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mlm_ppl.testing import tiny_residue_bert
+    >>> mlm = tiny_residue_bert("ACDE", seed=1)
+    >>> reference = mlm.encode(["ACDEA"]).input_ids[0]  # [CLS] A C D E A [SEP]: L = 7
+    >>> frame = mlm.frozen_frame(reference, torch.tensor([2, 3]))  # a FrozenFrame, K = 2
+    >>> frame.length, len(frame.keys), frame.keys[0].shape  # two layers, two heads of size 16
+    (7, 2, torch.Size([1, 2, 5, 16]))
+    """
 
     columns: Tensor  # (K,) the live columns, ascending
     length: int  # L, the whole sequence's
@@ -33,6 +61,7 @@ class FrozenFrame:
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of the frame's keys and values."""
         return self.keys[0].dtype
 
 

@@ -132,8 +132,33 @@ def expand_counts(text: str, mask: str, limit: int | None = None) -> str:
 
 @dataclass(frozen=True)
 class GapTemplate:
-    """A template with one variable gap: ``before + mask * L + after`` for ``L`` in ``lo..hi``.
-    ``before`` and ``after`` have their fixed counts written out (they may hold other masks)."""
+    """A template with one variable gap, ``before + mask * L + after`` for ``L`` in ``lo..hi``.
+
+    What ``parse_gap`` reads of a template's text (``"CAR[MASK]{10,16}WGQG"``). ``before`` and
+    ``after`` have their fixed counts written out (they may hold other masks).
+
+    Parameters
+    ----------
+    before : str
+        The template's text before the gap.
+    after : str
+        The template's text after the gap.
+    lo : int
+        The gap's fewest positions.
+    hi : int
+        The gap's most positions.
+    mask : str
+        The mask token the gap repeats (``"[MASK]"``, ``"<mask>"``).
+
+    Examples
+    --------
+    >>> from mlm_ppl.models import GapTemplate
+    >>> gap = GapTemplate("CAR", "WGQG", lo=2, hi=4, mask="[MASK]")  # CAR[MASK]{2,4}WGQG
+    >>> gap.lengths
+    range(2, 5)
+    >>> gap.template(2)
+    'CAR[MASK][MASK]WGQG'
+    """
 
     before: str
     after: str
@@ -143,18 +168,50 @@ class GapTemplate:
 
     @property
     def lengths(self) -> range:
+        """The gap's lengths, ``lo`` to ``hi`` (both included)."""
         return range(self.lo, self.hi + 1)
 
     def template(self, length: int) -> str:
-        """The ordinary template of gap length ``length``."""
+        """The ordinary template of gap length ``length``.
+
+        Parameters
+        ----------
+        length : int
+            A gap length, one of :attr:`lengths`.
+
+        Returns
+        -------
+        str
+            ``before + mask * length + after``.
+
+        Raises
+        ------
+        ValueError
+            When ``length`` is outside ``lo..hi``.
+        """
         if length not in self.lengths:
             raise ValueError(f"gap length {length} is outside {self.lo}..{self.hi}")
         return self.before + self.mask * length + self.after
 
     def check_fits(self, max_tokens: int, shortest_tokens: int) -> None:
-        """A ValueError unless the longest template fits the model's ``max_tokens``, from the
-        encoded length of the shortest (``template(lo)``, special tokens included): each gap
-        position is one mask token."""
+        """Check that the longest template fits the model's ``max_tokens``.
+
+        Its length is found from the encoded length of the shortest (``template(lo)``, special
+        tokens included): each gap position is one mask token.
+
+        Parameters
+        ----------
+        max_tokens : int
+            The most tokens the model accepts, special tokens included.
+        shortest_tokens : int
+            The encoded length of ``template(lo)``, special tokens included.
+
+        Raises
+        ------
+        ValueError
+            When the longest template has more than ``max_tokens`` tokens; the message says how far
+            to lower the gap's upper bound.
+        """
         n = shortest_tokens + self.hi - self.lo
         if n > max_tokens:
             over = n - max_tokens
@@ -266,12 +323,28 @@ def read_length_table(spec: str, what: str, gap: GapTemplate | None = None) -> d
 
 @dataclass(frozen=True)
 class LengthReference:
-    """A length distribution to compare a run's length marginal with (e.g. a repertoire's), read
-    from a file in the length prior's format and renormalised over the run's lengths.
+    """A length distribution to compare a run's length marginal with (e.g. a repertoire's).
 
-    ``weights``: per length of the run, its share of the reference's weight inside the run's
-    lengths (summing to 1); ``inside``: the fraction of the reference's whole weight that lies
-    inside them; ``source``: the file."""
+    Read from a file in the length prior's format (:meth:`read`) and renormalised over the run's
+    lengths.
+
+    Parameters
+    ----------
+    weights : dict of int to float
+        Per length of the run, its share of the reference's weight inside the run's lengths
+        (summing to 1).
+    inside : float
+        The fraction of the reference's whole weight that lies inside the run's lengths.
+    source : str
+        The file, or the name of a table shipped with the package.
+
+    Examples
+    --------
+    >>> from mlm_ppl.models import LengthReference
+    >>> reference = LengthReference.read("human-cdrh3", list(range(10, 17)))  # a shipped table
+    >>> sorted(reference.weights), 0 < reference.inside < 1
+    ([10, 11, 12, 13, 14, 15, 16], True)
+    """
 
     weights: dict[int, float]
     inside: float
@@ -279,10 +352,32 @@ class LengthReference:
 
     @classmethod
     def read(cls, spec: str, lengths: list[int]) -> LengthReference:
-        """The reference in file ``spec`` (lines ``L<TAB>weight``, any lengths >= 1), or the table
-        of that name shipped with the package (:data:`SHIPPED_TABLES`: ``"human-cdrh3"``), over
-        ``lengths``; a ValueError when the file is bad (:func:`read_length_table`) or weighs none
-        of ``lengths``."""
+        """The reference in file ``spec``, or in the shipped table of that name, over ``lengths``.
+
+        The file has lines ``L<TAB>weight`` (``#`` comments and blank lines skipped), any lengths
+        >= 1. The tables shipped with the package (``SHIPPED_TABLES``) are ``"human-cdrh3"``, the
+        lengths of 100,000 productive human CDR-H3s generated by OLGA's human IGH model.
+
+        Parameters
+        ----------
+        spec : str
+            A file's path, or the name of a shipped table.
+        lengths : list of int
+            The run's lengths.
+
+        Returns
+        -------
+        LengthReference
+            The reference renormalised over ``lengths``.
+
+        Raises
+        ------
+        ValueError
+            When the file cannot be read or a line is not ``L<TAB>weight`` with a length >= 1 given
+            once and a finite weight >= 0 (the message names the line and what to fix), when the
+            weights sum to 0 or one is positive but too small to tell from 0, or when they weigh
+            none of ``lengths``.
+        """
         table = read_length_table(str(shipped_table(spec)) if spec in SHIPPED_TABLES else spec, "length reference")
         inside = math.fsum(table.get(L, 0.0) for L in lengths)
         if not inside > 0:
@@ -294,41 +389,131 @@ class LengthReference:
 
 @dataclass(frozen=True)
 class LengthPrior:
-    """Weights ``pi(L)`` of the gap lengths, normalised to sum to 1 over the gap's lengths (a length
-    the prior does not name has weight 0). ``source``: where they came from."""
+    """Weights ``pi(L)`` of a variable gap's lengths, normalised to sum to 1 over the gap's lengths.
+
+    A length the prior does not name has weight 0.
+
+    Parameters
+    ----------
+    weights : dict of int to float
+        The weight of each length.
+    source : str
+        Where they came from (``"uniform"``, a file, ``"recorded"``).
+
+    Examples
+    --------
+    >>> from mlm_ppl.models import GapTemplate, LengthPrior
+    >>> LengthPrior.uniform(GapTemplate("CAR", "WGQG", lo=2, hi=3, mask="[MASK]"))
+    LengthPrior(weights={2: 0.5, 3: 0.5}, source='uniform')
+    >>> prior = LengthPrior.from_record({"2": 0.25, "3": 0.75})
+    >>> prior.draw_weights({2: 5, 3: 3})  # pi(L) / N_L for N_L draws of length L
+    {2: 0.05, 3: 0.25}
+    """
 
     weights: dict[int, float]
     source: str
 
     @classmethod
     def uniform(cls, gap: GapTemplate) -> LengthPrior:
+        """The uniform prior over the gap's lengths.
+
+        Parameters
+        ----------
+        gap : GapTemplate
+            The gap.
+
+        Returns
+        -------
+        LengthPrior
+            Weight ``1 / n`` for each of the gap's ``n`` lengths, source ``"uniform"``.
+        """
         n = len(gap.lengths)
         return cls({L: 1.0 / n for L in gap.lengths}, "uniform")
 
     @classmethod
     def read(cls, spec: str, gap: GapTemplate) -> LengthPrior:
-        """``"uniform"``, or a file of lines ``L<TAB>weight`` (``#`` comments and blank lines
-        skipped): each ``L`` once, inside the gap; weights finite and >= 0, summing to more than
-        0. A ValueError names the file, the line and what to fix."""
+        """The prior ``spec`` names, ``"uniform"`` or a file of lines ``L<TAB>weight``.
+
+        In the file, ``#`` comments and blank lines are skipped; each ``L`` is given once, inside
+        the gap; weights are finite and >= 0, summing to more than 0, and are normalised to sum
+        to 1.
+
+        Parameters
+        ----------
+        spec : str
+            ``"uniform"``, or a file's path.
+        gap : GapTemplate
+            The gap whose lengths it weighs.
+
+        Returns
+        -------
+        LengthPrior
+            The uniform prior, or the file's weights (lengths of weight 0 left out) with the file
+            as its source.
+
+        Raises
+        ------
+        ValueError
+            When the file cannot be read or breaks a rule above; the message names the file, the
+            line and what to fix.
+        """
         if spec == "uniform":
             return cls.uniform(gap)
         weights = read_length_table(spec, "length prior", gap)
         return cls({L: w for L, w in weights.items() if w > 0}, str(Path(spec)))
 
     def record(self) -> dict[str, float]:
-        """The prior as a run records it (settings, run attributes, a batch of strata): weight by
-        length as text, in order of length; :meth:`from_record` reads it back."""
+        """The prior as a run records it, weight by length with the lengths as text.
+
+        What settings, run attributes and a batch of strata hold; :meth:`from_record` reads it
+        back.
+
+        Returns
+        -------
+        dict of str to float
+            The weight of each length, in order of length.
+        """
         return {str(L): float(w) for L, w in sorted(self.weights.items())}
 
     @classmethod
     def from_record(cls, record: dict[str, float], source: str = "recorded") -> LengthPrior:
-        """The prior of a :meth:`record`."""
+        """The prior of a :meth:`record`.
+
+        Parameters
+        ----------
+        record : dict of str to float
+            What :meth:`record` gave.
+        source : str, optional
+            Where it came from (default ``"recorded"``).
+
+        Returns
+        -------
+        LengthPrior
+            The prior, its lengths as integers.
+        """
         return cls({int(L): float(w) for L, w in record.items()}, source)
 
     def draw_weights(self, draws_per_length: dict[int, int]) -> dict[int, float]:
-        """The weight of one draw of each length in the mixture ``sum_L pi(L) p_L``: ``pi(L) / N_L``
-        for ``N_L`` draws of length ``L``, so that weighted sums are the mixture's expectations.
-        A length of weight > 0 without draws is a ValueError (the mixture would lose its mass)."""
+        """The weight of one draw of each length in the mixture ``sum_L pi(L) p_L``.
+
+        ``pi(L) / N_L`` for ``N_L`` draws of length ``L``, so that weighted sums are the mixture's
+        expectations.
+
+        Parameters
+        ----------
+        draws_per_length : dict of int to int
+            The number of draws ``N_L`` of each length.
+
+        Returns
+        -------
+        dict of int to float
+            The weight of one draw, by length, for each length with draws.
+
+        Raises
+        ------
+        ValueError
+            When a length of weight > 0 has no draws (the mixture would lose its mass).
+        """
         missing = [L for L in self.weights if draws_per_length.get(L, 0) <= 0]
         if missing:
             raise ValueError(f"lengths {missing} have prior weight but no draws")

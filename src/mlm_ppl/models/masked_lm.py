@@ -62,7 +62,7 @@ class MaskedConditionals:
 
     @property
     def log_probs(self) -> Tensor:
-        """``(N, V)`` log-probabilities (log-softmax of :attr:`logits`)."""
+        """``(N, V)`` log-probabilities (log-softmax of ``logits``)."""
         return torch.log_softmax(self.logits, dim=-1)
 
 
@@ -168,7 +168,7 @@ class MaskedLM(TokenCodec):
 
     @property
     def logits_dtype(self) -> torch.dtype:
-        """Dtype of the logits and energies: float32, or float64 for a float64 model."""
+        """The dtype of the logits and energies (float32, or float64 for a float64 model)."""
         return torch.float64 if self.dtype == torch.float64 else torch.float32
 
     @property
@@ -334,7 +334,7 @@ class MaskedLM(TokenCodec):
         ------
         TypeError, ValueError
             Where ``input_ids`` are not long ids of shape ``(N, L)`` within the vocabulary
-            (:meth:`encoding_from_ids`).
+            (:meth:`~mlm_ppl.models.TokenCodec.encoding_from_ids`).
         NonFiniteLogitsError
             If the model returns nan or inf logits.
 
@@ -376,7 +376,7 @@ class MaskedLM(TokenCodec):
         ------
         ValueError
             If ``masks`` does not have the shape of ``input_ids`` or ``positions`` is not ``(N, k)``;
-            also where :meth:`encoding_from_ids` refuses ``input_ids``.
+            also where :meth:`~mlm_ppl.models.TokenCodec.encoding_from_ids` refuses ``input_ids``.
         TypeError
             Where ``input_ids`` are not long ids.
         NonFiniteLogitsError
@@ -407,7 +407,7 @@ class MaskedLM(TokenCodec):
         Parameters
         ----------
         sequences : str, sequence of str, or Encoding
-            The sequences (text, encoded with :meth:`encode`) or their encoding.
+            The sequences (text, encoded with :meth:`~mlm_ppl.models.TokenCodec.encode`) or their encoding.
         positions : sequence of int, optional
             Token positions (in the encoded sequence, ``[CLS]`` is 0) to read in every
             sequence. Default: every scorable position of every sequence.
@@ -424,7 +424,7 @@ class MaskedLM(TokenCodec):
         ValueError
             If ``positions`` is empty, lies outside the encoded length, or holds a position that
             is not scorable (a special token or padding) in some sequence; also where
-            :meth:`encode` refuses ``sequences``.
+            :meth:`~mlm_ppl.models.TokenCodec.encode` refuses ``sequences``.
         TypeError
             If a position is not an int, or ``sequences`` are not strings.
         NonFiniteLogitsError
@@ -677,7 +677,7 @@ class MaskedLM(TokenCodec):
         ------
         ValueError
             For an unknown ``variant``, a sequence holding the mask token, or one that
-            :meth:`encode` refuses.
+            :meth:`~mlm_ppl.models.TokenCodec.encode` refuses.
         TypeError
             If ``sequences`` are not strings or an :class:`Encoding`.
         """
@@ -716,7 +716,7 @@ class MaskedLM(TokenCodec):
         ------
         ValueError
             For an unknown ``energy`` or ``variant``, a sequence holding the mask token, or one
-            that :meth:`encode` refuses.
+            that :meth:`~mlm_ppl.models.TokenCodec.encode` refuses.
         TypeError
             If ``sequences`` are not strings or an :class:`Encoding`.
 

@@ -108,7 +108,7 @@ class SurrogateTarget(DerivedTarget):
         self.offset = 0.0  # added to E~ (calibrate)
 
     def calibrate(self, reference: Tensor) -> float:
-        """Set :attr:`offset` to ``E(r) - E~(r)`` at a fixed state ``r``, so that ``E~ + offset`` matches ``E`` there.
+        """Set ``offset`` to ``E(r) - E~(r)`` at a fixed state ``r``, so that ``E~ + offset`` matches ``E`` there.
 
         On a variable gap each length's surrogate misses its own share of the frame's terms (on
         AntiBERTy's CDR-H3, 2.0 nats at 8 residues down to 0.9 at 20), and without the offset the
@@ -133,7 +133,7 @@ class SurrogateTarget(DerivedTarget):
     def evaluate(self, tokens: Tensor) -> Evaluation:
         """``E~``, the log-factor and the free positions' conditionals (from the window's copies).
 
-        ``E~`` includes :attr:`offset`; :attr:`copies` grows by one copy per state and summed
+        ``E~`` includes ``offset``; ``copies`` grows by one copy per state and summed
         position.
 
         Parameters
@@ -168,7 +168,7 @@ class SurrogateTarget(DerivedTarget):
 
         What the inner chain's block and unmask proposals cost is a surrogate evaluation's, not the
         target's. Any proposal is exact for the inner chain, as long as it reads its reverse the
-        same way. :attr:`copies` grows by one per state.
+        same way. ``copies`` grows by one per state.
 
         Parameters
         ----------

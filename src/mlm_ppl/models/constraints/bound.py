@@ -87,7 +87,7 @@ class BoundConstraints:
     alphabets_only : bool
         The spec has :class:`Allowed` rules alone (no other rule, no expert): its log-factor is 0
         on the alphabets and ``-inf`` elsewhere, so a kernel whose proposals keep to
-        :attr:`allowed` samples it without reading the log-factor.
+        ``allowed`` samples it without reading the log-factor.
     framework_matches : tuple of FrameworkMatch
         :class:`Forbid` matches wholly inside the fixed template: reported once here, never
         infeasible (found in the template filled with each free position's first allowed token).
@@ -227,7 +227,7 @@ class BoundConstraints:
         Returns
         -------
         str
-            Each of :attr:`framework_matches` as text, one per line; empty when there are none.
+            Each of ``framework_matches`` as text, one per line; empty when there are none.
         """
         return "\n".join(str(m) for m in self.framework_matches)
 
@@ -329,7 +329,7 @@ class BoundConstraints:
         Returns
         -------
         dict of str to torch.Tensor
-            Rule name (every rule of :attr:`~mlm_ppl.ConstraintSpec.all_rules`, in order) to shape
+            Rule name (every rule of the spec's ``all_rules``, in order) to shape
             ``(N,)``: bool, or float64 with ``degrees``.
 
         Raises
@@ -416,7 +416,7 @@ class BoundConstraints:
         Returns
         -------
         dict of str to torch.Tensor
-            Expert name (every expert of :attr:`~mlm_ppl.ConstraintSpec.all_experts`, in order) to
+            Expert name (every expert of the spec's ``all_experts``, in order) to
             shape ``(N,)``, float64.
 
         Raises

@@ -200,7 +200,7 @@ class Forbid(_Pattern):
 
     A match counts only when its characters overlap those of a free position's token: a match
     lying wholly in the fixed framework cannot be designed away, so it is reported once at bind
-    time (:attr:`BoundConstraints.framework_matches`) and does not make a state infeasible.
+    time (``BoundConstraints.framework_matches``) and does not make a state infeasible.
     Matches may overlap one another (each start position is tried). Anchors read the whole
     decoded sequence. Patterns are matched by RE2, in time linear in the sequence's length
     (no lookarounds or backreferences: such a pattern is refused when the rule is made).

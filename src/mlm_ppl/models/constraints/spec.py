@@ -137,7 +137,7 @@ class ConstraintSpec:
         values : mapping of str to torch.Tensor
             Each expert's unweighted values by name, shape ``(n,)``, as
             :meth:`~mlm_ppl.models.constraints.BoundConstraints.expert_values` gives them; every
-            expert of :attr:`all_experts` must have an entry.
+            expert of ``all_experts`` must have an entry.
         n : int
             The number of states.
 
@@ -197,7 +197,7 @@ class ConstraintSpec:
         Returns
         -------
         torch.Tensor
-            Shape ``(F, V)``, bool (:attr:`~mlm_ppl.models.constraints.BoundConstraints.allowed`).
+            Shape ``(F, V)``, bool (what :class:`~mlm_ppl.models.constraints.BoundConstraints` holds as ``allowed``).
 
         Raises
         ------
@@ -453,7 +453,7 @@ def recorded_expert_weights(data: Any, source: str = "<dict>") -> dict[str, floa
     Returns
     -------
     dict of str to float
-        Name to weight, in :attr:`~mlm_ppl.ConstraintSpec.all_experts`'s order (the spec's own
+        Name to weight, in the order of the spec's ``all_experts`` (the spec's own
         experts, then its liabilities').
 
     Raises

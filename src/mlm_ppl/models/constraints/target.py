@@ -21,7 +21,7 @@ class ConstraintTarget(ConstrainedTarget):
     give ``-inf``, and :meth:`forbidden` finds them from the rules alone, which MH reads before
     running a proposal's masked copies. A kernel that does not sample log-factors
     (pseudo-Gibbs, mask-predict) accepts it when
-    :attr:`~mlm_ppl.models.constraints.BoundConstraints.alphabets_only`: its restricted proposals
+    ``alphabets_only`` of its :class:`~mlm_ppl.models.constraints.BoundConstraints`: its restricted proposals
     then honour the whole spec.
 
     Parameters

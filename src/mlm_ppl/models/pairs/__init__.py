@@ -6,11 +6,11 @@ conditionals ``P_a(x_a | x_b)`` and ``P_b(x_b | x_a)`` for every candidate of th
 position. These two families are in general *incompatible*: no joint has both as its
 conditionals. Each method builds a normalised joint ``q(x_a, x_b)`` from them.
 
-* :mod:`.conditionals`: reading the MLM (:func:`pair_conditionals`, :class:`PairConditionals`,
+* ``conditionals``: reading the MLM (:func:`pair_conditionals`, :class:`PairConditionals`,
   the reference code's candidate sets) and :func:`derive_pair_joint` (read, then build);
-* :mod:`.joints`: one small function per method (naive, MRF, MRF-logit, HCB, AG), their
+* ``joints``: one small function per method (naive, MRF, MRF-logit, HCB, AG), their
   checked options, and :class:`PairJoint`, a Pyro ``Categorical`` over the candidate pairs;
-* :mod:`.arnold_gokhale`: the Arnold-Gokhale fixed point (SQUAREM-accelerated).
+* ``arnold_gokhale``: the Arnold-Gokhale fixed point (SQUAREM-accelerated).
 
 Everything is computed over a *support*: the ordinary tokens of the vocabulary (``2V``
 masked copies of the sequence), ``K`` candidates per position chosen by the reference code's rule, or

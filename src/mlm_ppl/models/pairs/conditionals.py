@@ -85,12 +85,12 @@ class PairConditionals:
 
     @property
     def log_cond_a(self) -> Tensor:
-        """``(K_a, K_b)`` ``log P_a(x_a | x_b)``: each column normalised over the candidates of ``a``."""
+        """``(K_a, K_b)`` ``log P_a(x_a | x_b)``, each column normalised over the candidates of ``a``."""
         return torch.log_softmax(self.logits_a, dim=0)
 
     @property
     def log_cond_b(self) -> Tensor:
-        """``(K_a, K_b)`` ``log P_b(x_b | x_a)``: each row normalised over the candidates of ``b``."""
+        """``(K_a, K_b)`` ``log P_b(x_b | x_a)``, each row normalised over the candidates of ``b``."""
         return torch.log_softmax(self.logits_b, dim=1)
 
     @property
@@ -327,7 +327,7 @@ def derive_pair_joint(
     """An explicit, normalised joint over positions ``a`` and ``b`` of ``sequence``.
 
     Reads the MLM's conditionals with :func:`~mlm_ppl.pair_conditionals` and combines them with
-    ``method`` (see :mod:`mlm_ppl.models.pairs.joints`). To compare several
+    ``method`` (see :func:`~mlm_ppl.models.pair_joint`). To compare several
     methods on the same pair, call :func:`~mlm_ppl.pair_conditionals` once and then
     :meth:`~mlm_ppl.PairConditionals.joint` per method: the forward passes are the expensive part.
     The method and its options are checked before any forward pass.
