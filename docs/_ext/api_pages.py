@@ -228,6 +228,8 @@ def resolve_other_path(app: Sphinx, env, node, contnode):
     if node.get("refdomain") != "py":
         return None
     target = node["reftarget"]
+    if any(part.startswith("_") and not part.startswith("__") for part in target.split(".")):
+        return contnode  # a private name (a base's or a descriptor's type) has no page: shown as text
     public = _public_path(target) or target.strip("()'")
     if public == target:
         return None

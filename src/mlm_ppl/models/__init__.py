@@ -7,7 +7,7 @@ from .constraints import ConstraintSpec, ConstraintTarget
 from .distribution import MaskedLMDistribution
 from .energy import ENERGIES, VARIANTS, EnergyTerms, energy_terms
 from .frozen import FrozenFrame
-from .gap_target import GapTarget
+from .gap_target import GapConstraints, GapTarget
 from .gaps import GapTemplate, LengthPrior, LengthReference
 from .loading import antiberty_paths, load_mlm
 from .masked_lm import MaskedConditionals, MaskedLM, NonFiniteLogitsError
@@ -52,6 +52,7 @@ __all__ = [
     # a variable gap (a template's [MASK]{a,b}) and its lengths' prior
     "GapTemplate",
     "GapTarget",
+    "GapConstraints",
     "LengthPrior",
     "LengthReference",
     # constraints (hard rules, soft experts, antibody liabilities)
