@@ -101,6 +101,7 @@ html_theme_options = {
     "footer_end": ["sphinx-version"],
 }
 html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 html_favicon = "_static/logo.svg"
 html_logo = "_static/logo.svg"
 html_context = {"default_mode": "auto"}  # the theme's light/dark mode before the reader picks one
