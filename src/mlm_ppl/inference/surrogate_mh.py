@@ -140,7 +140,8 @@ class SurrogateOptions(TemperingOptions):
         reference's, frozen (``"frozen"``).
     anneal_floor : float, optional
         Annealing stops cooling at this ``tau`` (default None: each chain where its outer
-        acceptance falls below 0.2; 0: the whole schedule).
+        acceptance falls below 0.2, except with ``anneal_terms="constraints"`` or a warming
+        schedule, which run the whole schedule; 0: the whole schedule).
     p_update, p_insert, p_delete : float, optional
         On a variable gap, the probabilities of the inner gap-jump chain's update, insert and
         delete moves (defaults 0.5, 0.25, 0.25).
@@ -345,7 +346,8 @@ class SurrogateMH(SurrogateMatrices, KernelBase[SurrogateOptions]):
         anneal_floor : float, optional
             A fixed ``tau`` below which no chain cools (0: the whole schedule). Default: each chain
             stops cooling where its own outer acceptance falls below 0.2
-            (``mlm_ppl.inference.anneal_floor``); the run records where.
+            (``mlm_ppl.inference.anneal_floor``; not with ``anneal_terms="constraints"`` nor a
+            warming schedule, which run the whole schedule); the run records where.
         p_update, p_insert, p_delete, p_insert_run, p_delete_run, max_run
             On a variable gap, the inner gap-jump chain's moves (refused on a fixed template).
 

@@ -59,8 +59,8 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         Options of :meth:`sample`, which runs Metropolis-Hastings chains:
         ``num_steps`` (default 20 sweeps over the free positions), ``seed`` (int: each call
         of :meth:`sample` runs the next chains of its streams, so successive calls give new
-        draws and a fresh distribution with the same seed repeats them), ``init`` ("sample" or
-        "greedy"), and any :class:`~mlm_ppl.MetropolisHastings` option (``scan``,
+        draws and a fresh distribution with the same seed repeats them), ``init`` ("sample",
+        "greedy" or "uniform"), and any :class:`~mlm_ppl.MetropolisHastings` option (``scan``,
         ``block_size``, ``top_k``, ``proposal_temperature``: by default ``max(T, 1)``, which
         mixes faster than 1 at ``T > 1``; docs/sampling.md "Proposal temperature" ...).
     constraints : ConstraintSpec, optional

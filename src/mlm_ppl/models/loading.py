@@ -94,7 +94,8 @@ def load_mlm(
     trust_remote_code : bool
         Passed to Hugging Face; off unless you ask.
     memory_budget_mb : float, optional
-        Activation budget of one chunk of masked copies (see :class:`MaskedLM`).
+        Activation budget of one chunk of masked copies, in MB (see :class:`MaskedLM`); default
+        None: 64 on the CPU, 2048 on any other device.
 
     Returns
     -------
@@ -107,6 +108,8 @@ def load_mlm(
         Unknown model, bad device or dtype, a model that is not a masked LM.
     ModuleNotFoundError
         ``"antiberty"`` without the antiberty package installed.
+    FileNotFoundError
+        ``"antiberty"`` from an antiberty package that holds no weights.
 
     Examples
     --------
