@@ -94,12 +94,13 @@ html_theme = "pydata_sphinx_theme"
 html_title = f"mlm-ppl {release}"
 html_theme_options = {
     "navigation_with_keys": False,
-    "header_links_before_dropdown": 3,
+    "header_links_before_dropdown": 6,
     "show_toc_level": 2,
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
+html_sidebars = {"getting-started": []}  # a page with no sub-pages: no empty "Section Navigation"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 html_favicon = "_static/logo.svg"
