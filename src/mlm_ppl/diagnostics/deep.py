@@ -192,9 +192,12 @@ class DeepStates:
         Raises
         ------
         ValueError
-            Where no loop is left (every state memorized and ``exclude_memorized``).
+            Where no loop is left: the run has no feasible state, or every state is memorized and
+            ``exclude_memorized``.
         """
         kept = [s.loop for s in self.states if not (exclude_memorized and s.memorized)]
+        if not self.states:
+            raise ValueError("no deep state to make a library of (no chain visited a feasible state)")
         if not kept:
             raise ValueError("every deep state is memorized: no loop is left for a library")
         return ",".join(kept)

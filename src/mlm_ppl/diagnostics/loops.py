@@ -97,7 +97,8 @@ def loop_distribution(idata: "arviz.InferenceData", *, top: int = 10) -> LoopDis
     Raises
     ------
     ValueError
-        Where ``top`` is below 1 or the run does not record its free positions.
+        Where ``top`` is below 1, the draws are not one run's ``tokens`` (a Pyro run's keep its
+        sites' names), or the run does not record its free positions.
     TypeError
         Where ``top`` is not an integer.
 
@@ -116,6 +117,8 @@ def loop_distribution(idata: "arviz.InferenceData", *, top: int = 10) -> LoopDis
     True
     """
     top = check_count(top, "top", minimum=1)
+    if "tokens" not in idata.posterior:  # from_pyro's token sites keep their Pyro names
+        raise ValueError("the InferenceData holds no 'tokens' (a Pyro run keeps its sites' names): give one run's")
     tokens = np.asarray(idata.posterior["tokens"].values)  # (C, D, L)
     free = attr_list(idata.attrs, "free_positions")
     if free is None:

@@ -91,6 +91,7 @@ def draw_from_distribution(
     torch.Size([3, 7])
     """
     check_not_held()  # drawn while an MLM kernel runs the model: a handler hid the site from it
+    n = check_count(n, "n", 1)
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()).item())
     steps = 20 * dist.num_free if num_steps is None else check_count(num_steps, "num_steps", 1)

@@ -342,6 +342,11 @@ def scan_cycles(scan: str, num_free: int, block_size: int) -> list[tuple[float, 
         One ``(probability, blocks)`` per cycle: the blocks, each a tuple of indices among the
         free positions, in the order they are applied.
 
+    Raises
+    ------
+    ValueError
+        Where ``scan`` is none of the three.
+
     Examples
     --------
     >>> from mlm_ppl.inference.exact import scan_cycles
@@ -350,6 +355,8 @@ def scan_cycles(scan: str, num_free: int, block_size: int) -> list[tuple[float, 
     >>> len(scan_cycles("random", 3, 1)), len(scan_cycles("random_sweep", 3, 1))
     (3, 6)
     """
+    if scan not in ("random", "left_to_right", "random_sweep"):  # any other word used to read as random_sweep
+        raise ValueError(f"scan must be 'random', 'left_to_right' or 'random_sweep', got {scan!r}")
     if scan == "random":
         subsets = list(itertools.combinations(range(num_free), block_size))
         return [(1.0 / len(subsets), [s]) for s in subsets]

@@ -240,7 +240,11 @@ def trace_model(model: Callable, args: tuple, kwargs: dict) -> Trace:
         fn = node["fn"]
         if isinstance(fn, MaskedLMDistribution):
             if node["is_observed"]:
-                fn.check_complete(torch.as_tensor(node["value"]), f"token site {name!r}")
+                value = node["value"]  # text reaches check_complete as text: it names the call that encodes it
+                text = isinstance(value, str) or (
+                    isinstance(value, (list, tuple)) and value and isinstance(value[0], str)
+                )
+                fn.check_complete(value if text else torch.as_tensor(value), f"token site {name!r}")
         elif isinstance(getattr(fn, "support", None), TokenIds):
             raise ValueError(_reparam_message(name))
     return trace

@@ -272,7 +272,8 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         Raises
         ------
         TypeError
-            When ``value`` is text (a string, or a list or tuple of strings).
+            When ``value`` is text (a string, or a list or tuple of strings), or anything else
+            that is not a tensor.
         ValueError
             When a free position of ``value`` holds the mask token.
         """
@@ -281,6 +282,8 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
                 f"{what} is text; a token site takes token ids: condition on prior.encode({value!r}) (the ids of that "
                 "sequence in this distribution's template, checked against it)"
             )
+        if not isinstance(value, torch.Tensor):  # a list of ids: a tensor says its dtype and shape
+            raise TypeError(f"{what} must be a tensor of token ids, got {type(value).__name__}: torch.tensor(ids)")
         if value.shape[-1:] != self.event_shape:
             return  # not a sequence of this template at all: validate_tokens says so
         mask = value[..., self.free] == self.mlm.mask_id

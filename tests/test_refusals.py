@@ -1,0 +1,66 @@
+"""Inputs refused with a message that says what to do, found while the public API was documented
+(issue 48): each used to pass silently or fail inside another library."""
+
+import arviz as az
+import numpy as np
+import pyro
+import pytest
+import torch
+
+from mlm_ppl import MaskedLMDistribution, MLMKernel
+from mlm_ppl.diagnostics import DeepStates, loop_distribution
+from mlm_ppl.inference import draw_from_distribution, exact
+from mlm_ppl.testing import tiny_residue_bert
+
+MLM = tiny_residue_bert("ACDE", seed=1)
+PRIOR = MaskedLMDistribution(MLM, "C[MASK][MASK][MASK]D")
+
+
+def test_an_unknown_scan_is_refused_by_the_exact_scan_cycles():
+    """It used to be read as 'random_sweep'."""
+    assert len(exact.scan_cycles("random_sweep", 3, 1)) == 6
+    with pytest.raises(ValueError, match="scan must be 'random', 'left_to_right' or 'random_sweep', got 'sweep'"):
+        exact.scan_cycles("sweep", 3, 1)
+
+
+def test_the_loop_distribution_of_draws_under_pyro_names_says_what_it_needs():
+    """It used to be a bare KeyError: 'tokens'."""
+    idata = az.from_dict(posterior={"heavy": np.zeros((2, 3, 5), dtype=np.int64)})
+    with pytest.raises(ValueError, match="holds no 'tokens' \\(a Pyro run keeps its sites' names\\)"):
+        loop_distribution(idata)
+
+
+def test_a_library_of_no_deep_state_says_there_is_none():
+    """It used to say that every deep state was memorized."""
+    none = DeepStates(states=[], chains=2, draws=10, disagreement=None, by="E")
+    with pytest.raises(ValueError, match="no deep state to make a library of"):
+        none.library()
+
+
+def test_draws_of_a_distribution_check_their_number():
+    """n was not checked: a string failed inside range(), 0 further down."""
+    assert draw_from_distribution(PRIOR, 2, num_steps=1, seed=0).shape == (2, 7)  # [CLS] and [SEP] included
+    with pytest.raises(TypeError, match="n must be an integer"):
+        draw_from_distribution(PRIOR, "2", num_steps=1, seed=0)
+    with pytest.raises(ValueError, match="n must be an integer >= 1, got 0"):
+        draw_from_distribution(PRIOR, 0, num_steps=1, seed=0)
+
+
+def test_a_log_prob_of_a_list_of_ids_asks_for_a_tensor():
+    """It used to be AttributeError: 'list' object has no attribute 'shape'."""
+    ids = PRIOR.encode("CAADD")
+    with pytest.raises(TypeError, match="must be a tensor of token ids, got list: torch.tensor\\(ids\\)"):
+        PRIOR.log_prob(ids.tolist())
+    assert torch.isfinite(PRIOR.log_prob(ids))
+
+
+def test_an_mlm_kernel_on_a_site_observed_as_text_names_the_call_that_encodes_it():
+    """The kernel's trace turned the text into a tensor first: torch's "new(): invalid data type"."""
+
+    def model():
+        pyro.sample("x", PRIOR, obs="CAADD")
+        pyro.sample("y", MaskedLMDistribution(MLM, "C[MASK]D"))
+
+    mcmc = pyro.infer.MCMC(MLMKernel(model), num_samples=1, warmup_steps=0, disable_progbar=True)
+    with pytest.raises(TypeError, match=r"prior.encode\('CAADD'\)"):
+        mcmc.run()
