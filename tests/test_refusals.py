@@ -64,3 +64,40 @@ def test_an_mlm_kernel_on_a_site_observed_as_text_names_the_call_that_encodes_it
     mcmc = pyro.infer.MCMC(MLMKernel(model), num_samples=1, warmup_steps=0, disable_progbar=True)
     with pytest.raises(TypeError, match=r"prior.encode\('CAADD'\)"):
         mcmc.run()
+
+
+def test_a_cdr3_body_of_letters_that_are_not_amino_acids_is_refused():
+    """Any upper-case letters used to pass (B, J, O, U, X, Z)."""
+    from mlm_ppl.data import heavy_chain
+
+    sequence, cdr3 = heavy_chain(cdr3_body="DRGYSSGW")
+    assert sequence[cdr3].startswith("AKDRGYSSGW")
+    for body in ("DRGXSSGW", "", "drgy"):
+        with pytest.raises(ValueError, match="cdr3_body must be the 20 amino acids' one-letter codes"):
+            heavy_chain(cdr3_body=body)
+
+
+def test_the_reference_state_of_a_spec_without_a_reference_says_how_to_give_one():
+    """An assert used to stop it (and nothing at all under python -O)."""
+    from mlm_ppl import ConstraintSpec
+
+    bound = ConstraintSpec().bind(PRIOR)
+    with pytest.raises(ValueError, match="the spec has no reference loop: give one"):
+        bound.reference_state()
+    assert (
+        ConstraintSpec(reference="AAA").bind(PRIOR).reference_state().tolist()[2:5]
+        == PRIOR.encode("CAAAD")[2:5].tolist()
+    )
+
+
+def test_random_states_of_another_width_are_refused_with_why():
+    """torch's own error named a C++ state size and not the checkpoint."""
+    from mlm_ppl.inference import ChainStreams
+
+    streams = ChainStreams(0, 2)
+    state = streams.get_state()
+    streams.set_state(state)
+    with pytest.raises(ValueError, match="are not this torch's generator states"):
+        streams.set_state(state[:, :100])
+    with pytest.raises(ValueError, match="are not this torch's generator states"):
+        streams.set_state(state.long())

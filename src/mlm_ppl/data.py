@@ -140,7 +140,8 @@ def heavy_chain(v_gene: str = "IGHV3-23", cdr3_body: str = "DRGYSSGW", j_gene: s
     Raises
     ------
     ValueError
-        When a gene is not in the table, or ``cdr3_body`` is not upper-case letters.
+        When a gene is not in the table, or ``cdr3_body`` is empty or holds a letter other than
+        the 20 amino acids' codes.
     ModuleNotFoundError
         When the optional ``anarci`` package is not installed.
 
@@ -159,8 +160,10 @@ def heavy_chain(v_gene: str = "IGHV3-23", cdr3_body: str = "DRGYSSGW", j_gene: s
     for name, table in ((v_gene, vs), (j_gene, js)):
         if name not in table:
             raise ValueError(f"unknown gene {name!r}; anarci has {sorted(table)}")
-    if not cdr3_body.isalpha() or not cdr3_body.isupper():
-        raise ValueError(f"cdr3_body must be upper-case one-letter amino acids, got {cdr3_body!r}")
+    if not cdr3_body or set(cdr3_body) - set("ACDEFGHIKLMNPQRSTVWY"):  # not B, J, O, U, X, Z nor other letters
+        raise ValueError(
+            f"cdr3_body must be the 20 amino acids' one-letter codes (ACDEFGHIKLMNPQRSTVWY), got {cdr3_body!r}"
+        )
     v, j = vs[v_gene], js[j_gene]
     seq = v + cdr3_body + j
     start = v.rindex("C") + 1  # after the conserved Cys104

@@ -235,10 +235,16 @@ class ChainStreams:
         Raises
         ------
         ValueError
-            When ``state`` is not a 2-D tensor with one row per chain.
+            When ``state`` is not a 2-D tensor with one row per chain, each a generator's state.
         """
+        width = self.generators[0].get_state().numel() if self.generators else 0
         if not isinstance(state, Tensor) or state.dim() != 2 or state.shape[0] != len(self):
             shape = tuple(state.shape) if isinstance(state, Tensor) else type(state).__name__
             raise ValueError(f"random states {shape} do not fit {len(self)} chains (one row per chain expected)")
+        if state.shape[1] != width or state.dtype != torch.uint8:  # torch's own error named neither the run nor why
+            raise ValueError(
+                f"random states of {state.shape[1]} {state.dtype} values per chain are not this torch's generator "
+                f"states ({width} uint8): the checkpoint is damaged or from another version of torch"
+            )
         for g, s in zip(self.generators, state):
             g.set_state(s.clone())  # a row of its own: set_state reads the storage from its start

@@ -193,7 +193,7 @@ class BoundConstraints:
     def reference_state(self) -> Tensor:
         """The template with the spec's ``reference`` loop on the designed positions.
 
-        Only for a spec with a ``reference`` (an assertion checks it).
+        Only for a spec with a ``reference``.
 
         Returns
         -------
@@ -203,10 +203,13 @@ class BoundConstraints:
         Raises
         ------
         ValueError
-            Where the reference loop does not have one token of the model's vocabulary per free
-            position.
+            Where the spec has no ``reference``, or the reference loop does not have one token of
+            the model's vocabulary per free position.
         """
-        assert self.spec.reference is not None
+        if self.spec.reference is None:  # an assert used to say so (and nothing under python -O)
+            raise ValueError(
+                "the spec has no reference loop: give one (reference = LOOP in the spec, --reference LOOP)"
+            )
         F = int(self.free_positions.numel())
         state = self.target.template.cpu().clone()
         state[self.free_positions] = torch.tensor(loop_ids(self.codec, self.spec.reference, F, "reference"))
