@@ -101,3 +101,14 @@ def test_random_states_of_another_width_are_refused_with_why():
         streams.set_state(state[:, :100])
     with pytest.raises(ValueError, match="are not this torch's generator states"):
         streams.set_state(state.long())
+
+
+def test_more_candidates_than_ordinary_tokens_are_refused():
+    """Called directly, candidate_sets used to repeat tokens and take special ones."""
+    from mlm_ppl.models.pairs.conditionals import candidate_sets
+
+    ordinary = torch.tensor([False, True, True, True, True, False])
+    logits = torch.arange(6.0)
+    assert candidate_sets(1, logits, logits, 4, ordinary).tolist() == [1, 4, 3, 2]
+    with pytest.raises(ValueError, match="size must be an integer from 1 to the 4 tokens"):
+        candidate_sets(1, logits, logits, 5, ordinary)

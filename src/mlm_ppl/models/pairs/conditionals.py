@@ -152,6 +152,12 @@ def candidate_sets(observed: int, single: Tensor, marginal: Tensor, size: int, o
     torch.Tensor
         Shape ``(size,)``, long token ids, ``observed`` first.
 
+    Raises
+    ------
+    ValueError
+        Where ``size`` is not an integer from 1 to the number of ordinary tokens (with
+        ``observed``, where it is not one of them).
+
     Examples
     --------
     >>> import torch
@@ -162,6 +168,12 @@ def candidate_sets(observed: int, single: Tensor, marginal: Tensor, size: int, o
     >>> candidate_sets(1, single, marginal, 3, ordinary)  # 1, then the best of single, then of marginal
     tensor([1, 2, 4])
     """
+    available = int(ordinary.sum()) + int(not bool(ordinary[int(observed)]))
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= available:
+        raise ValueError(
+            f"size must be an integer from 1 to the {available} tokens a candidate can be, got {size!r}: more would "
+            "repeat tokens and take special ones"
+        )
     chosen = [int(observed)]
     taken = ~ordinary.clone()
     taken[int(observed)] = True
