@@ -254,7 +254,7 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
                 "a free position holds a special token (e.g. [MASK], [PAD]); fill it with an ordinary token"
             )
 
-    def check_complete(self, value: Tensor, what: str = "the value") -> None:
+    def check_complete(self, value: Any, what: str = "the value") -> None:
         """Raise unless ``value`` is token ids with no mask token left at a free position.
 
         A sequence conditioned on (``obs=``, ``poutine.condition``) with mask tokens left in it is
