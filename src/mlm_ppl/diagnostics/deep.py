@@ -18,6 +18,7 @@ import numpy as np
 from .._checks import check_count
 from .data import attr_list
 from .lengths import length_log_prior
+from .loops import loop_draws
 from .sites import MEMORIZED_PROB, site_scores
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -227,23 +228,9 @@ class DeepStates:
         return "\n".join(lines)
 
 
-def _loops(idata: "arviz.InferenceData") -> tuple[np.ndarray, list[int], Any, int | None]:
-    """The draws ``(C, D, L)``, the designed positions, the vocabulary and the pad id of a run; a
-    ValueError for an InferenceData that is not one run's draws (``from_pyro``'s token sites keep
-    their Pyro names) or does not record its free positions."""
-    if "tokens" not in idata.posterior:
-        raise ValueError("the InferenceData holds no 'tokens' (a Pyro run keeps its sites' names): give one run's")
-    tokens = np.asarray(idata.posterior["tokens"].values)
-    free = attr_list(idata.attrs, "free_positions")
-    if free is None:
-        raise ValueError("the run does not record its free positions (attrs['free_positions']); nothing to call a loop")
-    pad = idata.attrs.get("pad_id")
-    return tokens, [int(p) for p in free], attr_list(idata.attrs, "vocab"), None if pad is None else int(pad)
-
-
 def state_index(idata: "arviz.InferenceData", states: list[DeepState]) -> np.ndarray:
     """``(C, D)``: which of ``states`` each draw is (0, 1, ...), -1 for none."""
-    tokens, free, _, _ = _loops(idata)
+    tokens, free, _, _ = loop_draws(idata)
     loops = tokens[..., free]
     out = np.full(loops.shape[:2], -1)
     for i, s in enumerate(states):
@@ -302,7 +289,7 @@ def deep_disagreement(idata: "arviz.InferenceData", gap: float = DEEP_GAP) -> st
     behind = [c for c in range(lp.shape[0]) if best[c] < top - gap]
     if not behind:
         return None
-    tokens, free, vocab, pad = _loops(idata)
+    tokens, free, vocab, pad = loop_draws(idata)
     c0, d0 = (int(i) for i in np.argwhere(lp == top)[0])
     loop = tokens[c0, d0, free]
     at = (tokens[..., free] == loop).all(-1)  # (C, D) draws of that state
@@ -364,7 +351,7 @@ def deep_states(idata: "arviz.InferenceData", k: int = 10, *, mlm: "MaskedLM | N
     3
     """
     k = check_count(k, "k", minimum=1)
-    tokens, free, vocab, pad = _loops(idata)
+    tokens, free, vocab, pad = loop_draws(idata)
     C, D, L = tokens.shape
     lp = np.asarray(idata.sample_stats["lp"].values, dtype=np.float64)
     energy = draw_energies(idata)

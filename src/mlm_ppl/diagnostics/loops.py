@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,6 +13,20 @@ from .lengths import frequency_mcse
 
 if TYPE_CHECKING:  # pragma: no cover
     import arviz
+
+
+def loop_draws(idata: "arviz.InferenceData") -> tuple[np.ndarray, list[int], Any, int | None]:
+    """The draws ``(C, D, L)``, the designed positions, the vocabulary and the pad id of a run; a
+    ValueError for an InferenceData that is not one run's draws (``from_pyro``'s token sites keep
+    their Pyro names) or does not record its free positions."""
+    if "tokens" not in idata.posterior:
+        raise ValueError("the InferenceData holds no 'tokens' (a Pyro run keeps its sites' names): give one run's")
+    tokens = np.asarray(idata.posterior["tokens"].values)
+    free = attr_list(idata.attrs, "free_positions")
+    if free is None:
+        raise ValueError("the run does not record its free positions (attrs['free_positions']); nothing to call a loop")
+    pad = idata.attrs.get("pad_id")
+    return tokens, [int(p) for p in free], attr_list(idata.attrs, "vocab"), None if pad is None else int(pad)
 
 
 @dataclass(frozen=True)
@@ -117,16 +131,9 @@ def loop_distribution(idata: "arviz.InferenceData", *, top: int = 10) -> LoopDis
     True
     """
     top = check_count(top, "top", minimum=1)
-    if "tokens" not in idata.posterior:  # from_pyro's token sites keep their Pyro names
-        raise ValueError("the InferenceData holds no 'tokens' (a Pyro run keeps its sites' names): give one run's")
-    tokens = np.asarray(idata.posterior["tokens"].values)  # (C, D, L)
-    free = attr_list(idata.attrs, "free_positions")
-    if free is None:
-        raise ValueError("the run does not record its free positions (attrs['free_positions']); nothing to call a loop")
-    positions = [int(p) for p in free]
+    tokens, positions, vocab, pad = loop_draws(idata)  # tokens (C, D, L)
     loops = tokens[..., positions]  # (C, D, P)
     C, D, P = loops.shape
-    vocab = attr_list(idata.attrs, "vocab")
     ids = np.unique(loops)
     names = [str(vocab[v]) if vocab is not None else str(int(v)) for v in ids]
     flat = loops.reshape(C * D, P)
@@ -134,13 +141,12 @@ def loop_distribution(idata: "arviz.InferenceData", *, top: int = 10) -> LoopDis
     unique, inverse, counts = np.unique(flat, axis=0, return_inverse=True, return_counts=True)
     inverse = inverse.reshape(C, D)
     order = np.argsort(-counts, kind="stable")[:top]
-    pad = idata.attrs.get("pad_id")  # a variable gap's pads: no residue, left out of a loop's text
-    residues = [v for v in ids if pad is None or v != int(pad)]
+    residues = [v for v in ids if pad is None or v != pad]  # a variable gap's pads: left out of a loop's text
     sep = "" if vocab is not None and all(len(str(vocab[v])) == 1 for v in residues) else " "
     motifs = []
     for u in order:
         loop = sep.join(
-            str(vocab[v]) if vocab is not None else str(int(v)) for v in unique[u] if pad is None or v != int(pad)
+            str(vocab[v]) if vocab is not None else str(int(v)) for v in unique[u] if pad is None or v != pad
         )
         mcse = frequency_mcse((inverse == u).astype(float))
         motifs.append((loop, int(counts[u]), float(counts[u]) / (C * D), mcse))
