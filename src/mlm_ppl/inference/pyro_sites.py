@@ -18,7 +18,7 @@ from pyro.poutine.trace_struct import Trace
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from ..models.distribution import MaskedLMDistribution, TokenIds
+from ..models.distribution import MaskedLMDistribution, TokenIds, is_text
 from ..models.target import ScaledTarget, Target
 
 __all__ = [
@@ -241,10 +241,7 @@ def trace_model(model: Callable, args: tuple, kwargs: dict) -> Trace:
         if isinstance(fn, MaskedLMDistribution):
             if node["is_observed"]:
                 value = node["value"]  # text reaches check_complete as text: it names the call that encodes it
-                text = isinstance(value, str) or (
-                    isinstance(value, (list, tuple)) and value and isinstance(value[0], str)
-                )
-                fn.check_complete(value if text else torch.as_tensor(value), f"token site {name!r}")
+                fn.check_complete(value if is_text(value) else torch.as_tensor(value), f"token site {name!r}")
         elif isinstance(getattr(fn, "support", None), TokenIds):
             raise ValueError(_reparam_message(name))
     return trace

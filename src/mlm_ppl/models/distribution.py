@@ -33,7 +33,13 @@ from .masked_lm import MaskedLM
 from .support import SVI_REFUSED, EnergyRefusals, TokenIds, template_ids, under_svi
 from .target import Evaluation, log_density
 
-__all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler"]  # TokenIds: models/support.py
+__all__ = ["MaskedLMDistribution", "TokenIds", "register_sampler", "is_text"]  # TokenIds: models/support.py
+
+
+def is_text(value: Any) -> bool:
+    """Whether ``value`` is text (a string, or a non-empty list or tuple of strings), not token ids:
+    what :meth:`MaskedLMDistribution.check_complete` refuses with the call that encodes it."""
+    return isinstance(value, str) or (isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], str))
 
 
 class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
@@ -277,7 +283,7 @@ class MaskedLMDistribution(EnergyRefusals, TorchDistribution):
         ValueError
             When a free position of ``value`` holds the mask token.
         """
-        if isinstance(value, str) or (isinstance(value, (list, tuple)) and value and isinstance(value[0], str)):
+        if is_text(value):
             raise TypeError(
                 f"{what} is text; a token site takes token ids: condition on prior.encode({value!r}) (the ids of that "
                 "sequence in this distribution's template, checked against it)"
