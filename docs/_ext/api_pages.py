@@ -196,7 +196,6 @@ WORDS = {
 
 def _public_path(target: str) -> str | None:
     """``target`` (an object or a member of one) under the path the reference documents it, or None."""
-    target = target.strip("()'")  # "tuple of (int, str)" gives "(int" and "str)"; a quoted annotation "'Run'"
     if target in WORDS:
         return WORDS[target]
     paths = other_paths()
@@ -230,7 +229,8 @@ def resolve_other_path(app: Sphinx, env, node, contnode):
     target = node["reftarget"]
     if any(part.startswith("_") and not part.startswith("__") for part in target.split(".")):
         return contnode  # a private name (a base's or a descriptor's type) has no page: shown as text
-    public = _public_path(target) or target.strip("()'")
+    bare = target.strip("()'")  # "tuple of (int, str)" gives "(int" and "str)"; a quoted annotation "'Run'"
+    public = _public_path(bare) or bare
     if public == target:
         return None
     domain = env.get_domain("py")
